@@ -1,0 +1,1 @@
+"""Trace readers (Nsight Systems, Kineto, MineDraft JSONL) and fitted cost profiles for `sim`."""

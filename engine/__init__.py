@@ -1,0 +1,1 @@
+"""Real engines (reference engine, vLLM runner) and measured-versus-simulated validation."""
