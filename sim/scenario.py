@@ -1,0 +1,372 @@
+"""Scenarios: one frozen dataclass describing a run, loaded from TOML with strict validation.
+
+A scenario file may be flat (`k = 4`) or grouped into the tables `[run]`, `[models]`,
+`[hardware]`, `[engine]`, `[workload]` and `[costs]`; field names are the flat names of
+DESIGN §7, so `--set k=4` works whatever the file's layout. Every check raises a ScenarioError
+whose message is one line naming the field and the fix; nothing else escapes from loading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from sim.catalog import Catalog, builtin_catalog
+from sim.errors import ScenarioError
+
+METHODS = ("ar", "sd", "psd")
+SECTIONS = ("run", "models", "hardware", "engine", "workload", "costs")
+
+
+def _field(default: Any, section: str, kind: type, doc: str, optional: bool = False) -> Any:
+    return field(default=default,
+                 metadata={"section": section, "kind": kind, "doc": doc, "optional": optional})
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything that determines a simulated run. Same scenario + same seed => same result."""
+
+    # [run]
+    name: str = _field("default", "run", str, "label used in result folders and tables")
+    method: str = _field("psd", "run", str, "ar | sd | psd")
+    k: int = _field(3, "run", int, "draft tokens per request per step (num_speculative_tokens)")
+    m: int = _field(16, "run", int, "requests per verification batch (max_num_seqs); PSD keeps 2m")
+    seed: int = _field(0, "run", int, "seed of the one numpy Generator every random draw uses")
+    # [models]
+    target: str = _field("qwen3-32b", "models", str, "target (verifier) model, a catalog key")
+    draft: str = _field("qwen3-1.7b", "models", str, "draft model, a catalog key")
+    acceptance: float | None = _field(None, "models", float,
+                                      "mean per-token acceptance; absent = catalog prior",
+                                      optional=True)
+    acceptance_spread: float = _field(20.0, "models", float,
+                                      "Beta concentration of per-request acceptance (a+b)")
+    # [hardware]
+    gpu: str = _field("l40s", "hardware", str, "verifier GPU type")
+    drafter_gpu: str = _field("", "hardware", str, "drafter GPU type; empty = same as gpu")
+    link: str = _field("pcie4", "hardware", str, "drafter<->verifier link (and TP fabric)")
+    tp_link: str = _field("", "hardware", str, "verifier TP fabric; empty = same as link")
+    tensor_parallel_size: int = _field(4, "hardware", int, "verifier TP degree")
+    # [engine]
+    gpu_memory_utilization: float = _field(0.65, "engine", float, "fraction of GPU memory vLLM may use")
+    block_size: int = _field(16, "engine", int, "KV block size in tokens")
+    max_model_len: int = _field(2048, "engine", int, "prompt + output limit per request")
+    max_num_batched_tokens: int = _field(2048, "engine", int, "token budget of a prefill step")
+    # [workload]
+    dataset: str = _field("sharegpt", "workload", str, "sharegpt | arena | spec-bench | tough")
+    requests: int = _field(1000, "workload", int, "number of requests")
+    output_len: int = _field(256, "workload", int, "output tokens per request (EOS ignored)")
+    prompt_len: int = _field(0, "workload", int, "fixed prompt length; 0 = dataset distribution")
+    rate: float | None = _field(None, "workload", float,
+                                "Poisson arrival rate, requests/s; absent = all at t=0",
+                                optional=True)
+    # [costs] analytic cost-model constants (see sim/costs.py for their sources)
+    mem_efficiency: float = _field(0.81, "costs", float, "achieved fraction of memory bandwidth")
+    compute_efficiency: float = _field(0.77, "costs", float, "achieved fraction of peak BF16 FLOPs")
+    launch_overhead_us: float = _field(50.0, "costs", float, "eager-mode launch cost per layer per forward")
+    step_overhead_ms: float = _field(1.2, "costs", float, "fixed framework cost per engine step")
+    reject_overhead_ms: float = _field(0.3, "costs", float, "fixed rejection-sampling cost per verify")
+    activation_reserve_gb: float = _field(1.5, "costs", float, "per-GPU memory kept for activations")
+
+    @property
+    def uses_draft(self) -> bool:
+        return self.method != "ar"
+
+    @property
+    def drafter_gpu_key(self) -> str:
+        return self.drafter_gpu or self.gpu
+
+    @property
+    def tp_link_key(self) -> str:
+        return self.tp_link or self.link
+
+    def replace(self, **changes: Any) -> Scenario:
+        """A validated copy with some fields changed."""
+        return validate(replace(self, **changes))
+
+    def digest(self) -> str:
+        """Short stable hash of every field, for naming result folders."""
+        return hashlib.sha256(scenario_to_toml(self).encode()).hexdigest()[:8]
+
+
+FIELDS = {f.name: f for f in fields(Scenario)}
+
+
+def field_section(name: str) -> str:
+    return FIELDS[name].metadata["section"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Check a TOML value's type against the field (ints are accepted where floats are)."""
+    meta = FIELDS[name].metadata
+    kind = meta["kind"]
+    if value is None and meta["optional"]:
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+        raise ScenarioError(name, f"must be {_kind_name(kind)}, got {value!r}",
+                            f"write {name} = {_example(name)}")
+    if kind is float and not math.isfinite(value):
+        raise ScenarioError(name, f"must be a finite number, got {value!r}",
+                            f"write {name} = {_example(name)}")
+    return value
+
+
+def _kind_name(kind: type) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[kind]
+
+
+def _example(name: str) -> str:
+    default = FIELDS[name].default
+    if default is None or default == "":
+        return {"acceptance": "0.6", "rate": "4.0", "drafter_gpu": '"l40s"',
+                "tp_link": '"pcie4"'}.get(name, "...")
+    return f'"{default}"' if isinstance(default, str) else str(default)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`FIELD=VALUE` from the command line, VALUE parsed by the field's type."""
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip(), raw.strip()
+    if not sep or not name:
+        raise ScenarioError("--set", f"expected FIELD=VALUE, got {text!r}", "write e.g. --set k=4")
+    if name not in FIELDS:
+        raise ScenarioError(name, "unknown field", f"use one of: {', '.join(FIELDS)}")
+    meta = FIELDS[name].metadata
+    kind = meta["kind"]
+    if meta["optional"] and raw.lower() in ("", "none", "null"):
+        return name, None
+    try:
+        if kind is int:
+            return name, int(raw)
+        if kind is float:
+            return name, float(raw)
+    except ValueError:
+        raise ScenarioError(name, f"must be {_kind_name(kind)}, got {raw!r}",
+                            f"write --set {name}={_example(name).strip(chr(34))}") from None
+    return name, raw.strip('"').strip("'")
+
+
+def _flatten(doc: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Accept flat keys and the known tables; reject anything else, naming it."""
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            if key not in SECTIONS:
+                raise ScenarioError(f"[{key}]", f"unknown table in {source}",
+                                    f"use the tables {', '.join(SECTIONS)} or flat keys")
+            for sub, subvalue in value.items():
+                if sub not in FIELDS:
+                    raise ScenarioError(f"{key}.{sub}", f"unknown field in {source}",
+                                        f"remove it or use one of: {', '.join(FIELDS)}")
+                if field_section(sub) != key:
+                    raise ScenarioError(f"{key}.{sub}", f"belongs in [{field_section(sub)}]",
+                                        f"move {sub} to the [{field_section(sub)}] table")
+                flat[sub] = subvalue
+        elif key in FIELDS:
+            flat[key] = value
+        else:
+            raise ScenarioError(key, f"unknown field in {source}",
+                                f"remove it or use one of: {', '.join(FIELDS)}")
+    return flat
+
+
+def scenario_from_mapping(values: Mapping[str, Any], source: str = "scenario") -> Scenario:
+    """Build and validate a scenario from (possibly sectioned) field values."""
+    flat = _flatten(values, source)
+    coerced = {name: _coerce(name, value) for name, value in flat.items()}
+    return validate(Scenario(**coerced))
+
+
+def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
+                  method: str | None = None) -> Scenario:
+    """Load a scenario file (None = the built-in default), then apply `--set` overrides."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            values = _flatten(tomllib.loads(p.read_text(encoding="utf-8")), p.name)
+        except FileNotFoundError:
+            raise ScenarioError("scenario", f"file {str(p)!r} not found",
+                                "give the path of a .toml scenario, or none for the default") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ScenarioError("scenario", f"{p.name} is not valid TOML ({exc})",
+                                "fix the TOML syntax at the position given") from None
+        except (UnicodeDecodeError, IsADirectoryError, PermissionError) as exc:
+            raise ScenarioError("scenario", f"cannot read {str(p)!r} ({exc.__class__.__name__})",
+                                "give a readable UTF-8 .toml file") from None
+        if "name" not in values:
+            values["name"] = p.stem
+    for text in overrides:
+        name, value = parse_override(text)
+        values[name] = value
+    if method is not None:
+        values["method"] = method
+    return scenario_from_mapping(values, str(path) if path else "scenario")
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _need(ok: bool, name: str, problem: str, fix: str) -> None:
+    if not ok:
+        raise ScenarioError(name, problem, fix)
+
+
+def _in_catalog(name: str, value: str, table: Mapping[str, Any], what: str) -> None:
+    _need(value in table, name, f"unknown {what} {value!r}",
+          f"use one of: {', '.join(table)} (see `psdsim catalog`)")
+
+
+def _positive(s: Scenario, *names: str) -> None:
+    for name in names:
+        v = getattr(s, name)
+        _need(v > 0, name, f"must be > 0, got {v!r}", f"set {name} to a positive number")
+
+
+def _in_range(s: Scenario, name: str, lo: float, hi: float) -> None:
+    v = getattr(s, name)
+    _need(lo <= v <= hi, name, f"must be between {lo:g} and {hi:g}, got {v!r}",
+          f"set {name} to a value in [{lo:g}, {hi:g}]")
+
+
+_CHECKS: list[Callable[[Scenario, Catalog], None]] = []
+
+
+def _check(fn: Callable[[Scenario, Catalog], None]) -> Callable[[Scenario, Catalog], None]:
+    _CHECKS.append(fn)
+    return fn
+
+
+@_check
+def _check_run(s: Scenario, cat: Catalog) -> None:
+    _need(bool(s.name.strip()), "name", "must not be empty", 'write name = "my-run"')
+    _need(s.method in METHODS, "method", f"unknown method {s.method!r}",
+          f"use one of: {', '.join(METHODS)}")
+    _in_range(s, "k", 1, 32)
+    _in_range(s, "m", 1, 4096)
+    _need(s.seed >= 0, "seed", f"must be >= 0, got {s.seed}", "use a non-negative integer seed")
+
+
+@_check
+def _check_models(s: Scenario, cat: Catalog) -> None:
+    _in_catalog("target", s.target, cat.models, "model")
+    _in_catalog("draft", s.draft, cat.models, "model")
+    if s.acceptance is not None:
+        _need(0.0 < s.acceptance < 1.0, "acceptance", f"must be in (0, 1), got {s.acceptance}",
+              "set acceptance to a per-token acceptance rate such as 0.6")
+    elif s.uses_draft:
+        _need(cat.acceptance_prior(s.draft, s.target) is not None, "acceptance",
+              f"no catalog prior for draft {s.draft!r} with target {s.target!r}",
+              "set acceptance to the per-token acceptance rate you expect, e.g. acceptance=0.6")
+    _positive(s, "acceptance_spread")
+
+
+@_check
+def _check_hardware(s: Scenario, cat: Catalog) -> None:
+    _in_catalog("gpu", s.gpu, cat.gpus, "GPU")
+    if s.drafter_gpu:
+        _in_catalog("drafter_gpu", s.drafter_gpu, cat.gpus, "GPU")
+    _in_catalog("link", s.link, cat.links, "link")
+    if s.tp_link:
+        _in_catalog("tp_link", s.tp_link, cat.links, "link")
+    tp = s.tensor_parallel_size
+    target = cat.models[s.target]
+    _need(tp >= 1 and target.heads % tp == 0, "tensor_parallel_size",
+          f"must divide the target's {target.heads} attention heads, got {tp}",
+          "use 1, 2, 4 or 8")
+
+
+@_check
+def _check_engine(s: Scenario, cat: Catalog) -> None:
+    _in_range(s, "gpu_memory_utilization", 0.05, 1.0)
+    _in_range(s, "block_size", 1, 256)
+    _in_range(s, "max_model_len", 2, 1 << 20)
+    _need(s.max_num_batched_tokens >= s.max_model_len, "max_num_batched_tokens",
+          f"must be >= max_model_len ({s.max_model_len}) without chunked prefill, "
+          f"got {s.max_num_batched_tokens}",
+          f"set max_num_batched_tokens to at least {s.max_model_len}")
+
+
+@_check
+def _check_workload(s: Scenario, cat: Catalog) -> None:
+    _in_catalog("dataset", s.dataset, cat.datasets, "dataset")
+    ds = cat.datasets[s.dataset]
+    _need(s.requests >= 1, "requests", f"must be >= 1, got {s.requests}", "set requests=1000")
+    if ds.max_requests:
+        _need(s.requests <= ds.max_requests, "requests",
+              f"{s.dataset} has only {ds.max_requests} prompts, got {s.requests}",
+              f"set requests to at most {ds.max_requests}")
+    _in_range(s, "output_len", 1, s.max_model_len - 1)
+    _need(s.prompt_len >= 0, "prompt_len", f"must be >= 0, got {s.prompt_len}",
+          "use 0 for the dataset's distribution or a positive length")
+    room = s.max_model_len - s.output_len
+    if s.prompt_len:
+        _need(s.prompt_len <= room, "prompt_len",
+              f"prompt_len + output_len exceeds max_model_len ({s.max_model_len})",
+              f"set prompt_len to at most {room} or raise max_model_len")
+    else:
+        _need(ds.min_prompt <= room, "output_len",
+              f"output_len {s.output_len} leaves no room for {s.dataset} prompts "
+              f"(>= {ds.min_prompt} tokens) within max_model_len {s.max_model_len}",
+              f"lower output_len or raise max_model_len to {ds.min_prompt + s.output_len}")
+    if s.rate is not None:
+        _positive(s, "rate")
+
+
+@_check
+def _check_costs(s: Scenario, cat: Catalog) -> None:
+    _in_range(s, "mem_efficiency", 0.01, 1.0)
+    _in_range(s, "compute_efficiency", 0.01, 1.0)
+    for name in ("launch_overhead_us", "step_overhead_ms", "reject_overhead_ms",
+                 "activation_reserve_gb"):
+        v = getattr(s, name)
+        _need(v >= 0, name, f"must be >= 0, got {v}", f"set {name} to 0 or more")
+
+
+def validate(s: Scenario, catalog: Catalog | None = None) -> Scenario:
+    """Return `s` unchanged if every field is valid, else raise the first ScenarioError."""
+    cat = catalog or builtin_catalog()
+    for name in FIELDS:
+        _coerce(name, getattr(s, name))  # types, also for scenarios built in Python
+    for check in _CHECKS:
+        check(s, cat)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def scenario_to_toml(s: Scenario) -> str:
+    """The scenario as a sectioned TOML document that loads back to an equal Scenario."""
+    values = asdict(s)
+    lines = ["# psdsim scenario (resolved): `psdsim run THIS_FILE` reproduces the run exactly"]
+    for section in SECTIONS:
+        lines.append("")
+        lines.append(f"[{section}]")
+        for name, f in FIELDS.items():
+            if f.metadata["section"] == section and values[name] is not None:
+                lines.append(f"{name} = {_toml_value(values[name])}")
+    return "\n".join(lines) + "\n"
