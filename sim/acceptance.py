@@ -1,0 +1,51 @@
+"""Acceptance: per-request rates from a Beta distribution, per-step accepted counts.
+
+Each request has its own per-token acceptance rate a ~ Beta(mean x spread, (1 - mean) x spread),
+i.i.d. across draft positions (measured acceptance is roughly flat by position, reference §3.6).
+A verification of n drafted tokens accepts the leading successes, capped at n. The number of
+successes before the first rejection is Geometric: P(G >= j) = a^j, drawn here as
+G = floor(ln U / ln a) with U uniform on (0, 1] (one uniform per request, 5x cheaper than numpy's
+geometric sampler at batch sizes of a few dozen). The target then emits one more token (bonus or
+resampled), so a request generates accepted + 1 tokens per verification.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_ACCEPTANCE = 1.0 - 1e-9  # keeps ln(a) < 0
+
+
+def draw_request_acceptance(mean: float, spread: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    a = rng.beta(mean * spread, (1.0 - mean) * spread, size=n)
+    return np.minimum(a, MAX_ACCEPTANCE)
+
+
+class AcceptanceSampler:
+    """Draws accepted counts from the run's Generator, ln(U) pre-drawn in blocks.
+
+    Drawing a block of uniforms at once and consuming it in order is as deterministic as drawing
+    per step, and saves two numpy calls per simulated step.
+    """
+
+    BLOCK = 1 << 14
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._log_u = np.empty(0)
+        self._pos = 0
+
+    def _take(self, n: int) -> np.ndarray:
+        if self._pos + n > len(self._log_u):
+            fresh = np.log(1.0 - self._rng.random(max(self.BLOCK, n)))  # U in (0, 1]
+            self._log_u = np.concatenate([self._log_u[self._pos:], fresh])
+            self._pos = 0
+        out = self._log_u[self._pos:self._pos + n]
+        self._pos += n
+        return out
+
+    def accepted(self, log_acceptance: np.ndarray, proposed: np.ndarray) -> np.ndarray:
+        """Accepted draft tokens for requests with ln(per-token acceptance) `log_acceptance` and
+        `proposed` drafts each."""
+        successes = np.floor(self._take(len(proposed)) / log_acceptance)
+        return np.minimum(successes, proposed).astype(np.int64)

@@ -1,0 +1,169 @@
+"""Step costs: how long drafting, verification, prefill, transfers and overheads take.
+
+One interface (`StepCost`) with, for now, one source: the analytic roofline of DESIGN §3,
+built from the catalog. Per forward pass of a model on a TP group:
+
+    t = max(bytes / (mem_efficiency x bandwidth), flops / (compute_efficiency x peak))
+        + 2 all-reduces per layer over the TP fabric        (when TP > 1)
+        + layers x launch_overhead                          (eager mode, no CUDA graphs)
+
+bytes = streamed weights / TP + context tokens x KV bytes per token / TP;
+flops = tokens x body FLOPs + sampled positions x LM-head FLOPs + attention pairs x FLOPs/pair.
+
+The efficiency defaults (0.81 memory, 0.77 compute) are what SpecDecode-Bench's fitted vLLM step
+model implies for Llama-3.1-8B on H100 (reference hardware_models_workloads.md §4.4); the launch
+overhead (50 us per layer) is the low end of the reference's 40-100 us eager-mode estimate; the
+step overhead (1.2 ms) is SpecDecode-Bench's fitted per-step cost. All are estimates: results are
+approximate until calibrated against traces (issue: calibration/).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sim.catalog import GPU, Catalog, Link, Model
+from sim.messages import PROB_BYTES
+from sim.scenario import Scenario
+
+
+class StepCost(Protocol):
+    """Seconds for each kind of work in a step. `ctx` is the batch's total cached tokens."""
+
+    overhead: float
+
+    def draft(self, batch: int, k: int, ctx: int) -> float:
+        """k sequential draft passes over `batch` requests."""
+        ...
+
+    def verify(self, batch: int, tokens: int, ctx: int) -> float:
+        """One target pass scoring `tokens` positions (sum of proposal lengths + 1 per request)."""
+        ...
+
+    def prefill_target(self, prompts: int, tokens: int, square_tokens: int) -> float: ...
+
+    def prefill_draft(self, prompts: int, tokens: int, square_tokens: int) -> float: ...
+
+    def comm(self, nbytes: int) -> float:
+        """One drafter<->verifier message."""
+        ...
+
+    def reject(self, positions: int) -> float:
+        """Rejection sampling over `positions` scored positions on the driver GPU."""
+        ...
+
+
+class ForwardModel:
+    """Roofline time of one forward pass of one model on a TP group of identical GPUs.
+
+    The per-GPU constants are computed once here: `seconds` runs once or more per simulated step.
+    """
+
+    __slots__ = ("_ar_fixed", "_ar_per_token", "_attn", "_body", "_bw", "_flops", "_head", "_kv",
+                 "_launch", "_weights", "tp")
+
+    def __init__(self, model: Model, gpu: GPU, tp: int, fabric: Link, mem_efficiency: float,
+                 compute_efficiency: float, launch_s_per_layer: float) -> None:
+        self.tp = tp
+        # 2 all-reduces per layer of tokens x hidden bf16 activations: fixed + per-token seconds.
+        ar_bytes_per_token = model.hidden * 2
+        self._ar_fixed = 2 * model.layers * fabric.allreduce_seconds(0.0, tp)
+        self._ar_per_token = 2 * model.layers * (
+            fabric.allreduce_seconds(ar_bytes_per_token, tp) - fabric.allreduce_seconds(0.0, tp))
+        self._weights = model.streamed_weight_bytes / tp
+        self._kv = model.kv_bytes_per_token_per_gpu(tp)
+        self._body = model.body_flops_per_token / tp
+        self._head = model.lm_head_flops_per_token / tp
+        self._attn = model.attention_flops_per_pair / tp
+        self._bw = gpu.memory_bandwidth_gbps * 1e9 * mem_efficiency
+        self._flops = gpu.bf16_tflops * 1e12 * compute_efficiency
+        self._launch = model.layers * launch_s_per_layer
+
+    def seconds(self, tokens: float, sampled: float, ctx_tokens: float, pairs: float) -> float:
+        mem = (self._weights + ctx_tokens * self._kv) / self._bw
+        compute = (tokens * self._body + sampled * self._head + pairs * self._attn) / self._flops
+        return max(mem, compute) + self._launch + self._ar_fixed + tokens * self._ar_per_token
+
+    def draft_passes(self, batch: int, k: int, ctx: int) -> float:
+        """k autoregressive passes of `batch` tokens; pass j reads and attends over ctx + j*batch
+        cached tokens. Same terms as `seconds`, unrolled: this runs every simulated step."""
+        weights, kv, bw = self._weights, self._kv, self._bw
+        tokens_flops = batch * (self._body + self._head)
+        attn, flops = self._attn, self._flops
+        total = 0.0
+        for j in range(k):
+            cached = ctx + j * batch
+            total += max((weights + cached * kv) / bw, (tokens_flops + cached * attn) / flops)
+        return total + k * (self._launch + self._ar_fixed + batch * self._ar_per_token)
+
+    def prefill(self, prompts: int, tokens: int, square_tokens: int) -> float:
+        """Prompts processed at once: causal attention has sum(p^2)/2 pairs; one sampled token each."""
+        return self.seconds(tokens, prompts, 0, square_tokens / 2)
+
+
+class AnalyticCost:
+    """The default StepCost: rooflines from the catalog, placed where `method` runs each model."""
+
+    def __init__(self, s: Scenario, cat: Catalog) -> None:
+        effs = (s.mem_efficiency, s.compute_efficiency, s.launch_overhead_us * 1e-6)
+        gpu = cat.gpus[s.gpu]
+        # Where the draft model and the driver (rejection sampling) run: a dedicated GPU in PSD,
+        # GPU 0 of the verifier group otherwise.
+        driver_gpu = cat.gpus[s.drafter_gpu_key] if s.method == "psd" else gpu
+        self.target = ForwardModel(cat.models[s.target], gpu, s.tensor_parallel_size,
+                                   cat.links[s.tp_link_key], *effs)
+        self.drafter = ForwardModel(cat.models[s.draft], driver_gpu, 1, cat.links[s.link], *effs)
+        self.link = cat.links[s.link]
+        self._driver_bw = driver_gpu.memory_bandwidth_gbps * 1e9 * s.mem_efficiency
+        self._vocab = cat.models[s.target].vocab
+        self._reject_fixed = s.reject_overhead_ms * 1e-3
+        self.overhead = s.step_overhead_ms * 1e-3
+
+    def draft(self, batch: int, k: int, ctx: int) -> float:
+        return self.drafter.draft_passes(batch, k, ctx)
+
+    def verify(self, batch: int, tokens: int, ctx: int) -> float:
+        # MQA scoring reads each request's KV once; every scored token attends to ~its context.
+        pairs = tokens * ctx / batch if batch else 0.0
+        return self.target.seconds(tokens, tokens, ctx, pairs)
+
+    def prefill_target(self, prompts: int, tokens: int, square_tokens: int) -> float:
+        return self.target.prefill(prompts, tokens, square_tokens)
+
+    def prefill_draft(self, prompts: int, tokens: int, square_tokens: int) -> float:
+        return self.drafter.prefill(prompts, tokens, square_tokens)
+
+    def comm(self, nbytes: int) -> float:
+        return self.link.p2p_seconds(nbytes)
+
+    def reject(self, positions: int) -> float:
+        # Reads target and draft probabilities and writes the recovered distribution [EST].
+        return self._reject_fixed + 3 * positions * self._vocab * PROB_BYTES / self._driver_bw
+
+
+class ConstantCost:
+    """Fixed times whatever the batch: the idealised mode used to check the simulator against
+    closed-form theory and hand-worked schedules. `draft_s` is the whole k-token drafting of one
+    sub-batch; `comm_s` is charged per message (inputs out, sampler output back)."""
+
+    def __init__(self, draft_s: float, verify_s: float, *, prefill_s: float = 0.0,
+                 comm_s: float = 0.0, reject_s: float = 0.0, overhead_s: float = 0.0) -> None:
+        self.draft_s, self.verify_s, self.prefill_s = draft_s, verify_s, prefill_s
+        self.comm_s, self.reject_s, self.overhead = comm_s, reject_s, overhead_s
+
+    def draft(self, batch: int, k: int, ctx: int) -> float:
+        return self.draft_s
+
+    def verify(self, batch: int, tokens: int, ctx: int) -> float:
+        return self.verify_s
+
+    def prefill_target(self, prompts: int, tokens: int, square_tokens: int) -> float:
+        return self.prefill_s
+
+    def prefill_draft(self, prompts: int, tokens: int, square_tokens: int) -> float:
+        return 0.0
+
+    def comm(self, nbytes: int) -> float:
+        return self.comm_s
+
+    def reject(self, positions: int) -> float:
+        return self.reject_s

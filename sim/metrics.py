@@ -1,0 +1,98 @@
+"""From the step and request tables to the summary of DESIGN §4 and §7.
+
+Paper-compatible (MineDraft's analysis scripts): throughput = generated tokens / time over
+decode steps only (prefill steps excluded), also over the first 80% and 70% of decode steps;
+E2EL = makespan / requests; VSR = accepted / verified draft tokens; parallelization rate =
+parallelised decode steps / decode steps. Serving view: output tokens over the makespan and
+per-request latency, TTFT and TPOT percentiles.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sim.records import DECODE
+from sim.scenario import Scenario
+
+PERCENTILES = {"mean": None, "p50": 50, "p90": 90, "p99": 99}
+
+
+def _ms_stats(seconds: np.ndarray) -> dict[str, float | None]:
+    values = seconds[np.isfinite(seconds)] * 1e3
+    if len(values) == 0:
+        return dict.fromkeys(PERCENTILES)
+    return {name: float(values.mean() if q is None else np.percentile(values, q))
+            for name, q in PERCENTILES.items()}
+
+
+def _mean_ms(seconds: np.ndarray) -> float | None:
+    return float(seconds.mean() * 1e3) if len(seconds) else None
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return float(num / den) if den > 0 else None
+
+
+def _throughput(generated: np.ndarray, durations: np.ndarray, fraction: float) -> float | None:
+    n = max(1, int(len(generated) * fraction)) if len(generated) else 0
+    return _ratio(generated[:n].sum(), durations[:n].sum())
+
+
+def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.ndarray], *,
+              gpus: int, uses_drafter: bool, drafter_busy_s: float,
+              verifier_busy_s: float) -> dict[str, Any]:
+    decode = steps["kind"] == DECODE
+    dur = (steps["end_s"] - steps["start_s"])[decode]
+    gen = steps["generated"][decode]
+    makespan = float(np.nanmax(requests["finish_s"]) - requests["arrival_s"].min())
+    n = len(requests["request"])
+    psd = s.method == "psd"
+    throughput = _throughput(gen, dur, 1.0)
+    summary: dict[str, Any] = {
+        "method": s.method,
+        "k": s.k if uses_drafter else None,
+        "m": s.m,
+        "requests": n,
+        "gpus": gpus,
+        "makespan_s": makespan,
+        "throughput_tok_s": throughput,
+        "throughput_tok_s_trim80": _throughput(gen, dur, 0.8),
+        "throughput_tok_s_trim70": _throughput(gen, dur, 0.7),
+        "throughput_tok_s_per_gpu": throughput / gpus if throughput is not None else None,
+        "output_tok_s": _ratio(requests["output_len"].sum(), makespan),
+        "e2el_ms": makespan / n * 1e3,
+        "latency_ms": _ms_stats(requests["finish_s"] - requests["arrival_s"]),
+        "ttft_ms": _ms_stats(requests["first_token_s"] - requests["arrival_s"]),
+        "tpot_ms": _ms_stats(_tpot(requests)),
+        "vsr": _ratio(steps["accepted"].sum(), steps["proposed"].sum()) if uses_drafter else None,
+        "parallelization_rate": (_ratio(steps["parallelised"][decode].sum(), decode.sum())
+                                 if uses_drafter else None),
+        "comm_share": _ratio(steps["wait_s"][decode].sum(), dur.sum()) if psd else None,
+        "link_share": _ratio(steps["link_critical_s"][decode].sum(), dur.sum()) if psd else None,
+        "drafter_busy": _ratio(drafter_busy_s, makespan) if uses_drafter else None,
+        "verifier_busy": _ratio(verifier_busy_s, makespan),
+        "decode_steps": int(decode.sum()),
+        "prefill_steps": int((~decode).sum()),
+        "preemptions": 0,
+        "mean_draft_ms": _mean_ms(steps["draft_s"][decode]) if uses_drafter else None,
+        "mean_verify_ms": _mean_ms(steps["verify_s"][decode]),
+        "mean_comm_ms": _mean_ms(steps["comm_s"][decode]),
+        "fits": True,
+        "infeasible_reason": None,
+    }
+    return summary
+
+
+def _tpot(requests: dict[str, np.ndarray]) -> np.ndarray:
+    """Time per output token after the first; requests with a single output token have none."""
+    later = requests["output_len"] - 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(later > 0, (requests["finish_s"] - requests["first_token_s"]) / later, np.nan)
+
+
+def infeasible_summary(s: Scenario, reason: str, gpus: int) -> dict[str, Any]:
+    """The summary of a run that could not start: same keys, no measurements."""
+    return {"method": s.method, "k": s.k, "m": s.m, "requests": s.requests, "gpus": gpus,
+            "fits": False, "infeasible_reason": reason}

@@ -1,0 +1,80 @@
+"""Per-request state as numpy columns: lengths, progress, timestamps, acceptance statistics.
+
+Requests are data, not processes: a step updates the rows of its batch with one numpy operation
+(DESIGN §6), and the columns become `requests.csv` at the end of the run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.workload import Workload
+
+
+class RequestTable:
+    def __init__(self, w: Workload) -> None:
+        n = len(w)
+        self.arrival_s = w.arrival_s
+        self.prompt_len = w.prompt_len
+        self.output_len = w.output_len
+        self.acceptance = w.acceptance
+        with np.errstate(invalid="ignore"):
+            self.log_acceptance = np.log(w.acceptance)  # NaN without a draft model
+        self.remaining = w.output_len.copy()  # output tokens still to generate
+        self.kv_len = w.prompt_len.copy()     # prompt + generated: the tokens in the KV cache
+        self.admitted_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        # Verification outcomes are logged per step (array references, no per-request updates
+        # in the hot loop) and totalled per request once, in `columns`.
+        self._verified: list[np.ndarray] = []
+        self._proposed: list[np.ndarray] = []
+        self._accepted: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self.prompt_len)
+
+    def context(self, ids: np.ndarray) -> int:
+        """Tokens in the KV cache of these requests (prompt + generated so far)."""
+        return int(self.kv_len[ids].sum())
+
+    def log_verification(self, ids: np.ndarray, proposed: np.ndarray, accepted: np.ndarray) -> None:
+        self._verified.append(ids)
+        self._proposed.append(proposed)
+        self._accepted.append(accepted)
+
+    def _per_request(self, values: list[np.ndarray] | None) -> np.ndarray:
+        n = len(self)
+        if not self._verified:
+            return np.zeros(n, dtype=np.int64)
+        ids = np.concatenate(self._verified)
+        weights = None if values is None else np.concatenate(values)
+        return np.bincount(ids, weights=weights, minlength=n).astype(np.int64)
+
+    def emit(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Append up to `tokens` to each request, never beyond its output length (vLLM discards
+        tokens past max_tokens). Returns the tokens kept."""
+        kept = np.minimum(tokens, self.remaining[ids])
+        self.remaining[ids] -= kept
+        self.kv_len[ids] += kept
+        return kept
+
+    @property
+    def generated(self) -> np.ndarray:
+        return self.output_len - self.remaining
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {
+            "request": np.arange(len(self)),
+            "arrival_s": self.arrival_s,
+            "prompt_len": self.prompt_len,
+            "output_len": self.output_len,
+            "acceptance": self.acceptance,
+            "admitted_s": self.admitted_s,
+            "first_token_s": self.first_token_s,
+            "finish_s": self.finish_s,
+            "generated": self.generated,
+            "verifications": self._per_request(None),
+            "proposed": self._per_request(self._proposed),
+            "accepted": self._per_request(self._accepted),
+        }

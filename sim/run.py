@@ -1,0 +1,129 @@
+"""simulate(scenario) -> Result: build the model, run the engine loop, summarise."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.acceptance import AcceptanceSampler
+from sim.catalog import builtin_catalog
+from sim.costs import AnalyticCost, StepCost
+from sim.devices import Link, Verifier
+from sim.memory import MemoryPlan, plan_memory
+from sim.methods import Method, method_class
+from sim.methods.common import SimContext
+from sim.metrics import infeasible_summary, summarize
+from sim.records import step_table
+from sim.requests import RequestTable
+from sim.scenario import Scenario, validate
+from sim.scheduler import Scheduler
+from sim.workload import make_workload
+
+Progress = Callable[[float], None]
+PROGRESS_EVERY = 512  # engine steps between progress callbacks
+
+
+@dataclass(frozen=True)
+class KVUse:
+    """The KV pool at the end of a run: invariants say in_use_at_end == 0 and peak <= total."""
+
+    total_blocks: int
+    peak_blocks: int
+    in_use_at_end: int
+
+
+@dataclass(frozen=True)
+class Result:
+    scenario: Scenario
+    summary: dict[str, Any]
+    steps: dict[str, np.ndarray]
+    requests: dict[str, np.ndarray]
+    memory: MemoryPlan
+    kv: KVUse | None  # None when the scenario does not fit
+    wall_s: float  # host time the simulation took; not part of the (deterministic) summary
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.summary["fits"])
+
+
+def _engine_loop(ctx: SimContext, method: Method,
+                 progress: Progress | None) -> Generator[Any, Any, None]:
+    """The driver: each iteration is one engine step, prefill-first like vLLM V0."""
+    env, sched = ctx.env, ctx.scheduler
+    steps = 0
+    while not sched.done:
+        sched.arrive_until(env.now)
+        admitted = sched.admit(env.now)
+        if len(admitted):
+            method.admitted(admitted)
+            advanced = yield from method.prefill(admitted)
+        elif len(sched.running):
+            advanced = yield from method.decode()
+        else:
+            nxt = sched.next_arrival_s()
+            if math.isinf(nxt):
+                raise RuntimeError("engine stalled: nothing running, nothing admissible")
+            yield env.timeout(nxt - env.now)
+            continue
+        finished = sched.retire_finished(advanced, env.now)
+        if len(finished):
+            method.retired(finished)
+        steps += 1
+        if progress is not None and steps % PROGRESS_EVERY == 0:
+            progress(sched.finished / len(ctx.table))
+
+
+def simulate(s: Scenario, *, cost: StepCost | None = None,
+             progress: Progress | None = None) -> Result:
+    """Simulate one scenario. `cost` replaces the analytic cost model (tests, fitted profiles)."""
+    began = time.perf_counter()
+    s = validate(s)
+    cat = builtin_catalog()
+    memory = plan_memory(s, cat)
+    if not memory.fits:
+        assert memory.reason is not None
+        summary = infeasible_summary(s, memory.reason, method_class(s).gpus(s))
+        return Result(s, summary, {}, {}, memory, None, time.perf_counter() - began)
+
+    rng = np.random.default_rng(s.seed)
+    table = RequestTable(make_workload(s, cat, rng))
+    env = simpy.Environment()
+    cost = cost or AnalyticCost(s, cat)
+    link = Link(env, cost.comm)
+    kind = method_class(s)
+    lookahead = s.k if kind.uses_drafter else 0
+    scheduler = Scheduler(table, memory.kv_blocks, s.block_size, lookahead, kind.running_cap(s),
+                          s.max_num_batched_tokens)
+    ctx = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
+                     verifier=Verifier(env, link), link=link, vocab=cat.models[s.target].vocab,
+                     acceptance=AcceptanceSampler(rng))
+    method = kind(ctx)
+    env.run(until=env.process(_engine_loop(ctx, method, progress)))
+
+    steps = step_table(ctx.steps)
+    requests = table.columns()
+    summary = summarize(s, steps, requests, gpus=kind.gpus(s), uses_drafter=method.uses_drafter,
+                        drafter_busy_s=ctx.drafter_busy_s, verifier_busy_s=ctx.verifier.busy_s)
+    if progress is not None:
+        progress(1.0)
+    sched = ctx.scheduler
+    kv = KVUse(sched.kv_blocks_total, sched.kv_blocks_peak,
+               sched.kv_blocks_total - sched.kv_blocks_free)
+    return Result(s, summary, steps, requests, memory, kv, time.perf_counter() - began)
+
+
+def compare_methods(s: Scenario, methods: Sequence[str], *,
+                    progress: Callable[[str, float], None] | None = None) -> dict[str, Result]:
+    """Simulate the same scenario and seed under each method (the same requests for all)."""
+    out = {}
+    for m in methods:
+        report = (lambda f, m=m: progress(m, f)) if progress else None
+        out[m] = simulate(s.replace(method=m), progress=report)
+    return out
