@@ -1,0 +1,198 @@
+"""The `psdsim` command: argument parsing, output placement and error reporting only.
+
+Bad input ends with one line on stderr naming the field and the fix, and exit code 2; nothing is
+written in that case. `--json` puts the summary, and nothing else, on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.catalog import builtin_catalog
+from sim.errors import ScenarioError
+from sim.report import format_compare, format_run, ratios
+from sim.results import summary_json, write_folder, write_result
+from sim.run import Result, compare_methods, simulate
+from sim.scenario import METHODS, Scenario, load_scenario, scenario_to_toml
+
+EXIT_BAD_INPUT = 2
+COMPARE_PAIRS = (("psd", "sd"), ("psd", "ar"), ("sd", "ar"))
+
+
+class _Progress:
+    """A one-line progress indicator on stderr, only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+
+    def __call__(self, label: str, fraction: float) -> None:
+        if self.enabled:
+            end = "\n" if fraction >= 1.0 else ""
+            sys.stderr.write(f"\r  simulating {label}: {fraction:6.1%}" + end)
+            sys.stderr.flush()
+
+
+def _scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", nargs="?", help="scenario TOML file (default: the built-in scenario)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a scenario field, e.g. --set k=4 --set link=nvlink4")
+    p.add_argument("--out", type=Path, help="results folder (default: results/NAME-METHOD-HASH)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout only")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="psdsim",
+        description="Simulate batch-parallel speculative decoding (PSD) against SD and AR.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="simulate one scenario (default: the built-in Setting-2 scenario)")
+    _scenario_args(run)
+    run.add_argument("--method", choices=METHODS, help="override the scenario's method")
+    run.add_argument("--no-write", action="store_true", help="do not write a results folder")
+    cmp = sub.add_parser("compare", help="simulate ar, sd and psd on the same scenario and seed")
+    _scenario_args(cmp)
+    cmp.add_argument("--methods", default=",".join(METHODS),
+                     help="comma-separated methods (default: ar,sd,psd)")
+    cmp.add_argument("--no-write", action="store_true", help="do not write results folders")
+    scen = sub.add_parser("scenario", help="print the resolved scenario as TOML")
+    scen.add_argument("scenario", nargs="?", help="scenario TOML file (default: built-in)")
+    scen.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
+    scen.add_argument("--method", choices=METHODS)
+    cat = sub.add_parser("catalog", help="list the built-in GPUs, links, models and datasets")
+    cat.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    return parser
+
+
+def _default_out(s: Scenario, label: str) -> Path:
+    return Path("results") / f"{s.name}-{label}-{s.digest()}"
+
+
+def _write(out: Path, write: Any) -> Path:
+    try:
+        return write()
+    except OSError as exc:
+        raise ScenarioError("--out", f"cannot write {str(out)!r} ({exc.strerror or exc})",
+                            "choose a writable folder with --out DIR") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    s = load_scenario(args.scenario, args.overrides, args.method)
+    progress = _Progress(not args.json)
+    result: Result = simulate(s, progress=lambda f: progress(s.method, f))
+    if not result.fits:
+        if args.json:
+            sys.stdout.write(summary_json(result.summary))
+        field = result.memory.field or "gpu"
+        print(f"psdsim: error: {field}: {result.summary['infeasible_reason']}; fix: raise "
+              "gpu_memory_utilization or tensor_parallel_size, or choose a GPU with more memory",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    where = None
+    if not args.no_write:
+        out = args.out or _default_out(s, s.method)
+        where = str(_write(out, lambda: write_result(result, out))) + "/"
+    if args.json:
+        sys.stdout.write(summary_json(result.summary))
+    else:
+        print(format_run(result.summary, s, where, result.wall_s))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        if m not in METHODS:
+            raise ScenarioError("--methods", f"unknown method {m!r}",
+                                f"use a comma-separated subset of {','.join(METHODS)}")
+    if not methods or len(set(methods)) != len(methods):
+        raise ScenarioError("--methods", "needs distinct methods", "write e.g. --methods sd,psd")
+    s = load_scenario(args.scenario, args.overrides)
+    progress = _Progress(not args.json)
+    results = compare_methods(s, methods, progress=progress)
+    summaries = {m: r.summary for m, r in results.items()}
+    pairs = [(a, b) for a, b in COMPARE_PAIRS if a in methods and b in methods]
+    report = {"scenario": s.name, "summaries": summaries, "ratios": ratios(summaries, pairs)}
+    if not args.no_write:
+        out = args.out or _default_out(s, "compare")
+        files: dict[str, Any] = {"compare.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
+                                 "scenario.toml": scenario_to_toml(s)}
+
+        def write_all() -> Path:
+            folder = write_folder(out, files)
+            for m, r in results.items():
+                write_result(r, folder / m)
+            return folder
+
+        report_dir = _write(out, write_all)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    else:
+        print(format_compare(summaries, s, pairs))
+        if not args.no_write:
+            print(f"\n  results: {report_dir}/")
+    return 0 if any(r.fits for r in results.values()) else EXIT_BAD_INPUT
+
+
+def cmd_scenario(args: argparse.Namespace) -> int:
+    sys.stdout.write(scenario_to_toml(load_scenario(args.scenario, args.overrides, args.method)))
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    cat = builtin_catalog()
+    if args.json:
+        doc = {
+            "gpus": {k: vars(v) for k, v in cat.gpus.items()},
+            "links": {k: vars(v) for k, v in cat.links.items()},
+            "models": {k: {**vars(v), "total_params": v.total_params,
+                           "weight_gb": v.weight_bytes / 1e9,
+                           "kv_bytes_per_token": v.kv_bytes_per_token} for k, v in cat.models.items()},
+            "datasets": {k: {"max_requests": v.max_requests, "min_prompt": v.min_prompt,
+                             "max_prompt": v.max_prompt, "source": v.source}
+                         for k, v in cat.datasets.items()},
+            "acceptance": {f"{d} -> {t}": {"alpha": p.alpha, "source": p.source}
+                           for (d, t), p in cat.acceptance.items()},
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    print("GPUs")
+    for k, g in cat.gpus.items():
+        print(f"  {k:<11} {g.memory_gb:>5.0f} GB  {g.memory_bandwidth_gbps:>6.0f} GB/s  "
+              f"{g.bf16_tflops:>5.0f} TFLOPS bf16  {'NVLink' if g.nvlink else 'PCIe only'}")
+    print("links (per direction; all-reduce bus bandwidth)")
+    for k, ln in cat.links.items():
+        print(f"  {k:<11} p2p {ln.p2p_latency_us:>4.0f} us + {ln.p2p_bandwidth_gbps:>5.0f} GB/s   "
+              f"all-reduce {ln.allreduce_latency_us:>4.0f} us + {ln.allreduce_busbw_gbps:>5.0f} GB/s")
+    print("models")
+    for k, md in cat.models.items():
+        print(f"  {k:<14} {md.total_params / 1e9:>7.2f} B params  {md.weight_bytes / 1e9:>7.2f} GB  "
+              f"KV {md.kv_bytes_per_token / 1024:>5.0f} KiB/token  ({md.hf_id})")
+    print("datasets (prompt tokens, MineDraft filters)")
+    for k, d in cat.datasets.items():
+        limit = f"{d.max_requests} prompts" if d.max_requests else "unlimited"
+        print(f"  {k:<11} {d.min_prompt}–{d.max_prompt} tokens, {limit}")
+    print("acceptance priors (per-token, temperature 1.0, estimates)")
+    for (d, t), p in cat.acceptance.items():
+        print(f"  {d} -> {t}: {p.alpha}")
+    print("\nEvery entry names its source: `psdsim catalog --json`, or sim/catalog/*.toml.")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "compare": cmd_compare, "scenario": cmd_scenario, "catalog": cmd_catalog}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ScenarioError as exc:
+        print(f"psdsim: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("psdsim: interrupted; nothing was written", file=sys.stderr)
+        return 130

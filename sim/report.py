@@ -1,0 +1,152 @@
+"""Compact, readable terminal tables for a run and for a side-by-side comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sim.catalog import builtin_catalog
+from sim.scenario import Scenario
+
+APPROXIMATE = ("analytic cost model: roofline with estimated efficiencies (sim/costs.py); "
+               "figures are approximate until calibrated")
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def describe_hardware(s: Scenario) -> str:
+    cat = builtin_catalog()
+    target, draft = cat.models[s.target].hf_id, cat.models[s.draft].hf_id
+    verifier = f"{target} on {s.tensor_parallel_size}×{s.gpu} (TP={s.tensor_parallel_size}, {s.tp_link_key})"
+    if s.method == "ar":
+        return verifier
+    if s.method == "sd":
+        return f"{verifier}; draft {draft} co-located on GPU 0"
+    return f"{verifier}; draft {draft} on 1×{s.drafter_gpu_key}, link {s.link}"
+
+
+def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
+               wall_s: float | None = None) -> str:
+    head = (f"psdsim run · {s.name} · {s.method} (k={s.k}, m={s.m}) · {s.requests} requests"
+            f" · {s.dataset} · seed {s.seed}")
+    lines = [head, "  " + describe_hardware(s)]
+    if not summary["fits"]:
+        lines.append(f"  {summary['infeasible_reason']}")
+        return "\n".join(lines)
+    sm = summary
+    lat, ttft, tpot = sm["latency_ms"], sm["ttft_ms"], sm["tpot_ms"]
+    lines += [
+        "  " + APPROXIMATE,
+        "",
+        f"  throughput (decode steps)  {_num(sm['throughput_tok_s'])} tok/s   trim80 "
+        f"{_num(sm['throughput_tok_s_trim80'])}   trim70 {_num(sm['throughput_tok_s_trim70'])}"
+        f"   per GPU {_num(sm['throughput_tok_s_per_gpu'])} ({sm['gpus']} GPUs)",
+        f"  output over makespan       {_num(sm['output_tok_s'])} tok/s   makespan "
+        f"{_num(sm['makespan_s'])} s   E2EL {_num(sm['e2el_ms'])} ms/request",
+    ]
+    for label, st in (("latency ms", lat), ("TTFT ms", ttft), ("TPOT ms", tpot)):
+        lines.append(f"  {label:<27}mean {_num(st['mean'])}   p50 {_num(st['p50'])}   "
+                     f"p90 {_num(st['p90'])}   p99 {_num(st['p99'])}")
+    lines += [
+        f"  VSR {_num(sm['vsr'], 3)}   parallelised {_num(sm['parallelization_rate'], 3)}   "
+        f"comm share {_num(sm['comm_share'], 3)}   link share {_num(sm['link_share'], 3)}",
+        f"  drafter busy {_num(sm['drafter_busy'], 2)}   verifier busy {_num(sm['verifier_busy'], 2)}"
+        f"   decode steps {_num(sm['decode_steps'])}   prefill steps {_num(sm['prefill_steps'])}",
+        f"  per decode step: draft {_num(sm['mean_draft_ms'])} ms   verify "
+        f"{_num(sm['mean_verify_ms'])} ms   link {_num(sm['mean_comm_ms'])} ms",
+    ]
+    tail = []
+    if where:
+        tail.append(f"results: {where}")
+    if wall_s:
+        tail.append(f"simulated {sm['makespan_s']:,.0f} s in {wall_s:.2f} s "
+                    f"({sm['makespan_s'] / wall_s:,.0f}× real time)")
+    if tail:
+        lines += ["", "  " + "   ".join(tail)]
+    return "\n".join(lines)
+
+
+# Rows of the comparison: label, summary key (or key path), digits, True if higher is better.
+COMPARE_ROWS: tuple[tuple[str, tuple[str, ...], int, bool], ...] = (
+    ("throughput tok/s (decode)", ("throughput_tok_s",), 1, True),
+    ("throughput tok/s per GPU", ("throughput_tok_s_per_gpu",), 1, True),
+    ("output tok/s (makespan)", ("output_tok_s",), 1, True),
+    ("E2EL ms/request", ("e2el_ms",), 1, False),
+    ("latency p50 ms", ("latency_ms", "p50"), 0, False),
+    ("latency p99 ms", ("latency_ms", "p99"), 0, False),
+    ("TPOT p50 ms", ("tpot_ms", "p50"), 1, False),
+    ("VSR", ("vsr",), 3, True),
+    ("parallelization rate", ("parallelization_rate",), 3, True),
+    ("GPUs", ("gpus",), 0, False),
+)
+RATIO_KEYS = (("throughput_tok_s",), ("throughput_tok_s_per_gpu",), ("output_tok_s",),
+              ("e2el_ms",), ("latency_ms", "p50"), ("latency_ms", "p99"), ("tpot_ms", "p50"))
+
+
+def lookup(summary: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = summary
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def ratios(summaries: dict[str, dict[str, Any]],
+           pairs: Sequence[tuple[str, str]]) -> dict[str, dict[str, float | None]]:
+    """`a/b` of the comparable metrics for each (a, b) pair of methods that both fit."""
+    out: dict[str, dict[str, float | None]] = {}
+    for a, b in pairs:
+        if a not in summaries or b not in summaries:
+            continue
+        if not (summaries[a]["fits"] and summaries[b]["fits"]):
+            continue
+        row: dict[str, float | None] = {}
+        for path in RATIO_KEYS:
+            x, y = lookup(summaries[a], path), lookup(summaries[b], path)
+            row["_".join(path)] = x / y if isinstance(x, (int, float)) and y else None
+        out[f"{a}/{b}"] = row
+    return out
+
+
+def format_compare(summaries: dict[str, dict[str, Any]], s: Scenario,
+                   pairs: Sequence[tuple[str, str]]) -> str:
+    methods = list(summaries)
+    head = (f"psdsim compare · {s.name} · k={s.k} m={s.m} · {s.requests} requests · "
+            f"{s.dataset} · seed {s.seed}")
+    cat = builtin_catalog()
+    lines = [head, f"  target {cat.models[s.target].hf_id} on {s.tensor_parallel_size}×{s.gpu}, "
+                   f"draft {cat.models[s.draft].hf_id}, link {s.link}", "  " + APPROXIMATE, ""]
+    pair_names = [f"{a}/{b}" for a, b in pairs if a in summaries and b in summaries]
+    width = 12
+    lines.append(f"  {'':<28}" + "".join(f"{m:>{width}}" for m in methods)
+                 + "".join(f"{p:>{width}}" for p in pair_names))
+    for label, path, digits, higher in COMPARE_ROWS:
+        cells = []
+        for m in methods:
+            sm = summaries[m]
+            cells.append("does not fit" if not sm["fits"] else _num(lookup(sm, path), digits))
+        ratio_cells = []
+        for a, b in pairs:
+            if a not in summaries or b not in summaries:
+                continue
+            x, y = lookup(summaries[a], path), lookup(summaries[b], path)
+            ok = isinstance(x, (int, float)) and isinstance(y, (int, float)) and y
+            ratio_cells.append(f"{x / y:.2f}×" if ok and label != "GPUs" else "")
+        arrow = "↑" if higher else "↓"
+        if label == "GPUs":
+            arrow = " "
+        lines.append(f"  {label + ' ' + arrow:<28}" + "".join(f"{c:>{width}}" for c in cells)
+                     + "".join(f"{c:>{width}}" for c in ratio_cells))
+    for m in methods:
+        if not summaries[m]["fits"]:
+            lines.append(f"  {m}: {summaries[m]['infeasible_reason']}")
+    lines.append("")
+    lines.append("  ↑ higher is better, ↓ lower is better; a/b columns divide a's value by b's")
+    return "\n".join(lines)

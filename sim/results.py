@@ -1,0 +1,81 @@
+"""Writing a run's results folder: summary.json, steps.csv, requests.csv, scenario.toml.
+
+Everything is written into a temporary folder beside the destination and renamed into place,
+so a results folder is either complete or absent: an interrupted run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.scenario import scenario_to_toml
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, (float, np.floating)):
+        return "" if math.isnan(value) else repr(float(value))
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def write_table(path: Path, columns: Mapping[str, np.ndarray]) -> None:
+    """CSV with a header row; floats in shortest round-trip form, NaN as an empty cell."""
+    names = list(columns)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(names)
+        for row in zip(*(columns[n].tolist() for n in names), strict=True):
+            writer.writerow([_cell(v) for v in row])
+
+
+def summary_json(summary: Mapping[str, Any]) -> str:
+    return json.dumps(summary, indent=2, allow_nan=False) + "\n"
+
+
+def write_folder(out_dir: Path, files: Mapping[str, str | Mapping[str, np.ndarray]]) -> Path:
+    """Atomically create (or replace) `out_dir` holding `files`: text, or a table for CSV."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        for name, content in files.items():
+            if isinstance(content, str):
+                (tmp / name).write_text(content, encoding="utf-8")
+            else:
+                write_table(tmp / name, content)
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+            os.replace(out_dir, old / out_dir.name)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def write_result(result: Any, out_dir: Path) -> Path:
+    """The standard folder of one simulated run (a sim.run.Result)."""
+    files: dict[str, str | Mapping[str, np.ndarray]] = {
+        "summary.json": summary_json(result.summary),
+        "scenario.toml": scenario_to_toml(result.scenario),
+    }
+    if result.fits:
+        files["steps.csv"] = result.steps
+        files["requests.csv"] = result.requests
+    return write_folder(out_dir, files)
