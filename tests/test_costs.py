@@ -1,0 +1,63 @@
+"""The analytic roofline and the link model behave as their physics says."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.catalog import builtin_catalog
+from sim.costs import AnalyticCost
+from sim.messages import sampler_output_bytes
+from sim.scenario import Scenario
+
+CAT = builtin_catalog()
+
+
+def test_small_batch_decode_is_memory_bound():
+    cost = AnalyticCost(Scenario(), CAT)
+    # Going from 1 to 16 scored tokens barely changes a weight-read-bound step.
+    one, sixteen = cost.verify(1, 1, 500), cost.verify(16, 16, 500 * 16)
+    assert sixteen / one < 1.3
+
+
+def test_costs_grow_with_work():
+    cost = AnalyticCost(Scenario(), CAT)
+    assert cost.verify(16, 64, 16_000) > cost.verify(16, 16, 16_000)
+    assert cost.verify(16, 64, 32_000) > cost.verify(16, 64, 16_000)
+    assert cost.draft(16, 4, 10_000) > cost.draft(16, 3, 10_000)
+    assert cost.prefill_target(2, 2000, 2 * 1000**2) > cost.prefill_target(1, 1000, 1000**2)
+
+
+def test_draft_passes_equal_the_sum_of_single_passes():
+    cost = AnalyticCost(Scenario(), CAT)
+    total = sum(cost.drafter.seconds(16, 16, 10_000 + 16 * j, 10_000 + 16 * j) for j in range(4))
+    assert cost.draft(16, 4, 10_000) == pytest.approx(total, rel=1e-12)
+
+
+def test_tensor_parallel_all_reduces_cost_more_over_pcie_than_nvlink():
+    pcie = AnalyticCost(Scenario(link="pcie4"), CAT)
+    nvlink = AnalyticCost(Scenario(link="nvlink4"), CAT)
+    assert pcie.verify(16, 64, 10_000) > nvlink.verify(16, 64, 10_000)
+    # The draft runs at TP=1: no all-reduce, so the fabric does not change it.
+    assert pcie.draft(16, 3, 10_000) == pytest.approx(nvlink.draft(16, 3, 10_000))
+
+
+def test_sampler_output_is_dominated_by_full_vocab_rows():
+    vocab = CAT.models["qwen3-32b"].vocab
+    nbytes = sampler_output_bytes(64, vocab)
+    assert nbytes == pytest.approx(64 * 2 * 4 * vocab, rel=0.001)
+
+
+def test_link_time_is_latency_plus_bytes_over_bandwidth():
+    link = CAT.links["pcie4"]
+    assert link.p2p_seconds(0) == pytest.approx(10e-6)
+    assert link.p2p_seconds(22e9) == pytest.approx(1.0 + 10e-6)
+    assert link.allreduce_seconds(1e6, 1) == 0.0
+    assert link.allreduce_seconds(1e6, 4) == pytest.approx(30e-6 + 1.5e6 / 20e9)
+
+
+def test_l40s_verify_step_near_reference_estimate():
+    """Reference §4.4 estimates a Qwen3-32B TP4 step on 4xL40S at B=16 as 31.2 ms; the
+    catalog defaults (eager launch overhead, PCIe all-reduce latency) give a similar figure."""
+    cost = AnalyticCost(Scenario(), CAT)
+    ms = cost.verify(16, 16, 16 * 1024) * 1e3
+    assert 25 < ms < 40

@@ -1,0 +1,74 @@
+"""PSD's step structure on hand-built cases with constant costs (times worked out by hand)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.costs import ConstantCost
+from sim.run import simulate
+from tests.conftest import decode_rows, small
+
+DRAFT, VERIFY, COMM, REJECT, OVERHEAD, PREFILL = 3.0, 5.0, 1.0, 0.5, 0.25, 2.0
+
+
+def _run(**changes):
+    cost = ConstantCost(DRAFT, VERIFY, prefill_s=PREFILL, comm_s=COMM, reject_s=REJECT,
+                        overhead_s=OVERHEAD)
+    s = small(method="psd", requests=4, m=2, k=2, output_len=60, **changes)
+    return simulate(s, cost=cost)
+
+
+def test_prefill_then_init_then_parallel_steps():
+    r = _run()
+    st = r.steps
+    # One prefill step admits all 2m = 4 requests: inputs out, target prefill, output back.
+    assert st["kind"][0] == "prefill" and st["verified"][0] == 4
+    assert st["end_s"][0] - st["start_s"][0] == pytest.approx(COMM + PREFILL + COMM + OVERHEAD)
+    d = decode_rows(st)
+    dur = st["end_s"][d] - st["start_s"][d]
+    # Init step: draft the verified sub-batch first, then verify it while drafting the other.
+    assert not st["parallelised"][d[0]]
+    assert dur[0] == pytest.approx(DRAFT + max(DRAFT, COMM + VERIFY + COMM) + REJECT + OVERHEAD)
+    # Steady state: PSD step = max(draft, comm + verify + comm) + rejection + overhead.
+    assert st["parallelised"][d[1:5]].all()
+    assert dur[1:5] == pytest.approx(max(DRAFT, COMM + VERIFY + COMM) + REJECT + OVERHEAD)
+    assert (st["verified"][d[:5]] == 2).all() and (st["drafted"][d[:5]] == 2).all()
+    # The drafter waits for the verifier's output: comm + verify + comm - draft.
+    assert st["wait_s"][d[1]] == pytest.approx(COMM + VERIFY + COMM - DRAFT)
+    assert st["link_critical_s"][d[1]] == pytest.approx(2 * COMM)
+
+
+def test_drafting_longer_than_verification_sets_the_step():
+    cost = ConstantCost(12.0, VERIFY, comm_s=COMM, reject_s=REJECT, overhead_s=OVERHEAD)
+    r = simulate(small(method="psd", requests=4, m=2, k=2, output_len=60), cost=cost)
+    d = decode_rows(r.steps)
+    dur = r.steps["end_s"][d] - r.steps["start_s"][d]
+    assert dur[1:5] == pytest.approx(12.0 + REJECT + OVERHEAD)
+    assert r.steps["wait_s"][d[1]] == pytest.approx(0.0)
+    assert r.steps["link_critical_s"][d[1]] == pytest.approx(0.0)
+
+
+def test_sub_batches_alternate():
+    r = _run()
+    d = decode_rows(r.steps)[:6]
+    # The verified sub-batch alternates; each holds m = 2 of the 2m = 4 running requests.
+    assert (r.steps["batch0"][d] == 2).all() and (r.steps["batch1"][d] == 2).all()
+
+
+def test_fallback_when_one_sub_batch_empties():
+    """After one sub-batch empties, the next step verifies proposals drafted earlier with nothing
+    drafted ahead (still parallelised); later steps draft then verify: sequential SD."""
+    cost = ConstantCost(DRAFT, VERIFY, comm_s=COMM, reject_s=REJECT, overhead_s=OVERHEAD)
+    s = small(method="psd", requests=2, m=1, k=2, output_len=40, acceptance=0.5,
+              acceptance_spread=2.0, seed=3)
+    r = simulate(s, cost=cost)
+    st = r.steps
+    d = decode_rows(st)
+    one_empty = d[(st["batch0"][d] == 0) | (st["batch1"][d] == 0)]
+    assert len(one_empty) >= 3, "the scenario must leave one request running alone"
+    first, rest = one_empty[0], one_empty[1:]
+    assert st["parallelised"][first] and st["drafted"][first] == 0
+    assert not st["parallelised"][rest].any()
+    sequential = DRAFT + COMM + VERIFY + COMM + REJECT + OVERHEAD
+    assert np.allclose(st["end_s"][rest] - st["start_s"][rest], sequential)

@@ -1,0 +1,57 @@
+"""Requests drawn from dataset profiles, arrivals and acceptance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.acceptance import AcceptanceSampler
+from sim.catalog import builtin_catalog
+from sim.scenario import Scenario
+from sim.workload import make_workload, sample_prompt_lengths
+
+CAT = builtin_catalog()
+
+
+@pytest.mark.parametrize("name", ["sharegpt", "arena", "spec-bench", "tough"])
+def test_prompt_lengths_respect_the_dataset_filter(name):
+    ds = CAT.datasets[name]
+    lengths = sample_prompt_lengths(ds, 20_000, 1792, np.random.default_rng(0))
+    assert lengths.min() >= ds.min_prompt and lengths.max() <= min(ds.max_prompt, 1792)
+
+
+def test_sharegpt_profile_matches_its_fitted_statistics():
+    lengths = sample_prompt_lengths(CAT.datasets["sharegpt"], 50_000, 1792, np.random.default_rng(1))
+    assert np.median(lengths) == pytest.approx(428, rel=0.03)
+    assert lengths.mean() == pytest.approx(495, rel=0.03)
+
+
+def test_prompt_room_shrinks_with_output_len():
+    s = Scenario(output_len=1500, requests=500)
+    w = make_workload(s, CAT, np.random.default_rng(0))
+    assert w.prompt_len.max() <= s.max_model_len - s.output_len
+
+
+def test_poisson_arrivals_have_the_requested_rate():
+    s = Scenario(rate=4.0, requests=20_000)
+    w = make_workload(s, CAT, np.random.default_rng(2))
+    assert w.arrival_s[0] == 0.0 and (np.diff(w.arrival_s) >= 0).all()
+    assert (len(w) - 1) / w.arrival_s[-1] == pytest.approx(4.0, rel=0.03)
+
+
+def test_acceptance_defaults_to_the_catalog_prior():
+    w = make_workload(Scenario(requests=20_000), CAT, np.random.default_rng(3))
+    prior = CAT.acceptance_prior("qwen3-1.7b", "qwen3-32b").alpha
+    assert w.acceptance.mean() == pytest.approx(prior, abs=0.01)
+
+
+def test_accepted_counts_follow_the_capped_geometric_law():
+    rng = np.random.default_rng(4)
+    sampler = AcceptanceSampler(rng)
+    a, k, n = 0.7, 4, 200_000
+    accepted = sampler.accepted(np.full(n, np.log(a)), np.full(n, k))
+    expected = [a**j * (1 - a) for j in range(k)] + [a**k]
+    observed = np.bincount(accepted, minlength=k + 1) / n
+    assert observed == pytest.approx(expected, abs=0.005)
+    # Zero proposals accept nothing.
+    assert (sampler.accepted(np.full(10, np.log(a)), np.zeros(10)) == 0).all()
