@@ -47,5 +47,5 @@ class AcceptanceSampler:
     def accepted(self, log_acceptance: np.ndarray, proposed: np.ndarray) -> np.ndarray:
         """Accepted draft tokens for requests with ln(per-token acceptance) `log_acceptance` and
         `proposed` drafts each."""
-        successes = np.floor(self._take(len(proposed)) / log_acceptance)
-        return np.minimum(successes, proposed).astype(np.int64)
+        # ln U / ln a >= 0, so truncation to an integer is the floor.
+        return np.minimum(self._take(len(proposed)) / log_acceptance, proposed).astype(np.int64)

@@ -74,11 +74,13 @@ class Verifier:
                 self._wakeup = self.env.event()
                 yield self._wakeup
             job = self._queue.popleft()
+            # Inputs arrive, then the target computes: one wait. The lane is reserved now, when
+            # the transfer is requested, so FIFO order on the link is what it would be anyway.
+            delay = 0.0
             if job.send_bytes:
                 delay, hold = self.link.reserve(TO_VERIFIER, job.send_bytes)
                 job.transfer_s += hold
-                yield self.env.timeout(delay)
-            yield self.env.timeout(job.compute_s)
+            yield self.env.timeout(delay + job.compute_s)
             self.busy_s += job.compute_s
             if job.return_bytes:
                 delay, hold = self.link.reserve(TO_DRAFTER, job.return_bytes)

@@ -30,6 +30,7 @@ class RequestTable:
         self._verified: list[np.ndarray] = []
         self._proposed: list[np.ndarray] = []
         self._accepted: list[np.ndarray] = []
+        self.completed: list[np.ndarray] = []  # requests that emitted their last token, to retire
 
     def __len__(self) -> int:
         return len(self.prompt_len)
@@ -53,10 +54,15 @@ class RequestTable:
 
     def emit(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Append up to `tokens` to each request, never beyond its output length (vLLM discards
-        tokens past max_tokens). Returns the tokens kept."""
-        kept = np.minimum(tokens, self.remaining[ids])
-        self.remaining[ids] -= kept
+        tokens past max_tokens). Returns the tokens kept; requests that are now complete are
+        queued in `completed` for the scheduler to retire."""
+        remaining = self.remaining[ids]
+        kept = np.minimum(tokens, remaining)
+        remaining -= kept
+        self.remaining[ids] = remaining
         self.kv_len[ids] += kept
+        if not remaining.all():
+            self.completed.append(ids[remaining == 0])
         return kept
 
     @property

@@ -63,16 +63,16 @@ def _engine_loop(ctx: SimContext, method: Method,
         admitted = sched.admit(env.now)
         if len(admitted):
             method.admitted(admitted)
-            advanced = yield from method.prefill(admitted)
+            yield from method.prefill(admitted)
         elif len(sched.running):
-            advanced = yield from method.decode()
+            yield from method.decode()
         else:
             nxt = sched.next_arrival_s()
             if math.isinf(nxt):
                 raise RuntimeError("engine stalled: nothing running, nothing admissible")
             yield env.timeout(nxt - env.now)
             continue
-        finished = sched.retire_finished(advanced, env.now)
+        finished = sched.retire_completed(env.now)
         if len(finished):
             method.retired(finished)
         steps += 1

@@ -70,13 +70,14 @@ class Scheduler:
             self.running = np.concatenate([self.running, ids])
         return ids
 
-    def retire_finished(self, advanced: np.ndarray, now: float) -> np.ndarray:
-        """Retire the requests among `advanced` (those that just emitted tokens) that reached
-        their output length; free their KV blocks. Returns the retired ids."""
+    def retire_completed(self, now: float) -> np.ndarray:
+        """Retire the requests that emitted their last token in this step (queued by
+        RequestTable.emit); free their KV blocks. Returns the retired ids."""
         t = self.table
-        done = advanced[t.remaining[advanced] == 0]
-        if len(done) == 0:
-            return done
+        if not t.completed:
+            return self.running[:0]
+        done = np.concatenate(t.completed)
+        t.completed.clear()
         self.running = self.running[t.remaining[self.running] > 0]
         t.finish_s[done] = now
         self.finished += len(done)

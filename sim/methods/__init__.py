@@ -33,12 +33,12 @@ class Method(Protocol):
 
     def retired(self, ids: np.ndarray) -> None: ...
 
-    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, np.ndarray]:
-        """A prefill-only step for the admitted `ids`; returns the requests that emitted tokens."""
+    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, None]:
+        """A prefill-only step for the admitted `ids`."""
         ...
 
-    def decode(self) -> Generator[Any, Any, np.ndarray]:
-        """One decode step over the running set; returns the requests that emitted tokens."""
+    def decode(self) -> Generator[Any, Any, None]:
+        """One decode step over the running set."""
         ...
 
 

@@ -33,11 +33,11 @@ class AutoRegressive:
     def retired(self, ids: np.ndarray) -> None:
         pass
 
-    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, np.ndarray]:
+    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, None]:
         n = len(self.ctx.scheduler.running)
-        return (yield from prefill_step(self.ctx, ids, with_draft=False, over_link=False, batch_sizes=(n, 0)))
+        yield from prefill_step(self.ctx, ids, with_draft=False, over_link=False, batch_sizes=(n, 0))
 
-    def decode(self) -> Generator[Any, Any, np.ndarray]:
+    def decode(self) -> Generator[Any, Any, None]:
         ctx = self.ctx
         env, cost = ctx.env, ctx.cost
         ids = ctx.scheduler.running
@@ -50,4 +50,3 @@ class AutoRegressive:
         ctx.steps.append(StepRecord(
             DECODE, start, env.now, False, batch, batch, 0, batch, 0, batch, 0, 0,
             out.generated, 0.0, job.compute_s, 0.0, 0.0, 0.0))
-        return ids

@@ -60,7 +60,7 @@ def verify_outcome(ctx: SimContext, ids: np.ndarray, proposed: np.ndarray,
 
 
 def prefill_step(ctx: SimContext, ids: np.ndarray, *, with_draft: bool, over_link: bool,
-                 batch_sizes: tuple[int, int]) -> Generator[Any, Any, np.ndarray]:
+                 batch_sizes: tuple[int, int]) -> Generator[Any, Any, None]:
     """A prefill-only step: the target prefills on the verifier group (inputs in and sampler
     output back over the link when the driver sits on a separate GPU), then the draft model
     prefills; MineDraft runs the two one after the other (`_run_no_spec`). The target samples
@@ -83,4 +83,3 @@ def prefill_step(ctx: SimContext, ids: np.ndarray, *, with_draft: bool, over_lin
         PREFILL, start, env.now, False, len(ctx.scheduler.running), *batch_sizes, len(ids), 0,
         tokens, 0, 0, int(kept.sum()), draft_s, job.compute_s, job.transfer_s, 0.0,
         job.transfer_s))
-    return ids

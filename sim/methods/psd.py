@@ -69,12 +69,12 @@ class ParallelSD:
         for flag, members in self.members.items():
             self.members[flag] = members[remaining[members] > 0]
 
-    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, np.ndarray]:
+    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, None]:
         sizes = (len(self.members[False]), len(self.members[True]))
-        return (yield from prefill_step(self.ctx, ids, with_draft=True, over_link=True,
-                                        batch_sizes=sizes))
+        yield from prefill_step(self.ctx, ids, with_draft=True, over_link=True,
+                                  batch_sizes=sizes)
 
-    def decode(self) -> Generator[Any, Any, np.ndarray]:
+    def decode(self) -> Generator[Any, Any, None]:
         ctx = self.ctx
         env, cost, table, k = ctx.env, ctx.cost, ctx.table, ctx.scenario.k
         verify_ids, draft_ids = self.members[self.send], self.members[not self.send]
@@ -92,9 +92,11 @@ class ParallelSD:
             yield env.timeout(draft_s)
             self.has_proposals[verify_ids] = True
             proposed = np.full(len(verify_ids), k, dtype=np.int64)
+            total_proposed = k * len(verify_ids)
         else:
-            proposed = self.has_proposals[verify_ids] * k
-        total_proposed = int(proposed.sum())
+            has = self.has_proposals[verify_ids]
+            proposed = has * k
+            total_proposed = k * int(np.count_nonzero(has))
         tokens = total_proposed + len(verify_ids)
         job = VerifyJob(cost.verify(len(verify_ids), tokens, context),
                         step_inputs_bytes(len(verify_ids), tokens, context, ctx.scenario.block_size),
@@ -124,4 +126,3 @@ class ParallelSD:
             DECODE, start, env.now, parallelised, b0 + b1, b0, b1, len(verify_ids),
             len(draft_ids), tokens, out.proposed, out.accepted, out.generated,
             draft_s + ahead_s, job.compute_s, job.transfer_s, wait_s, link_critical))
-        return verify_ids

@@ -38,11 +38,11 @@ class StandardSD:
     def retired(self, ids: np.ndarray) -> None:
         pass
 
-    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, np.ndarray]:
+    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, None]:
         n = len(self.ctx.scheduler.running)
-        return (yield from prefill_step(self.ctx, ids, with_draft=True, over_link=False, batch_sizes=(n, 0)))
+        yield from prefill_step(self.ctx, ids, with_draft=True, over_link=False, batch_sizes=(n, 0))
 
-    def decode(self) -> Generator[Any, Any, np.ndarray]:
+    def decode(self) -> Generator[Any, Any, None]:
         ctx = self.ctx
         env, cost, k = ctx.env, ctx.cost, ctx.scenario.k
         ids = ctx.scheduler.running
@@ -60,4 +60,3 @@ class StandardSD:
         ctx.steps.append(StepRecord(
             DECODE, start, env.now, False, batch, batch, 0, batch, 0, tokens, out.proposed,
             out.accepted, out.generated, draft_s, job.compute_s, 0.0, 0.0, 0.0))
-        return ids
