@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,18 @@ from sim.report import format_compare, format_run, ratios
 from sim.results import summary_json, write_folder, write_result
 from sim.run import Result, compare_methods, simulate
 from sim.scenario import METHODS, Scenario, load_scenario, scenario_to_toml
+from sim.theory_bridge import bridge, scenario_tail
+from sim.theory_report import (
+    bridge_json,
+    bridge_lines,
+    optima_lines,
+    plot_theory,
+    published_lines,
+    tail_lines,
+    theory_json,
+)
+from theory.model import FrontierModel
+from theory.published import A0
 
 EXIT_BAD_INPUT = 2
 COMPARE_PAIRS = (("psd", "sd"), ("psd", "ar"), ("sd", "ar"))
@@ -65,7 +78,34 @@ def _parser() -> argparse.ArgumentParser:
     scen.add_argument("--method", choices=METHODS)
     cat = sub.add_parser("catalog", help="list the built-in GPUs, links, models and datasets")
     cat.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    _theory_args(sub)
     return parser
+
+
+def _theory_args(sub: Any) -> None:
+    th = sub.add_parser(
+        "theory", help="closed-form PSD theory (optima, ratio, published constants); "
+                       "--tail and --bridge tie it to a scenario")
+    th.add_argument("--alpha", type=float, default=1.0, help="frontier sharpness (1/time unit)")
+    th.add_argument("--V", type=float, default=A0, help="verification time per step (default a0)")
+    th.add_argument("--c", type=float, default=0.0, help="PSD link time on the verifier's side")
+    th.add_argument("--c-drafter", type=float, default=0.0, help="PSD link time on the drafter's side")
+    th.add_argument("--serial-psd", type=float, default=0.0, help="PSD time outside the overlap")
+    th.add_argument("--serial-sd", type=float, default=0.0, help="SD time besides draft + verify")
+    th.add_argument("--bonus", type=float, default=0.0,
+                    help="tokens per verification beyond the frontier (1 counts the bonus token)")
+    th.add_argument("--scale", type=float, default=1.0, help="tokens the frontier saturates at")
+    th.add_argument("--t-token", type=float, help="drafting time per draft token: report the best whole k")
+    th.add_argument("--k-max", type=int, default=32, help="largest k considered (default 32)")
+    th.add_argument("--plot", type=Path, metavar="DIR", help="write the theory figures (PNG and SVG)")
+    th.add_argument("--json", action="store_true", help="print the results as JSON")
+    th.add_argument("--tail", action="store_true",
+                    help="expected parallelization rate of the scenario's finite request pool")
+    th.add_argument("--bridge", action="store_true",
+                    help="simulate SD and PSD over --ks and compare with the fitted theory")
+    th.add_argument("--ks", default="1-6", help="k values for --bridge: 1-6 or 1,2,4 (default 1-6)")
+    th.add_argument("scenario", nargs="?", help="scenario for --tail/--bridge (default: built-in)")
+    th.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
 
 
 def _default_out(s: Scenario, label: str) -> Path:
@@ -183,7 +223,73 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "compare": cmd_compare, "scenario": cmd_scenario, "catalog": cmd_catalog}
+def _parse_ks(text: str) -> list[int]:
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            ks = list(range(lo, hi + 1))
+        else:
+            ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        ks = []
+    if len(ks) < 2 or min(ks) < 1 or max(ks) > 32 or len(set(ks)) != len(ks):
+        raise ScenarioError("--ks", f"expected at least two distinct k in 1..32, got {text!r}",
+                            "write e.g. --ks 1-6 or --ks 1,2,4,8")
+    return ks
+
+
+def _theory_model(args: argparse.Namespace) -> FrontierModel:
+    for name in ("alpha", "V", "scale"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ScenarioError(f"--{name}", f"must be a positive number, got {value}",
+                                f"write e.g. --{name} 1.0")
+    for name in ("c", "c_drafter", "serial_psd", "serial_sd", "bonus"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0):
+            flag = "--" + name.replace("_", "-")
+            raise ScenarioError(flag, f"must be >= 0, got {value}", f"write e.g. {flag} 0")
+    if args.t_token is not None and not (math.isfinite(args.t_token) and args.t_token > 0):
+        raise ScenarioError("--t-token", f"must be a positive number, got {args.t_token}",
+                            "write e.g. --t-token 0.1")
+    if args.k_max < 1:
+        raise ScenarioError("--k-max", f"must be >= 1, got {args.k_max}", "write e.g. --k-max 16")
+    return FrontierModel(alpha=args.alpha, V=args.V, bonus=args.bonus, scale=args.scale,
+                         comm=args.c, comm_drafter=args.c_drafter, serial_psd=args.serial_psd,
+                         serial_sd=args.serial_sd)
+
+
+def cmd_theory(args: argparse.Namespace) -> int:
+    doc: dict[str, Any] = {}
+    lines: list[str] = []
+    if args.tail or args.bridge:
+        s = load_scenario(args.scenario, args.overrides)
+        if args.tail:
+            est = scenario_tail(s)
+            doc["tail"] = {"requests": s.requests, "m": s.m, **vars(est)}
+            lines += tail_lines(est, s.requests, s.m)
+        if args.bridge:
+            progress = _Progress(not args.json)
+            rep = bridge(s, _parse_ks(args.ks), progress=lambda f: progress("bridge", f))
+            doc["bridge"] = bridge_json(rep)
+            lines += bridge_lines(rep)
+    else:
+        m = _theory_model(args)
+        doc = theory_json(m, args.t_token, args.k_max)
+        lines += [*optima_lines(m, args.t_token, args.k_max), "", *published_lines()]
+        if args.plot:
+            paths = _write(args.plot, lambda: plot_theory(m, args.plot))
+            doc["figures"] = [str(p) for p in paths]
+            lines += ["", "figures: " + ", ".join(str(p) for p in paths)]
+    if args.json:
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        print("\n".join(lines))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "compare": cmd_compare, "scenario": cmd_scenario, "catalog": cmd_catalog,
+            "theory": cmd_theory}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -142,16 +142,19 @@ class AnalyticCost:
 
 class ConstantCost:
     """Fixed times whatever the batch: the idealised mode used to check the simulator against
-    closed-form theory and hand-worked schedules. `draft_s` is the whole k-token drafting of one
-    sub-batch; `comm_s` is charged per message (inputs out, sampler output back)."""
+    closed-form theory and hand-worked schedules. Drafting one sub-batch takes
+    `draft_s + k * draft_per_token_s`; `comm_s` is charged per message (inputs out, sampler
+    output back)."""
 
-    def __init__(self, draft_s: float, verify_s: float, *, prefill_s: float = 0.0,
-                 comm_s: float = 0.0, reject_s: float = 0.0, overhead_s: float = 0.0) -> None:
-        self.draft_s, self.verify_s, self.prefill_s = draft_s, verify_s, prefill_s
+    def __init__(self, draft_s: float, verify_s: float, *, draft_per_token_s: float = 0.0,
+                 prefill_s: float = 0.0, comm_s: float = 0.0, reject_s: float = 0.0,
+                 overhead_s: float = 0.0) -> None:
+        self.draft_s, self.draft_per_token_s = draft_s, draft_per_token_s
+        self.verify_s, self.prefill_s = verify_s, prefill_s
         self.comm_s, self.reject_s, self.overhead = comm_s, reject_s, overhead_s
 
     def draft(self, batch: int, k: int, ctx: int) -> float:
-        return self.draft_s
+        return self.draft_s + k * self.draft_per_token_s
 
     def verify(self, batch: int, tokens: int, ctx: int) -> float:
         return self.verify_s

@@ -1,1 +1,16 @@
-"""Closed-form theory of parallel speculative decoding (numpy and scipy only, nothing of ours)."""
+"""Closed-form theory of parallel speculative decoding (numpy and scipy only, nothing of ours).
+
+- `theory.model`: per-token times of SD and PSD over an exponential draft frontier, their optima
+  (Lambert W), the ratio R, the best whole k; communication and serial-time extensions.
+- `theory.frontier`: the exponential frontier and least-squares fits of it to measured points.
+- `theory.published`: the paper's published constants and where this model disagrees with them.
+- `theory.tail`: the expected share of non-parallelised steps for a finite request pool.
+"""
+
+from theory.frontier import FrontierFit, exponential, fit_frontier, pareto_points
+from theory.model import DiscreteOptimum, FrontierModel, Optimum, best_k, optimum_psd, optimum_sd, ratio
+from theory.tail import TailEstimate, tail, verifications_pmf
+
+__all__ = ["DiscreteOptimum", "FrontierFit", "FrontierModel", "Optimum", "TailEstimate", "best_k",
+           "exponential", "fit_frontier", "optimum_psd", "optimum_sd", "pareto_points", "ratio",
+           "tail", "verifications_pmf"]

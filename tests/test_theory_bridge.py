@@ -1,0 +1,41 @@
+"""The simulator in its idealised mode agrees with the closed-form theory."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sim.costs import ConstantCost
+from sim.errors import ScenarioError
+from sim.scenario import Scenario
+from sim.theory_bridge import bridge, scenario_tail
+
+# One acceptance rate for every request: the frontier is exactly exponential in t = k t_tok.
+IDEAL = Scenario(m=16, requests=800, output_len=256, prompt_len=16, acceptance=0.7,
+                 acceptance_spread=1e9, seed=3)
+T_TOKEN, V = 3.0, 10.0
+
+
+def test_idealised_mode_matches_theory_within_one_percent():
+    rep = bridge(IDEAL, [1, 2, 3, 4, 5], cost=ConstantCost(0.0, V, draft_per_token_s=T_TOKEN))
+    assert rep.fit.alpha == pytest.approx(math.log(1 / 0.7) / T_TOKEN, rel=0.02)
+    assert rep.fit.scale == pytest.approx(0.7 / 0.3, rel=0.02)
+    assert rep.t_token == pytest.approx(T_TOKEN)
+    assert rep.simulated_best_k == rep.predicted_best_k == rep.closed_form_best_k == {"sd": 2, "psd": 3}
+    assert abs(rep.ratio_error) < 0.01
+
+
+def test_with_communication_matches_the_extended_theory_within_two_percent():
+    c = 2.0  # charged as c/2 per message, inputs out and sampler output back
+    rep = bridge(IDEAL, [1, 2, 3, 4, 5],
+                 cost=ConstantCost(0.0, V, draft_per_token_s=T_TOKEN, comm_s=c / 2))
+    assert rep.model.comm == pytest.approx(c)
+    assert rep.simulated_best_k == rep.predicted_best_k == {"sd": 2, "psd": 4}
+    assert abs(rep.ratio_error) < 0.02
+
+
+def test_scenario_tail_needs_an_offline_pool():
+    with pytest.raises(ScenarioError):
+        scenario_tail(Scenario(rate=2.0))
+    assert 0.9 < scenario_tail(Scenario(requests=64)).parallelization_rate < 1.0
