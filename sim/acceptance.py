@@ -14,11 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 MAX_ACCEPTANCE = 1.0 - 1e-9  # keeps ln(a) < 0
+MIN_ACCEPTANCE = 1e-12       # keeps ln(a) finite (Beta draws can round to 0)
 
 
 def draw_request_acceptance(mean: float, spread: float, n: int, rng: np.random.Generator) -> np.ndarray:
     a = rng.beta(mean * spread, (1.0 - mean) * spread, size=n)
-    return np.minimum(a, MAX_ACCEPTANCE)
+    return np.clip(a, MIN_ACCEPTANCE, MAX_ACCEPTANCE)
 
 
 class AcceptanceSampler:

@@ -8,7 +8,11 @@ decoding begins, in step with the worker's verified sub-batch (see sim/methods/p
 - assign(): before any decode, alternate by balance so the first 2m split evenly; afterwards a
   new request joins `not skip`, the sub-batch drafted in the next decode step, so that it has
   drafts before its first verification.
-- recycle(): on finish (and, later, abort and preemption) undo the request's contribution.
+- assign(balanced=True): the balance rule even after decoding has started. MineDraft takes this
+  branch for prefills scheduled in a mixed (chunked-prefill) batch; the `rebalance` option takes
+  it always (the mitigation the paper proposes: refills restore the balance, at the price of
+  requests that meet their first verification without drafts).
+- recycle(): on finish, abort and preemption undo the request's contribution.
 - Finishes happen only in the verified sub-batch, which is drafted next, so refills land where
   the holes are: balance is preserved, never restored.
 """
@@ -22,9 +26,9 @@ class BatchManager:
         self.skip = False
         self.decoding = False
 
-    def assign(self) -> bool:
+    def assign(self, balanced: bool = False) -> bool:
         """The flag of a newly admitted (or swapped-in) request."""
-        if self.decoding:
+        if self.decoding and not balanced:
             self.balance += 1 if self.skip else -1
             return not self.skip
         if self.balance >= 0:

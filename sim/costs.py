@@ -1,7 +1,7 @@
-"""Step costs: how long drafting, verification, prefill, transfers and overheads take.
+"""Step costs: how long drafting, target passes, transfers, swaps and overheads take.
 
-One interface (`StepCost`) with, for now, one source: the analytic roofline of DESIGN §3,
-built from the catalog. Per forward pass of a model on a TP group:
+One interface (`StepCost`) with two sources here: the analytic roofline of DESIGN §3, built from
+the catalog, and constant times for the idealised mode. Per forward pass of a model on a TP group:
 
     t = max(bytes / (mem_efficiency x bandwidth), flops / (compute_efficiency x peak))
         + 2 all-reduces per layer over the TP fabric        (when TP > 1)
@@ -10,20 +10,38 @@ built from the catalog. Per forward pass of a model on a TP group:
 bytes = streamed weights / TP + context tokens x KV bytes per token / TP;
 flops = tokens x body FLOPs + sampled positions x LM-head FLOPs + attention pairs x FLOPs/pair.
 
-The efficiency defaults (0.81 memory, 0.77 compute) are what SpecDecode-Bench's fitted vLLM step
-model implies for Llama-3.1-8B on H100 (reference hardware_models_workloads.md §4.4); the launch
-overhead (50 us per layer) is the low end of the reference's 40-100 us eager-mode estimate; the
-step overhead (1.2 ms) is SpecDecode-Bench's fitted per-step cost. All are estimates: results are
-approximate until calibrated against traces (issue: calibration/).
+A target pass may carry decode verification and prefill chunks together (chunked prefill): they
+share one weight read. The efficiency defaults (0.81 memory, 0.77 compute) are what
+SpecDecode-Bench's fitted vLLM step model implies for Llama-3.1-8B on H100 (reference
+hardware_models_workloads.md §4.4); the launch overhead (50 us per layer) is the low end of the
+reference's 40-100 us eager-mode estimate; the step overhead (1.2 ms) is SpecDecode-Bench's fitted
+per-step cost. All are estimates: results are approximate until calibrated against traces.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from sim.catalog import GPU, Catalog, Link, Model
+from sim.memory import plan_memory
 from sim.messages import PROB_BYTES
 from sim.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Prefill work in a pass: prompt tokens computed, attention pairs among them and with the
+    prompts' earlier chunks, earlier-chunk tokens read from KV, prompts whose last chunk this is
+    (each samples its first token)."""
+
+    tokens: int = 0
+    pairs: float = 0.0
+    ctx: int = 0
+    completing: int = 0
+
+
+NO_CHUNKS = Chunks()
 
 
 class StepCost(Protocol):
@@ -35,13 +53,14 @@ class StepCost(Protocol):
         """k sequential draft passes over `batch` requests."""
         ...
 
-    def verify(self, batch: int, tokens: int, ctx: int) -> float:
-        """One target pass scoring `tokens` positions (sum of proposal lengths + 1 per request)."""
+    def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
+        """One target pass scoring `tokens` positions for `batch` decoding requests (sum of
+        proposal lengths + 1 each; 0 for a prefill-only step), plus prefill `chunks`."""
         ...
 
-    def prefill_target(self, prompts: int, tokens: int, square_tokens: int) -> float: ...
-
-    def prefill_draft(self, prompts: int, tokens: int, square_tokens: int) -> float: ...
+    def draft_chunks(self, chunks: Chunks) -> float:
+        """The draft model's pass over prompt tokens, to fill its own KV (prefill)."""
+        ...
 
     def comm(self, nbytes: int) -> float:
         """One drafter<->verifier message."""
@@ -49,6 +68,10 @@ class StepCost(Protocol):
 
     def reject(self, positions: int) -> float:
         """Rejection sampling over `positions` scored positions on the driver GPU."""
+        ...
+
+    def swap(self, blocks: int) -> float:
+        """Moving `blocks` KV blocks between GPU and CPU memory (each GPU its share, in parallel)."""
         ...
 
 
@@ -95,13 +118,9 @@ class ForwardModel:
             total += max((weights + cached * kv) / bw, (tokens_flops + cached * attn) / flops)
         return total + k * (self._launch + self._ar_fixed + batch * self._ar_per_token)
 
-    def prefill(self, prompts: int, tokens: int, square_tokens: int) -> float:
-        """Prompts processed at once: causal attention has sum(p^2)/2 pairs; one sampled token each."""
-        return self.seconds(tokens, prompts, 0, square_tokens / 2)
-
 
 class AnalyticCost:
-    """The default StepCost: rooflines from the catalog, placed where `method` runs each model."""
+    """The default StepCost: rooflines from the catalog, placed where the method runs each model."""
 
     def __init__(self, s: Scenario, cat: Catalog) -> None:
         effs = (s.mem_efficiency, s.compute_efficiency, s.launch_overhead_us * 1e-6)
@@ -117,20 +136,23 @@ class AnalyticCost:
         self._vocab = cat.models[s.target].vocab
         self._reject_fixed = s.reject_overhead_ms * 1e-3
         self.overhead = s.step_overhead_ms * 1e-3
+        # Each GPU swaps its share of a block over its own host link: (bytes per block, link).
+        self._swap = [(b.kv_bytes_per_token * s.block_size, cat.links[cat.gpus[b.gpu].host_link])
+                      for b in plan_memory(s, cat).budgets]
 
     def draft(self, batch: int, k: int, ctx: int) -> float:
         return self.drafter.draft_passes(batch, k, ctx)
 
-    def verify(self, batch: int, tokens: int, ctx: int) -> float:
+    def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
         # MQA scoring reads each request's KV once; every scored token attends to ~its context.
         pairs = tokens * ctx / batch if batch else 0.0
-        return self.target.seconds(tokens, tokens, ctx, pairs)
+        return self.target.seconds(tokens + chunks.tokens, tokens + chunks.completing,
+                                   ctx + chunks.ctx, pairs + chunks.pairs)
 
-    def prefill_target(self, prompts: int, tokens: int, square_tokens: int) -> float:
-        return self.target.prefill(prompts, tokens, square_tokens)
-
-    def prefill_draft(self, prompts: int, tokens: int, square_tokens: int) -> float:
-        return self.drafter.prefill(prompts, tokens, square_tokens)
+    def draft_chunks(self, chunks: Chunks) -> float:
+        if not chunks.tokens:
+            return 0.0
+        return self.drafter.seconds(chunks.tokens, chunks.completing, chunks.ctx, chunks.pairs)
 
     def comm(self, nbytes: int) -> float:
         return self.link.p2p_seconds(nbytes)
@@ -139,30 +161,33 @@ class AnalyticCost:
         # Reads target and draft probabilities and writes the recovered distribution [EST].
         return self._reject_fixed + 3 * positions * self._vocab * PROB_BYTES / self._driver_bw
 
+    def swap(self, blocks: int) -> float:
+        if not blocks:
+            return 0.0
+        return max(link.p2p_seconds(blocks * per_block) for per_block, link in self._swap)
+
 
 class ConstantCost:
     """Fixed times whatever the batch: the idealised mode used to check the simulator against
     closed-form theory and hand-worked schedules. Drafting one sub-batch takes
-    `draft_s + k * draft_per_token_s`; `comm_s` is charged per message (inputs out, sampler
-    output back)."""
+    `draft_s + k * draft_per_token_s`; a target pass takes `verify_s` when it verifies and
+    `prefill_s` more when it carries prefill tokens; `comm_s` is charged per message (inputs out,
+    sampler output back); swapping takes `swap_s` per block."""
 
     def __init__(self, draft_s: float, verify_s: float, *, draft_per_token_s: float = 0.0,
                  prefill_s: float = 0.0, comm_s: float = 0.0, reject_s: float = 0.0,
-                 overhead_s: float = 0.0) -> None:
+                 overhead_s: float = 0.0, swap_s: float = 0.0) -> None:
         self.draft_s, self.draft_per_token_s = draft_s, draft_per_token_s
         self.verify_s, self.prefill_s = verify_s, prefill_s
-        self.comm_s, self.reject_s, self.overhead = comm_s, reject_s, overhead_s
+        self.comm_s, self.reject_s, self.overhead, self.swap_s = comm_s, reject_s, overhead_s, swap_s
 
     def draft(self, batch: int, k: int, ctx: int) -> float:
         return self.draft_s + k * self.draft_per_token_s
 
-    def verify(self, batch: int, tokens: int, ctx: int) -> float:
-        return self.verify_s
+    def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
+        return (self.verify_s if batch else 0.0) + (self.prefill_s if chunks.tokens else 0.0)
 
-    def prefill_target(self, prompts: int, tokens: int, square_tokens: int) -> float:
-        return self.prefill_s
-
-    def prefill_draft(self, prompts: int, tokens: int, square_tokens: int) -> float:
+    def draft_chunks(self, chunks: Chunks) -> float:
         return 0.0
 
     def comm(self, nbytes: int) -> float:
@@ -170,3 +195,6 @@ class ConstantCost:
 
     def reject(self, positions: int) -> float:
         return self.reject_s
+
+    def swap(self, blocks: int) -> float:
+        return self.swap_s * blocks

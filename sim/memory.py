@@ -43,10 +43,27 @@ class MemoryPlan:
     fits: bool
     reason: str | None
     field: str | None  # the scenario field most to blame when it does not fit
+    block_cap: int | None = None  # num_gpu_blocks_override
 
     @property
     def kv_blocks(self) -> int:
-        return min(b.kv_tokens for b in self.budgets) // self.block_size
+        return min(self.pools().values())
+
+    def swap_blocks(self, swap_space_gb: float) -> int:
+        """KV blocks the CPU swap space holds (`--swap-space` per GPU; the tightest GPU binds)."""
+        return min(int(swap_space_gb * GB // (b.kv_bytes_per_token * self.block_size))
+                   for b in self.budgets)
+
+    def pools(self) -> dict[str, int]:
+        """KV blocks per GPU group: the verifier group's tightest GPU, and the drafter GPU."""
+        out: dict[str, int] = {}
+        for b in self.budgets:
+            group = "drafter" if b.role == "drafter GPU" else "verifier"
+            blocks = b.kv_tokens // self.block_size
+            if self.block_cap is not None:
+                blocks = min(blocks, self.block_cap)
+            out[group] = min(out.get(group, blocks), blocks)
+        return out
 
     @property
     def kv_tokens(self) -> int:
@@ -85,11 +102,16 @@ def plan_memory(s: Scenario, cat: Catalog) -> MemoryPlan:
                       f"reserve but has {b.usable_bytes / GB:.1f} GB at gpu_memory_utilization="
                       f"{s.gpu_memory_utilization:g} (short by {-b.free_bytes / GB:.1f} GB)")
             return MemoryPlan(budgets, s.block_size, False, reason, blame)
-    plan = MemoryPlan(budgets, s.block_size, True, None, None)
+    cap = s.num_gpu_blocks_override
+    plan = MemoryPlan(budgets, s.block_size, True, None, None, cap)
     if plan.kv_tokens < s.max_model_len:
+        if cap is not None and cap * s.block_size < s.max_model_len:
+            reason = (f"does not fit: num_gpu_blocks_override={cap} holds {plan.kv_tokens} tokens, "
+                      f"fewer than max_model_len={s.max_model_len}")
+            return MemoryPlan(budgets, s.block_size, False, reason, "num_gpu_blocks_override", cap)
         tight = min(budgets, key=lambda b: b.kv_tokens)
         reason = (f"does not fit: the KV cache holds {plan.kv_tokens} tokens "
                   f"(bound by {tight.role}, {tight.gpu}), fewer than max_model_len="
                   f"{s.max_model_len}")
-        return MemoryPlan(budgets, s.block_size, False, reason, "gpu_memory_utilization")
+        return MemoryPlan(budgets, s.block_size, False, reason, "gpu_memory_utilization", cap)
     return plan

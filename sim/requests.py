@@ -1,14 +1,24 @@
-"""Per-request state as numpy columns: lengths, progress, timestamps, acceptance statistics.
+"""Per-request state as numpy columns: lengths, progress, lifecycle, timestamps, statistics.
 
 Requests are data, not processes: a step updates the rows of its batch with one numpy operation
 (DESIGN §6), and the columns become `requests.csv` at the end of the run.
+
+Lifecycle: WAITING (arrived; or preempted by recompute, to be prefilled again) -> PREFILLING
+(admitted, prompt partly computed: chunked prefill) -> DECODING -> FINISHED or ABORTED; a
+decoding request may be SWAPPED to CPU memory and back, or preempted to WAITING. A request whose
+prompt can never fit the KV pool is REJECTED (vLLM: FINISHED_IGNORED).
 """
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from sim.workload import Workload
+
+WAITING, PREFILLING, DECODING, SWAPPED, FINISHED, ABORTED, REJECTED = range(7)
+STATE_NAMES = ("waiting", "prefilling", "decoding", "swapped", "finished", "aborted", "rejected")
 
 
 class RequestTable:
@@ -20,20 +30,32 @@ class RequestTable:
         self.acceptance = w.acceptance
         with np.errstate(invalid="ignore"):
             self.log_acceptance = np.log(w.acceptance)  # NaN without a draft model
+        self.abort_delay_s = w.abort_delay_s
+        self.cancels: list[tuple[float, int]] = []  # heap of (cancel time, request), see emit_first
+        self.state = np.full(n, WAITING, dtype=np.int8)
         self.remaining = w.output_len.copy()  # output tokens still to generate
         self.kv_len = w.prompt_len.copy()     # prompt + generated: the tokens in the KV cache
+        self.prefill_len = w.prompt_len.copy()  # tokens the next prefill must compute
+        self.computed = np.zeros(n, dtype=np.int64)  # prefill tokens computed so far
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.recomputed = np.zeros(n, dtype=np.int64)  # tokens prefilled again after preemption
         self.admitted_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
-        self.finish_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)  # finished requests only
+        self.end_s = np.full(n, np.nan)     # when the request left: finished, aborted or rejected
         # Verification outcomes are logged per step (array references, no per-request updates
         # in the hot loop) and totalled per request once, in `columns`.
         self._verified: list[np.ndarray] = []
         self._proposed: list[np.ndarray] = []
         self._accepted: list[np.ndarray] = []
-        self.completed: list[np.ndarray] = []  # requests that emitted their last token, to retire
+        self.completed: list[np.ndarray] = []  # emitted their last token: to retire
 
     def __len__(self) -> int:
         return len(self.prompt_len)
+
+    @property
+    def generated(self) -> np.ndarray:
+        return self.output_len - self.remaining
 
     def context(self, ids: np.ndarray) -> int:
         """Tokens in the KV cache of these requests (prompt + generated so far)."""
@@ -54,8 +76,8 @@ class RequestTable:
 
     def emit(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Append up to `tokens` to each request, never beyond its output length (vLLM discards
-        tokens past max_tokens). Returns the tokens kept; requests that are now complete are
-        queued in `completed` for the scheduler to retire."""
+        tokens past max_tokens). Returns the tokens kept; requests now complete are queued in
+        `completed`."""
         remaining = self.remaining[ids]
         kept = np.minimum(tokens, remaining)
         remaining -= kept
@@ -65,9 +87,19 @@ class RequestTable:
             self.completed.append(ids[remaining == 0])
         return kept
 
-    @property
-    def generated(self) -> np.ndarray:
-        return self.output_len - self.remaining
+    def first_token(self, ids: np.ndarray, now: float) -> None:
+        """Requests received their first token: time it, and schedule their clients' cancels."""
+        fresh = ids[np.isnan(self.first_token_s[ids])]
+        self.first_token_s[fresh] = now
+        for r in fresh[~np.isnan(self.abort_delay_s[fresh])].tolist():
+            heapq.heappush(self.cancels, (now + float(self.abort_delay_s[r]), r))
+
+    def due_cancels(self, now: float) -> list[int]:
+        """Requests whose client has cancelled by `now`."""
+        due = []
+        while self.cancels and self.cancels[0][0] <= now:
+            due.append(heapq.heappop(self.cancels)[1])
+        return due
 
     def columns(self) -> dict[str, np.ndarray]:
         return {
@@ -76,11 +108,15 @@ class RequestTable:
             "prompt_len": self.prompt_len,
             "output_len": self.output_len,
             "acceptance": self.acceptance,
+            "state": np.array(STATE_NAMES)[self.state],
             "admitted_s": self.admitted_s,
             "first_token_s": self.first_token_s,
             "finish_s": self.finish_s,
+            "end_s": self.end_s,
             "generated": self.generated,
             "verifications": self._per_request(None),
             "proposed": self._per_request(self._proposed),
             "accepted": self._per_request(self._accepted),
+            "preemptions": self.preemptions,
+            "recomputed_tokens": self.recomputed,
         }

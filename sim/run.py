@@ -15,8 +15,9 @@ from sim.acceptance import AcceptanceSampler
 from sim.catalog import builtin_catalog
 from sim.costs import AnalyticCost, StepCost
 from sim.devices import Link, Verifier
+from sim.kv import KVPools
 from sim.memory import MemoryPlan, plan_memory
-from sim.methods import Method, method_class
+from sim.methods import method_class
 from sim.methods.common import SimContext
 from sim.metrics import infeasible_summary, summarize
 from sim.records import step_table
@@ -31,11 +32,13 @@ PROGRESS_EVERY = 512  # engine steps between progress callbacks
 
 @dataclass(frozen=True)
 class KVUse:
-    """The KV pool at the end of a run: invariants say in_use_at_end == 0 and peak <= total."""
+    """The KV pools at the end of a run: invariants say in_use_at_end == 0 and peak <= total."""
 
-    total_blocks: int
+    total_blocks: int          # blocks of the binding pool
     peak_blocks: int
     in_use_at_end: int
+    pools: dict[str, int]      # blocks per pool (GPU group)
+    binding: str               # the pool with the fewest blocks
 
 
 @dataclass(frozen=True)
@@ -53,31 +56,25 @@ class Result:
         return bool(self.summary["fits"])
 
 
-def _engine_loop(ctx: SimContext, method: Method,
+def _engine_loop(ctx: SimContext, method: Any,
                  progress: Progress | None) -> Generator[Any, Any, None]:
-    """The driver: each iteration is one engine step, prefill-first like vLLM V0."""
+    """The driver: each iteration plans one engine step, executes it, then closes it."""
     env, sched = ctx.env, ctx.scheduler
     steps = 0
     while not sched.done:
         sched.arrive_until(env.now)
-        admitted = sched.admit(env.now)
-        if len(admitted):
-            method.admitted(admitted)
-            yield from method.prefill(admitted)
-        elif len(sched.running):
-            yield from method.decode()
-        else:
+        plan = sched.plan(method, env.now)
+        if plan.empty:
             nxt = sched.next_arrival_s()
             if math.isinf(nxt):
                 raise RuntimeError("engine stalled: nothing running, nothing admissible")
             yield env.timeout(nxt - env.now)
             continue
-        finished = sched.retire_completed(env.now)
-        if len(finished):
-            method.retired(finished)
+        yield from method.step(plan)
+        sched.close_step(plan, env.now, method)
         steps += 1
         if progress is not None and steps % PROGRESS_EVERY == 0:
-            progress(sched.finished / len(ctx.table))
+            progress(sched.ended / len(ctx.table))
 
 
 def simulate(s: Scenario, *, cost: StepCost | None = None,
@@ -98,9 +95,10 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
     cost = cost or AnalyticCost(s, cat)
     link = Link(env, cost.comm)
     kind = method_class(s)
-    lookahead = s.k if kind.uses_drafter else 0
-    scheduler = Scheduler(table, memory.kv_blocks, s.block_size, lookahead, kind.running_cap(s),
-                          s.max_num_batched_tokens)
+    kv = KVPools(memory.pools(), s.block_size, len(table))
+    scheduler = Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,
+                          swap=s.preemption_mode == "swap", swap_blocks=memory.swap_blocks(s.swap_space_gb),
+                          max_running=kind.running_cap(s), token_budget=s.max_num_batched_tokens)
     ctx = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
                      verifier=Verifier(env, link), link=link, vocab=cat.models[s.target].vocab,
                      acceptance=AcceptanceSampler(rng))
@@ -110,13 +108,12 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
     steps = step_table(ctx.steps)
     requests = table.columns()
     summary = summarize(s, steps, requests, gpus=kind.gpus(s), uses_drafter=method.uses_drafter,
-                        drafter_busy_s=ctx.drafter_busy_s, verifier_busy_s=ctx.verifier.busy_s)
+                        drafter_busy_s=ctx.drafter_busy_s, verifier_busy_s=ctx.verifier.busy_s,
+                        kv=kv)
     if progress is not None:
         progress(1.0)
-    sched = ctx.scheduler
-    kv = KVUse(sched.kv_blocks_total, sched.kv_blocks_peak,
-               sched.kv_blocks_total - sched.kv_blocks_free)
-    return Result(s, summary, steps, requests, memory, kv, time.perf_counter() - began)
+    usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)
+    return Result(s, summary, steps, requests, memory, usage, time.perf_counter() - began)
 
 
 def compare_methods(s: Scenario, methods: Sequence[str], *,

@@ -20,7 +20,10 @@ from sim.catalog import Catalog, builtin_catalog
 from sim.errors import ScenarioError
 
 METHODS = ("ar", "sd", "psd")
-SECTIONS = ("run", "models", "hardware", "engine", "workload", "costs")
+SCHEDULERS = ("vllm-v0", "vllm-v1")
+PREEMPTION_MODES = ("recompute", "swap")
+KV_PATCHES = ("has_deferred", "default")
+SECTIONS = ("run", "models", "hardware", "engine", "workload", "slo", "costs")
 
 
 def _field(default: Any, section: str, kind: type, doc: str, optional: bool = False) -> Any:
@@ -38,6 +41,8 @@ class Scenario:
     k: int = _field(3, "run", int, "draft tokens per request per step (num_speculative_tokens)")
     m: int = _field(16, "run", int, "requests per verification batch (max_num_seqs); PSD keeps 2m")
     seed: int = _field(0, "run", int, "seed of the one numpy Generator every random draw uses")
+    rebalance: bool = _field(False, "run", bool,
+                             "PSD: keep assign() balancing after decoding starts (costs wasted steps)")
     # [models]
     target: str = _field("qwen3-32b", "models", str, "target (verifier) model, a catalog key")
     draft: str = _field("qwen3-1.7b", "models", str, "draft model, a catalog key")
@@ -56,7 +61,17 @@ class Scenario:
     gpu_memory_utilization: float = _field(0.65, "engine", float, "fraction of GPU memory vLLM may use")
     block_size: int = _field(16, "engine", int, "KV block size in tokens")
     max_model_len: int = _field(2048, "engine", int, "prompt + output limit per request")
-    max_num_batched_tokens: int = _field(2048, "engine", int, "token budget of a prefill step")
+    max_num_batched_tokens: int = _field(2048, "engine", int, "token budget of one engine step")
+    scheduler: str = _field("vllm-v0", "engine", str, "vllm-v0 (MineDraft's 0.9.2) | vllm-v1")
+    enable_chunked_prefill: bool | None = _field(None, "engine", bool,
+                                                 "absent = the engine's default (v0 off, v1 on)",
+                                                 optional=True)
+    preemption_mode: str = _field("recompute", "engine", str, "recompute | swap (vllm-v0 only)")
+    kv_patch: str = _field("has_deferred", "engine", str,
+                           "PSD KV allocation: has_deferred (MineDraft) | default (vLLM)")
+    swap_space_gb: float = _field(4.0, "engine", float, "CPU swap space per GPU (--swap-space)")
+    num_gpu_blocks_override: int | None = _field(None, "engine", int,
+                                                 "cap every KV pool at this many blocks", optional=True)
     # [workload]
     dataset: str = _field("sharegpt", "workload", str, "sharegpt | arena | spec-bench | tough")
     requests: int = _field(1000, "workload", int, "number of requests")
@@ -65,6 +80,17 @@ class Scenario:
     rate: float | None = _field(None, "workload", float,
                                 "Poisson arrival rate, requests/s; absent = all at t=0",
                                 optional=True)
+    trace: str = _field("", "workload", str,
+                        "request trace (JSONL or CSV) replacing dataset, rate and lengths")
+    abort_fraction: float = _field(0.0, "workload", float,
+                                   "share of requests the client cancels while they decode")
+    abort_window_s: float = _field(10.0, "workload", float,
+                                   "cancellations come uniformly within this long after the first token")
+    # [slo] latency objectives for goodput; absent = not measured
+    slo_ttft_ms: float | None = _field(None, "slo", float, "time-to-first-token objective", optional=True)
+    slo_tpot_ms: float | None = _field(None, "slo", float, "time-per-output-token objective", optional=True)
+    slo_latency_ms: float | None = _field(None, "slo", float, "end-to-end latency objective",
+                                          optional=True)
     # [costs] analytic cost-model constants (see sim/costs.py for their sources)
     mem_efficiency: float = _field(0.81, "costs", float, "achieved fraction of memory bandwidth")
     compute_efficiency: float = _field(0.77, "costs", float, "achieved fraction of peak BF16 FLOPs")
@@ -84,6 +110,13 @@ class Scenario:
     @property
     def tp_link_key(self) -> str:
         return self.tp_link or self.link
+
+    @property
+    def chunked_prefill(self) -> bool:
+        """Whether prefills are chunked into mixed steps (vLLM V1 always chunks)."""
+        if self.enable_chunked_prefill is None:
+            return self.scheduler == "vllm-v1"
+        return self.enable_chunked_prefill
 
     def replace(self, **changes: Any) -> Scenario:
         """A validated copy with some fields changed."""
@@ -129,8 +162,11 @@ def _kind_name(kind: type) -> str:
 def _example(name: str) -> str:
     default = FIELDS[name].default
     if default is None or default == "":
-        return {"acceptance": "0.6", "rate": "4.0", "drafter_gpu": '"l40s"',
-                "tp_link": '"pcie4"'}.get(name, "...")
+        return {"acceptance": "0.6", "rate": "4.0", "drafter_gpu": '"l40s"', "tp_link": '"pcie4"',
+                "trace": '"requests.jsonl"', "enable_chunked_prefill": "true",
+                "num_gpu_blocks_override": "2000"}.get(name, "500.0")
+    if isinstance(default, bool):
+        return "true" if default else "false"
     return f'"{default}"' if isinstance(default, str) else str(default)
 
 
@@ -146,6 +182,13 @@ def parse_override(text: str) -> tuple[str, Any]:
     kind = meta["kind"]
     if meta["optional"] and raw.lower() in ("", "none", "null"):
         return name, None
+    if kind is bool:
+        lowered = raw.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return name, True
+        if lowered in ("false", "0", "no", "off"):
+            return name, False
+        raise ScenarioError(name, f"must be true or false, got {raw!r}", f"write --set {name}=true")
     try:
         if kind is int:
             return name, int(raw)
@@ -207,8 +250,12 @@ def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
                                 "give a readable UTF-8 .toml file") from None
         if "name" not in values:
             values["name"] = p.stem
+        if isinstance(values.get("trace"), str) and values["trace"]:
+            values["trace"] = str((p.parent / values["trace"]).resolve())  # relative to the file
     for text in overrides:
         name, value = parse_override(text)
+        if name == "trace" and value:
+            value = str(Path(value).resolve())
         values[name] = value
     if method is not None:
         values["method"] = method
@@ -288,15 +335,35 @@ def _check_hardware(s: Scenario, cat: Catalog) -> None:
           "use 1, 2, 4 or 8")
 
 
+def _one_of(s: Scenario, name: str, allowed: tuple[str, ...]) -> None:
+    value = getattr(s, name)
+    _need(value in allowed, name, f"unknown value {value!r}", f"use one of: {', '.join(allowed)}")
+
+
 @_check
 def _check_engine(s: Scenario, cat: Catalog) -> None:
     _in_range(s, "gpu_memory_utilization", 0.05, 1.0)
     _in_range(s, "block_size", 1, 256)
     _in_range(s, "max_model_len", 2, 1 << 20)
-    _need(s.max_num_batched_tokens >= s.max_model_len, "max_num_batched_tokens",
-          f"must be >= max_model_len ({s.max_model_len}) without chunked prefill, "
-          f"got {s.max_num_batched_tokens}",
-          f"set max_num_batched_tokens to at least {s.max_model_len}")
+    _one_of(s, "scheduler", SCHEDULERS)
+    _one_of(s, "preemption_mode", PREEMPTION_MODES)
+    _one_of(s, "kv_patch", KV_PATCHES)
+    if s.scheduler == "vllm-v1":
+        _need(s.enable_chunked_prefill is not False, "enable_chunked_prefill",
+              "vllm-v1 always chunks prefills", "remove enable_chunked_prefill or use vllm-v0")
+        _need(s.preemption_mode == "recompute", "preemption_mode",
+              "vllm-v1 preempts by recompute only", "use preemption_mode=recompute or vllm-v0")
+    if s.chunked_prefill:
+        _in_range(s, "max_num_batched_tokens", 1, 1 << 24)
+    else:
+        _need(s.max_num_batched_tokens >= s.max_model_len, "max_num_batched_tokens",
+              f"must be >= max_model_len ({s.max_model_len}) without chunked prefill, "
+              f"got {s.max_num_batched_tokens}",
+              f"set max_num_batched_tokens to at least {s.max_model_len}")
+    if s.num_gpu_blocks_override is not None:
+        _in_range(s, "num_gpu_blocks_override", 1, 1 << 30)
+    _need(s.swap_space_gb >= 0, "swap_space_gb", f"must be >= 0, got {s.swap_space_gb}",
+          "set swap_space_gb to 0 or more")
 
 
 @_check
@@ -323,6 +390,16 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
               f"lower output_len or raise max_model_len to {ds.min_prompt + s.output_len}")
     if s.rate is not None:
         _positive(s, "rate")
+    _in_range(s, "abort_fraction", 0.0, 1.0)
+    _positive(s, "abort_window_s")
+    if s.trace:
+        _need(Path(s.trace).is_file(), "trace", f"file {s.trace!r} not found",
+              "give the path of a JSONL or CSV request trace")
+        _need(s.rate is None, "rate", "a trace gives its own arrival times",
+              "remove rate when replaying a trace")
+    for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_latency_ms"):
+        if getattr(s, name) is not None:
+            _positive(s, name)
 
 
 @_check

@@ -1,42 +1,84 @@
-"""vLLM V0 scheduling without chunked prefill (MineDraft's setting): queues and admission.
+"""Engine scheduling as a named vLLM version does it: queues, admission, KV growth, preemption.
 
-Each engine step is either a prefill-only step, when waiting requests can be admitted, or a
-decode step over the running requests (prefill-first, reference nsight_vllm.md §3.2). Admission
-is FCFS while the running set is below its cap (m, or 2m for PSD), the step's prompt tokens fit
-`max_num_batched_tokens`, and the KV pool has room. In this first version a request reserves
-KV blocks for its whole life at admission (prompt + output + k lookahead), so the pool can never
-be oversubscribed and nothing is preempted; block-level allocation and preemption come later.
+Each engine step is planned here (a StepPlan) and executed by the method (sim/methods), then
+closed here (prefills that completed, requests that finished or were aborted).
+
+vllm-v0 without chunked prefill (MineDraft's setting, reference nsight_vllm.md §3.2):
+prefill-first. If nothing is swapped out and waiting requests can be admitted (FCFS, seats below
+the running cap, prompt tokens within max_num_batched_tokens, blocks free above the watermark)
+the step is prefill-only. Otherwise it is a decode step over the running requests: each grows its
+KV to context + lookahead; when blocks run out, the last running request is preempted, again
+and again, possibly the request itself (recompute: freed and put back at the front of the
+waiting queue, to prefill its prompt and output again; swap: its blocks copied to CPU memory,
+when the swap space holds them). If the step preempted nothing, swapped requests come back in.
+vllm-v0 with chunked prefill: decode-first; one mixed step holds the running decodes (one token
+each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts.
+vllm-v1 (reference §3.1): chunked always; decodes count 1 + their draft tokens against the
+budget (draft tokens are truncated when it runs short; decodes are never starved); recompute
+only; a step that preempted admits no new requests.
+Simplifications: prefill chunks never preempt (a chunk without free blocks waits a step).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.requests import RequestTable
+from sim.kv import KVPools
+from sim.requests import ABORTED, DECODING, FINISHED, PREFILLING, REJECTED, SWAPPED, WAITING, RequestTable
+
+EMPTY = np.empty(0, dtype=np.int64)
+
+
+def _none() -> np.ndarray:
+    return EMPTY  # shared and never written in place: fields are only ever reassigned
+
+
+@dataclass
+class StepPlan:
+    decode: np.ndarray = field(default_factory=_none)     # decoding requests, in running order
+    prefill: np.ndarray = field(default_factory=_none)    # requests computing prompt tokens
+    chunk: np.ndarray = field(default_factory=_none)      # prompt tokens each computes
+    completes: np.ndarray = field(default_factory=_none)  # bool: its prompt is done after the step
+    spec_cap: np.ndarray | None = None  # vllm-v1: most draft tokens per decode request
+    preempted: int = 0
+    swap_blocks: int = 0              # KV blocks moved to or from CPU memory this step
+    kv_blocks: int = 0                # blocks in use once the step is planned
+    waiting: int = 0                  # requests queued once the step is planned
+
+    @property
+    def empty(self) -> bool:
+        return not len(self.decode) and not len(self.prefill)
 
 
 class Scheduler:
-    def __init__(self, table: RequestTable, kv_blocks: int, block_size: int, lookahead: int,
-                 max_running: int, token_budget: int) -> None:
+    def __init__(self, table: RequestTable, kv: KVPools, *, version: str, chunked: bool,
+                 swap: bool, swap_blocks: int, max_running: int, token_budget: int) -> None:
         self.table = table
+        self.kv = kv
+        self.v1 = version == "vllm-v1"
+        self.chunked = chunked
+        self.swap = swap
+        self.swap_capacity = swap_blocks
+        self.swap_used = 0
         self.max_running = max_running
         self.token_budget = token_budget
         self.waiting: deque[int] = deque()
-        self.running = np.empty(0, dtype=np.int64)  # admission order, like vLLM's running deque
-        self.finished = 0
-        self.kv_blocks_total = kv_blocks
-        self.kv_blocks_free = kv_blocks
-        self.kv_blocks_peak = 0  # most blocks ever in use
-        need = np.ceil((table.prompt_len + table.output_len + lookahead) / block_size)
-        self._kv_need = np.minimum(need, kv_blocks).astype(np.int64)
-        self._next = 0  # next request to arrive; arrivals are sorted
+        self.swapped: deque[int] = deque()
+        self.running = EMPTY.copy()   # admission order (vLLM's running deque): victims from the end
+        self._cpu_blocks = np.zeros(len(table), dtype=np.int64)
+        self._next = 0                # next request to arrive; arrivals are sorted
+        self.ended = 0                # requests finished, aborted or rejected
+        self.preemptions = 0
+
+    # -- arrivals -------------------------------------------------------------------------
 
     @property
     def done(self) -> bool:
-        return self.finished == len(self.table)
+        return self.ended == len(self.table)
 
     def arrive_until(self, now: float) -> None:
         arrivals, n = self.table.arrival_s, len(self.table)
@@ -47,39 +89,312 @@ class Scheduler:
     def next_arrival_s(self) -> float:
         return float(self.table.arrival_s[self._next]) if self._next < len(self.table) else math.inf
 
-    def admit(self, now: float) -> np.ndarray:
-        """Requests for a prefill step: FCFS while seats, token budget and KV blocks last."""
-        if not self.waiting or len(self.running) >= self.max_running:
-            return self.running[:0]
+    # -- planning -------------------------------------------------------------------------
+
+    def plan(self, method: EngineHooks, now: float) -> StepPlan:
+        plan = self._plan_chunked(method, now) if self.chunked else self._plan_v0(method, now)
+        plan.kv_blocks = self.kv.used
+        plan.waiting = len(self.waiting)
+        return plan
+
+    def _decoding(self) -> np.ndarray:
+        t = self.table
+        return self.running[t.state[self.running] == DECODING]
+
+    def _plan_v0(self, method: EngineHooks, now: float) -> StepPlan:
+        if not self.swapped:
+            admitted = self._admit_whole(method, now)
+            if len(admitted):
+                chunk = self.table.prefill_len[admitted]
+                return StepPlan(prefill=admitted, chunk=chunk,
+                                completes=np.ones(len(admitted), dtype=bool))
+        plan = StepPlan()
+        decode = self._decoding()
+        if len(decode):
+            decode = self._grow(decode, method, plan)
+        if not plan.preempted and self.swapped:
+            decode = np.concatenate([decode, self._swap_in(method, plan, seats_taken=len(decode))])
+        plan.decode = decode
+        return plan
+
+    def _plan_chunked(self, method: EngineHooks, now: float) -> StepPlan:
+        plan = StepPlan()
+        budget = self.token_budget
+        decode = self._decoding()
+        if len(decode):
+            decode = self._grow(decode, method, plan)
+            if self.v1:
+                plan.spec_cap, budget = _truncate_drafts(method.target_tokens(decode), budget)
+            else:
+                budget -= len(decode)
+        if not self.v1 and not plan.preempted and self.swapped:
+            back = self._swap_in(method, plan, seats_taken=len(self.running))
+            decode = np.concatenate([decode, back])
+            budget -= len(back)  # a swapped-in decode counts one token, as any decode in V0
+        plan.decode = decode
+        prefill, chunk = self._continue_prefills(method, budget)
+        budget -= int(chunk.sum())
+        if not (self.v1 and plan.preempted):
+            new, new_chunk = self._admit_chunks(method, budget, now)
+            prefill, chunk = np.concatenate([prefill, new]), np.concatenate([chunk, new_chunk])
+        t = self.table
+        plan.prefill, plan.chunk = prefill, chunk
+        plan.completes = t.computed[prefill] + chunk >= t.prefill_len[prefill]
+        return plan
+
+    # -- KV growth and preemption ---------------------------------------------------------
+
+    def _grow(self, decode: np.ndarray, method: EngineHooks, plan: StepPlan) -> np.ndarray:
+        """Grow the KV of the decoding requests that allocate this step; preempt when short.
+        Returns the decoding requests that keep running."""
+        t, kv = self.table, self.kv
+        mask = method.allocating(decode)
+        ids = decode if mask is None else decode[mask]
+        extra = kv.extra_needed(ids, t.kv_len[ids] + method.lookahead)
+        if int(extra.sum()) <= kv.free:
+            kv.grow(ids, extra)
+            return decode
+        need = np.zeros(len(t), dtype=np.int64)
+        need[ids] = extra
+        queue = deque(decode.tolist())
+        kept: list[int] = []
+        while queue:
+            r = queue.popleft()
+            while need[r] > kv.free:
+                victim = queue.pop() if queue else r
+                self._preempt(victim, method, plan)
+                if victim == r:
+                    break
+            else:
+                if need[r]:
+                    kv.grow(np.array([r]), np.array([need[r]]))
+                kept.append(r)
+        return np.array(kept, dtype=np.int64)
+
+    def _preempt(self, r: int, method: EngineHooks, plan: StepPlan) -> None:
+        t, kv = self.table, self.kv
+        ids = np.array([r])
+        method.left(ids)
+        self.running = self.running[self.running != r]
+        held = int(kv.held[r])
+        if self.swap and t.state[r] == DECODING and self.swap_used + held <= self.swap_capacity:
+            self._cpu_blocks[r] = held
+            self.swap_used += held
+            plan.swap_blocks += held
+            t.state[r] = SWAPPED
+            self.swapped.append(r)
+        else:
+            t.state[r] = WAITING
+            t.prefill_len[r] = t.kv_len[r]  # recompute prompt and output so far
+            t.computed[r] = 0
+            t.recomputed[r] += t.kv_len[r]
+            self.waiting.appendleft(r)
+        kv.release(ids)
+        t.preemptions[r] += 1
+        self.preemptions += 1
+        plan.preempted += 1
+
+    def _swap_in(self, method: EngineHooks, plan: StepPlan, seats_taken: int) -> np.ndarray:
+        """Swapped requests come back (FIFO) while seats and blocks above the watermark last."""
+        back: list[int] = []
+        while self.swapped and seats_taken + len(back) < self.max_running:
+            r = self.swapped[0]
+            blocks = int(self._cpu_blocks[r])
+            if not self.kv.can_admit(blocks):
+                break
+            self.swapped.popleft()
+            self.kv.grow(np.array([r]), np.array([blocks]))
+            self.swap_used -= blocks
+            self._cpu_blocks[r] = 0
+            plan.swap_blocks += blocks
+            back.append(r)
+        ids = np.array(back, dtype=np.int64)
+        if back:
+            self.table.state[ids] = DECODING
+            self.running = np.concatenate([self.running, ids])
+            method.resumed(ids)
+        return ids
+
+    # -- admission ------------------------------------------------------------------------
+
+    def _reject(self, r: int, now: float) -> None:
+        """A prompt the KV pool can never hold (vLLM: FINISHED_IGNORED)."""
+        self.table.state[r] = REJECTED
+        self.table.end_s[r] = now
+        self.ended += 1
+
+    def _admit_whole(self, method: EngineHooks, now: float) -> np.ndarray:
+        """vLLM V0 `_schedule_prefills` without chunking: whole prompts, FCFS."""
+        t, kv = self.table, self.kv
         chosen: list[int] = []
-        tokens = 0
-        seats = self.max_running - len(self.running)
-        prompts = self.table.prompt_len
-        while self.waiting and len(chosen) < seats:
+        blocks_taken = tokens = 0
+        while self.waiting and len(self.running) + len(chosen) < self.max_running:
             r = self.waiting[0]
-            if tokens + prompts[r] > self.token_budget or self._kv_need[r] > self.kv_blocks_free:
+            n = int(t.prefill_len[r])
+            blocks = -(-n // kv.block_size)
+            if not kv.fits_ever(blocks):
+                self.waiting.popleft()
+                self._reject(r, now)
+                continue
+            if tokens + n > self.token_budget or kv.free - blocks_taken - blocks < kv.watermark:
                 break
             self.waiting.popleft()
             chosen.append(r)
-            tokens += int(prompts[r])
-            self.kv_blocks_free -= int(self._kv_need[r])
+            tokens += n
+            blocks_taken += blocks
         ids = np.array(chosen, dtype=np.int64)
-        self.kv_blocks_peak = max(self.kv_blocks_peak, self.kv_blocks_total - self.kv_blocks_free)
         if chosen:
-            self.table.admitted_s[ids] = now
-            self.running = np.concatenate([self.running, ids])
+            kv.grow(ids, kv.blocks_for(t.prefill_len[ids]))
+            self._start(ids, now, method, mixed=False)
         return ids
 
-    def retire_completed(self, now: float) -> np.ndarray:
-        """Retire the requests that emitted their last token in this step (queued by
-        RequestTable.emit); free their KV blocks. Returns the retired ids."""
+    def _start(self, ids: np.ndarray, now: float, method: EngineHooks, mixed: bool) -> None:
         t = self.table
-        if not t.completed:
-            return self.running[:0]
-        done = np.concatenate(t.completed)
-        t.completed.clear()
-        self.running = self.running[t.remaining[self.running] > 0]
-        t.finish_s[done] = now
-        self.finished += len(done)
-        self.kv_blocks_free += int(self._kv_need[done].sum())
-        return done
+        t.state[ids] = PREFILLING
+        fresh = np.isnan(t.admitted_s[ids])
+        t.admitted_s[ids[fresh]] = now
+        self.running = np.concatenate([self.running, ids])
+        method.admitted(ids, mixed)
+
+    def _continue_prefills(self, method: EngineHooks, budget: int) -> tuple[np.ndarray, np.ndarray]:
+        """Running partial prefills take their next chunks (in running order)."""
+        t, kv = self.table, self.kv
+        prefilling = self.running[t.state[self.running] == PREFILLING]
+        if not len(prefilling):
+            return EMPTY, EMPTY
+        ids: list[int] = []
+        chunks: list[int] = []
+        for r in prefilling.tolist():
+            chunk = min(int(t.prefill_len[r] - t.computed[r]), budget)
+            if chunk <= 0:
+                break
+            extra = int(kv.extra_needed(np.array([r]), np.array([t.computed[r] + chunk]))[0])
+            if extra > kv.free:
+                continue
+            kv.grow(np.array([r]), np.array([extra]))
+            ids.append(r)
+            chunks.append(chunk)
+            budget -= chunk
+        return np.array(ids, dtype=np.int64), np.array(chunks, dtype=np.int64)
+
+    def _admit_chunks(self, method: EngineHooks, budget: int, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """New prompts start prefilling in chunks within the remaining budget (FCFS)."""
+        t, kv = self.table, self.kv
+        ids: list[int] = []
+        chunks: list[int] = []
+        while self.waiting and budget > 0 and len(self.running) < self.max_running:
+            r = self.waiting[0]
+            if not kv.fits_ever(-(-int(t.prefill_len[r]) // kv.block_size)):
+                self.waiting.popleft()
+                self._reject(r, now)
+                continue
+            chunk = min(int(t.prefill_len[r]), budget)
+            blocks = -(-chunk // kv.block_size)
+            if not kv.can_admit(blocks):
+                break
+            self.waiting.popleft()
+            one = np.array([r])
+            self._start(one, now, method, mixed=True)
+            kv.grow(one, np.array([blocks]))
+            ids.append(r)
+            chunks.append(chunk)
+            budget -= chunk
+        return np.array(ids, dtype=np.int64), np.array(chunks, dtype=np.int64)
+
+    # -- closing a step -------------------------------------------------------------------
+
+    def close_step(self, plan: StepPlan, now: float, method: EngineHooks) -> tuple[np.ndarray, np.ndarray]:
+        """Record prefill progress, then retire finished and aborted requests. Returns
+        (finished ids, aborted ids)."""
+        t = self.table
+        if len(plan.prefill):
+            t.computed[plan.prefill] += plan.chunk
+            grads = plan.prefill[plan.completes]
+            if len(grads):
+                t.state[grads] = DECODING
+                t.computed[grads] = 0
+                method.graduated(grads)
+        finished = EMPTY
+        if t.completed:
+            finished = np.unique(np.concatenate(t.completed))
+            t.completed.clear()
+            t.finish_s[finished] = now
+            self._leave_running(finished, FINISHED, now, method)
+        aborted = self._cancel(t.due_cancels(now), now, method)
+        return finished, aborted
+
+    def _leave_running(self, ids: np.ndarray, state: int, now: float, method: EngineHooks) -> None:
+        t = self.table
+        t.state[ids] = state
+        t.end_s[ids] = now
+        method.left(ids)
+        self.kv.release(ids)
+        keep = t.state[self.running]
+        self.running = self.running[(keep == DECODING) | (keep == PREFILLING)]
+        self.ended += len(ids)
+
+    def _cancel(self, due: list[int], now: float, method: EngineHooks) -> np.ndarray:
+        """Abort the cancelled requests that have not ended, wherever they are (vLLM's
+        `abort_seq_group` searches the waiting, running and swapped queues)."""
+        t = self.table
+        live = [r for r in due if t.state[r] in (WAITING, PREFILLING, DECODING, SWAPPED)]
+        if not live:
+            return EMPTY
+        ids = np.array(live, dtype=np.int64)
+        running = ids[(t.state[ids] == DECODING) | (t.state[ids] == PREFILLING)]
+        if len(running):
+            self._leave_running(running, ABORTED, now, method)
+        for r in ids[(t.state[ids] == WAITING) | (t.state[ids] == SWAPPED)].tolist():
+            if t.state[r] == SWAPPED:
+                self.swapped.remove(r)
+                self.swap_used -= int(self._cpu_blocks[r])
+                self._cpu_blocks[r] = 0
+            else:
+                self.waiting.remove(r)
+            t.state[r] = ABORTED
+            t.end_s[r] = now
+            self.ended += 1
+        return ids
+
+
+class EngineHooks:
+    """What the scheduler asks of a method, with the defaults of methods that keep no
+    per-request state of their own (AR, SD). PSD overrides them (sim/methods/psd.py)."""
+
+    lookahead: int = 0  # KV slots beyond the context a decode needs (k when drafts are scored)
+
+    def allocating(self, ids: np.ndarray) -> np.ndarray | None:
+        """Which decoding requests grow their KV this step (None = all)."""
+        return None
+
+    def target_tokens(self, ids: np.ndarray) -> np.ndarray:
+        """Target tokens each decode scores this step (vllm-v1 counts them against the budget)."""
+        return np.full(len(ids), 1 + self.lookahead, dtype=np.int64)
+
+    def admitted(self, ids: np.ndarray, mixed: bool) -> None:
+        """Requests entered the running set (mixed: with chunked prefill)."""
+
+    def left(self, ids: np.ndarray) -> None:
+        """Requests left the running set (finished, aborted, preempted, swapped out)."""
+
+    def resumed(self, ids: np.ndarray) -> None:
+        """Swapped-out requests came back, decoding."""
+
+    def graduated(self, ids: np.ndarray) -> None:
+        """Requests finished their prefill and start decoding."""
+
+
+def _truncate_drafts(tokens: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
+    """vllm-v1: decodes in order take 1 + their draft tokens from the budget; when it runs short,
+    draft tokens are cut (never below 0). Returns (draft-token cap per decode, budget left)."""
+    total = int(tokens.sum())
+    if total <= budget:
+        return tokens - 1, budget - total
+    caps = np.empty(len(tokens), dtype=np.int64)
+    left = budget
+    for i, want in enumerate(tokens.tolist()):
+        take = max(1, min(want, left))
+        caps[i] = take - 1
+        left = max(0, left - take)
+    return caps, left
+

@@ -1,7 +1,11 @@
-"""Requests: prompt lengths from a dataset profile, output lengths, arrival times, acceptance.
+"""Requests: prompt lengths from a dataset profile (or a trace), arrivals, acceptance, aborts.
 
-Draws happen in a fixed order (prompts, arrivals, acceptance) from the run's one Generator, so
-every method simulated with the same scenario and seed sees exactly the same requests.
+Draws happen in a fixed order (prompts, arrivals, acceptance, cancellations) from the run's one
+Generator, so every method simulated with the same scenario and seed sees exactly the same
+requests. A cancelling request (a share `abort_fraction`) is aborted by its client a uniformly
+random delay in [0, abort_window_s] after its first token arrives, like a user pressing stop;
+the engine applies it at the next step boundary, whichever sub-batch the request is in. A
+request that finishes first is not aborted.
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from sim.acceptance import draw_request_acceptance
+from sim.acceptance import MAX_ACCEPTANCE, draw_request_acceptance
 from sim.catalog import Catalog, Dataset
 from sim.scenario import Scenario
+from sim.trace_replay import read_trace
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,7 @@ class Workload:
     prompt_len: np.ndarray  # int64
     output_len: np.ndarray  # int64
     acceptance: np.ndarray  # float64 per-token acceptance per request (NaN when no draft model)
+    abort_delay_s: np.ndarray  # float64 seconds after the first token the client cancels; NaN = never
 
     def __len__(self) -> int:
         return len(self.prompt_len)
@@ -43,22 +49,36 @@ def sample_prompt_lengths(ds: Dataset, n: int, max_prompt: int, rng: np.random.G
 
 
 def make_workload(s: Scenario, cat: Catalog, rng: np.random.Generator) -> Workload:
-    n = s.requests
-    if s.prompt_len:
-        prompts = np.full(n, s.prompt_len, dtype=np.int64)
+    if s.trace:
+        trace = read_trace(s.trace, s.max_model_len)
+        n = min(s.requests, len(trace.prompt_len))
+        prompts, outputs, arrivals = trace.prompt_len[:n], trace.output_len[:n], trace.arrival_s[:n]
+        given = trace.acceptance[:n]
     else:
-        prompts = sample_prompt_lengths(cat.datasets[s.dataset], n, s.max_model_len - s.output_len, rng)
-    if s.rate is None:
-        arrivals = np.zeros(n)
-    else:
-        arrivals = np.cumsum(rng.exponential(1.0 / s.rate, size=n))
-        arrivals -= arrivals[0]  # the first request opens the run
+        n = s.requests
+        if s.prompt_len:
+            prompts = np.full(n, s.prompt_len, dtype=np.int64)
+        else:
+            prompts = sample_prompt_lengths(cat.datasets[s.dataset], n, s.max_model_len - s.output_len,
+                                            rng)
+        outputs = np.full(n, s.output_len, dtype=np.int64)
+        if s.rate is None:
+            arrivals = np.zeros(n)
+        else:
+            arrivals = np.cumsum(rng.exponential(1.0 / s.rate, size=n))
+            arrivals -= arrivals[0]  # the first request opens the run
+        given = np.full(n, np.nan)
     mean = s.acceptance
     if mean is None:
         prior = cat.acceptance_prior(s.draft, s.target)
         mean = prior.alpha if prior is not None else None
-    if mean is None:
-        acceptance = np.full(n, np.nan)
-    else:
-        acceptance = draw_request_acceptance(mean, s.acceptance_spread, n, rng)
-    return Workload(arrivals, prompts, np.full(n, s.output_len, dtype=np.int64), acceptance)
+    acceptance = given.copy()
+    if mean is not None:
+        drawn = draw_request_acceptance(mean, s.acceptance_spread, n, rng)
+        acceptance = np.where(np.isnan(given), drawn, np.minimum(given, MAX_ACCEPTANCE))
+    abort_delay = np.full(n, np.nan)
+    if s.abort_fraction > 0:
+        cancels = rng.random(n) < s.abort_fraction
+        delay = rng.uniform(0.0, s.abort_window_s, size=n)
+        abort_delay = np.where(cancels, delay, np.nan)
+    return Workload(arrivals, prompts, outputs, acceptance, abort_delay)

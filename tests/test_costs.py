@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sim.catalog import builtin_catalog
-from sim.costs import AnalyticCost
+from sim.costs import AnalyticCost, Chunks
 from sim.messages import sampler_output_bytes
 from sim.scenario import Scenario
 
@@ -24,7 +24,17 @@ def test_costs_grow_with_work():
     assert cost.verify(16, 64, 16_000) > cost.verify(16, 16, 16_000)
     assert cost.verify(16, 64, 32_000) > cost.verify(16, 64, 16_000)
     assert cost.draft(16, 4, 10_000) > cost.draft(16, 3, 10_000)
-    assert cost.prefill_target(2, 2000, 2 * 1000**2) > cost.prefill_target(1, 1000, 1000**2)
+    one, two = Chunks(1000, 1000**2 / 2, 0, 1), Chunks(2000, 2 * 1000**2 / 2, 0, 2)
+    assert cost.verify(0, 0, 0, two) > cost.verify(0, 0, 0, one)
+    assert cost.draft_chunks(two) > cost.draft_chunks(one) > cost.draft_chunks(Chunks()) == 0
+
+
+def test_chunks_share_the_weight_read_with_verification():
+    cost = AnalyticCost(Scenario(), CAT)
+    chunk = Chunks(256, 256**2 / 2, 0, 1)
+    together = cost.verify(16, 64, 16_000, chunk)
+    apart = cost.verify(16, 64, 16_000) + cost.verify(0, 0, 0, chunk)
+    assert together < apart
 
 
 def test_draft_passes_equal_the_sum_of_single_passes():

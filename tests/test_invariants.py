@@ -11,56 +11,91 @@ from hypothesis import strategies as st
 from sim.run import simulate
 from sim.scenario import Scenario
 
-scenarios = st.builds(
-    Scenario,
-    method=st.sampled_from(["ar", "sd", "psd"]),
-    k=st.integers(1, 8),
-    m=st.integers(1, 8),
-    requests=st.integers(1, 60),
-    output_len=st.integers(1, 48),
-    prompt_len=st.one_of(st.just(0), st.integers(1, 300)),
-    dataset=st.sampled_from(["sharegpt", "arena", "spec-bench", "tough"]),
-    acceptance=st.one_of(st.none(), st.floats(0.02, 0.98)),
-    acceptance_spread=st.floats(0.5, 200.0),
-    rate=st.one_of(st.none(), st.floats(0.05, 200.0)),
-    link=st.sampled_from(["pcie4", "pcie5", "nvlink3", "nvlink4"]),
-    gpu=st.sampled_from(["l40s", "h100-sxm", "h200", "a100-80g"]),
-    seed=st.integers(0, 2**32 - 1),
-)
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    scheduler = draw(st.sampled_from(["vllm-v0", "vllm-v1"]))
+    chunked = True if scheduler == "vllm-v1" else draw(st.booleans())
+    output_len = draw(st.integers(1, 48))
+    max_model_len = draw(st.sampled_from([128, 256, 2048]))
+    prompt_cap = max_model_len - output_len
+    return Scenario(
+        method=draw(st.sampled_from(["ar", "sd", "psd"])),
+        k=draw(st.integers(1, 8)),
+        m=draw(st.integers(1, 8)),
+        requests=draw(st.integers(1, 50)),
+        output_len=output_len,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=draw(st.sampled_from([max_model_len, 2048, 4096])) if not chunked
+        else draw(st.sampled_from([16, 64, 512, 2048])),
+        prompt_len=draw(st.integers(1, min(300, prompt_cap))),
+        acceptance=draw(st.one_of(st.none(), st.floats(0.02, 0.98))),
+        acceptance_spread=draw(st.floats(0.5, 200.0)),
+        rate=draw(st.one_of(st.none(), st.floats(0.05, 500.0))),  # high rates are bursts
+        link=draw(st.sampled_from(["pcie4", "nvlink4"])),
+        gpu=draw(st.sampled_from(["l40s", "h100-sxm"])),
+        scheduler=scheduler,
+        enable_chunked_prefill=chunked,
+        preemption_mode=("recompute" if scheduler == "vllm-v1"
+                         else draw(st.sampled_from(["recompute", "swap"]))),
+        swap_space_gb=draw(st.sampled_from([0.0, 0.01, 4.0])),
+        kv_patch=draw(st.sampled_from(["has_deferred", "default"])),
+        rebalance=draw(st.booleans()),
+        abort_fraction=draw(st.sampled_from([0.0, 0.3])),
+        abort_window_s=draw(st.sampled_from([0.05, 5.0])),
+        # tiny pools force preemption; None keeps the GPU-sized pool
+        num_gpu_blocks_override=draw(st.one_of(st.none(), st.integers(max_model_len // 16 + 2,
+                                                                       max_model_len // 16 + 100))),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
 def test_invariants_hold(s: Scenario):
     r = simulate(s)
     assert r.fits
     req, steps = r.requests, r.steps
     n = s.requests
-    # Every request finishes exactly once, with all its tokens and nothing more.
-    assert np.isfinite(req["finish_s"]).all()
-    assert (req["generated"] == req["output_len"]).all()
+    state = req["state"]
+    # Every request ends exactly once: finished with all its tokens, aborted part-way (after
+    # its first token, when its client cancels), or rejected (a prompt the pool can never hold).
+    assert set(state) <= {"finished", "aborted", "rejected"}
+    finished, aborted = state == "finished", state == "aborted"
+    assert (req["generated"][finished] == req["output_len"][finished]).all()
+    assert (req["generated"][aborted] < req["output_len"][aborted]).all()
+    assert (req["generated"][aborted] >= 1).all()
+    assert (req["generated"][state == "rejected"] == 0).all()
+    assert np.isfinite(req["end_s"]).all() and np.isfinite(req["finish_s"][finished]).all()
     # Tokens are conserved: what the steps emitted is what the requests received.
-    assert steps["generated"].sum() == req["output_len"].sum()
+    assert steps["generated"].sum() == req["generated"].sum()
     assert (steps["accepted"] <= steps["proposed"]).all()
     decode = steps["kind"] == "decode"
-    # A verification emits accepted + 1 tokens at most per request.
-    assert (steps["generated"][decode] <= steps["verified"][decode] * (s.k + 1)).all()
+    assert (steps["generated"][decode] <= steps["verified"][decode] * (s.k + 1)
+            + steps["prompts_done"][decode]).all()
     # Per request, lifecycle timestamps are ordered.
-    assert (req["admitted_s"] >= req["arrival_s"]).all()
-    assert (req["first_token_s"] >= req["admitted_s"]).all()
-    assert (req["finish_s"] >= req["first_token_s"]).all()
-    # Sub-batch sizes add up; PSD verifies one sub-batch and drafts the other.
-    assert (steps["batch0"] + steps["batch1"] == steps["running"]).all()
-    assert (steps["running"] <= (2 * s.m if s.method == "psd" else s.m)).all()
+    started = ~np.isnan(req["admitted_s"])
+    assert (req["admitted_s"][started] >= req["arrival_s"][started]).all()
+    got_token = ~np.isnan(req["first_token_s"])
+    assert (req["first_token_s"][got_token] >= req["admitted_s"][got_token]).all()
+    assert (req["finish_s"][finished] >= req["first_token_s"][finished]).all()
+    # Batch sizes add up: decoding sub-batches plus prefilling requests make the running set.
+    assert (steps["batch0"] + steps["batch1"] + steps["prefilling"] == steps["running"]).all()
+    cap = 2 * s.m if s.method == "psd" else s.m
+    assert (steps["running"] <= cap).all()
     if s.method == "psd":
-        assert (steps["verified"][decode] + steps["drafted"][decode] == steps["running"][decode]).all()
+        decoding = steps["batch0"][decode] + steps["batch1"][decode]
+        assert (steps["verified"][decode] + steps["drafted"][decode] == decoding).all()
     # Simulated time never goes backwards and steps do not overlap.
     assert (steps["end_s"] >= steps["start_s"]).all()
     assert (steps["start_s"][1:] >= steps["end_s"][:-1]).all()
-    # The KV pool is never over-allocated and nothing leaks.
+    # KV blocks are never over-allocated and none leak.
     assert r.kv is not None
     assert 0 <= r.kv.peak_blocks <= r.kv.total_blocks
+    assert (steps["kv_blocks"] <= r.kv.total_blocks).all()
     assert r.kv.in_use_at_end == 0
+    # Preempted requests come back and end like any other (checked above for every request).
+    assert req["preemptions"].sum() == steps["preempted"].sum()
     # Fractions are fractions.
     sm = r.summary
     for key in ("vsr", "parallelization_rate", "comm_share", "link_share", "drafter_busy",
@@ -68,5 +103,5 @@ def test_invariants_hold(s: Scenario):
         if sm[key] is not None:
             assert 0.0 <= sm[key] <= 1.0 + 1e-9, key
     assert sm["requests"] == n
-    json.dumps(sm, allow_nan=False)  # no NaN or infinity leaks into the summary
     assert sm["decode_steps"] + sm["prefill_steps"] == len(steps["kind"])
+    json.dumps(sm, allow_nan=False)  # no NaN or infinity leaks into the summary

@@ -23,7 +23,7 @@ def test_prefill_then_init_then_parallel_steps():
     r = _run()
     st = r.steps
     # One prefill step admits all 2m = 4 requests: inputs out, target prefill, output back.
-    assert st["kind"][0] == "prefill" and st["verified"][0] == 4
+    assert st["kind"][0] == "prefill" and st["prompts_done"][0] == 4
     assert st["end_s"][0] - st["start_s"][0] == pytest.approx(COMM + PREFILL + COMM + OVERHEAD)
     d = decode_rows(st)
     dur = st["end_s"][d] - st["start_s"][d]

@@ -30,6 +30,7 @@ class GPU:
     memory_bandwidth_gbps: float
     bf16_tflops: float
     nvlink: bool
+    host_link: str  # links.toml key of the GPU's link to CPU memory
     source: str
 
 
@@ -236,10 +237,9 @@ def _load_acceptance(models: dict[str, Model]) -> dict[tuple[str, str], Acceptan
 def builtin_catalog() -> Catalog:
     """The catalog shipped with psdsim (loaded once per process)."""
     models = _load_simple(Model, "models.toml")
-    return Catalog(
-        gpus=_load_simple(GPU, "gpus.toml"),
-        links=_load_simple(Link, "links.toml"),
-        models=models,
-        datasets=_load_datasets(),
-        acceptance=_load_acceptance(models),
-    )
+    gpus, links = _load_simple(GPU, "gpus.toml"), _load_simple(Link, "links.toml")
+    for key, gpu in gpus.items():
+        if gpu.host_link not in links:
+            raise CatalogError(f"gpus.toml [{key}]: host_link {gpu.host_link!r} is not in links.toml")
+    return Catalog(gpus=gpus, links=links, models=models, datasets=_load_datasets(),
+                   acceptance=_load_acceptance(models))

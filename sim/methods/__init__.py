@@ -1,20 +1,21 @@
-"""One module per decoding method; each provides the prefill and decode steps of the engine loop."""
+"""One module per decoding method; each executes the engine steps the scheduler plans."""
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from typing import Any, Protocol
 
-import numpy as np
-
 from sim.methods.ar import AutoRegressive
 from sim.methods.common import SimContext
 from sim.methods.psd import ParallelSD
 from sim.methods.sd import StandardSD
 from sim.scenario import Scenario
+from sim.scheduler import EngineHooks, StepPlan
 
 
 class Method(Protocol):
+    """A decoding method: the scheduler's hooks (EngineHooks) plus a step."""
+
     uses_drafter: bool
 
     @staticmethod
@@ -29,21 +30,13 @@ class Method(Protocol):
 
     def __init__(self, ctx: SimContext) -> None: ...
 
-    def admitted(self, ids: np.ndarray) -> None: ...
-
-    def retired(self, ids: np.ndarray) -> None: ...
-
-    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, None]:
-        """A prefill-only step for the admitted `ids`."""
-        ...
-
-    def decode(self) -> Generator[Any, Any, None]:
-        """One decode step over the running set."""
+    def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
+        """Execute one planned engine step in simulated time."""
         ...
 
 
-METHODS: dict[str, type[Method]] = {"ar": AutoRegressive, "sd": StandardSD, "psd": ParallelSD}
+METHODS: dict[str, type[EngineHooks]] = {"ar": AutoRegressive, "sd": StandardSD, "psd": ParallelSD}
 
 
-def method_class(s: Scenario) -> type[Method]:
+def method_class(s: Scenario) -> Any:
     return METHODS[s.method]

@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 
 from sim.devices import VerifyJob
-from sim.methods.common import SimContext, prefill_step, verify_outcome
-from sim.records import DECODE, StepRecord
+from sim.methods.common import EngineMethod, chunk_work, emit_first_tokens, record, verify_outcome
 from sim.scenario import Scenario
+from sim.scheduler import StepPlan
 
 
-class AutoRegressive:
+class AutoRegressive(EngineMethod):
     uses_drafter = False
 
     @staticmethod
@@ -24,29 +24,16 @@ class AutoRegressive:
     def gpus(s: Scenario) -> int:
         return s.tensor_parallel_size
 
-    def __init__(self, ctx: SimContext) -> None:
-        self.ctx = ctx
-
-    def admitted(self, ids: np.ndarray) -> None:
-        pass
-
-    def retired(self, ids: np.ndarray) -> None:
-        pass
-
-    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, None]:
-        n = len(self.ctx.scheduler.running)
-        yield from prefill_step(self.ctx, ids, with_draft=False, over_link=False, batch_sizes=(n, 0))
-
-    def decode(self) -> Generator[Any, Any, None]:
+    def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
         env, cost = ctx.env, ctx.cost
-        ids = ctx.scheduler.running
+        ids = plan.decode
         batch = len(ids)
         start = env.now
-        job = VerifyJob(cost.verify(batch, batch, ctx.table.context(ids)))
+        job = VerifyJob(cost.verify(batch, batch, ctx.table.context(ids), chunk_work(ctx, plan)))
         yield ctx.verifier.submit(job)
-        yield env.timeout(cost.overhead)
+        swap_s = cost.swap(plan.swap_blocks)
+        yield env.timeout(cost.overhead + swap_s)
         out = verify_outcome(ctx, ids, np.zeros(batch, dtype=np.int64), 0)
-        ctx.steps.append(StepRecord(
-            DECODE, start, env.now, False, batch, batch, 0, batch, 0, batch, 0, 0,
-            out.generated, 0.0, job.compute_s, 0.0, 0.0, 0.0))
+        record(ctx, plan, start, verified=batch, scored=batch, out=out,
+               first_tokens=emit_first_tokens(ctx, plan), verify_s=job.compute_s, swap_s=swap_s)

@@ -1,22 +1,23 @@
-"""What every method shares: the run's context, the prefill step and verification outcomes."""
+"""What every method shares: the run's context, prefill work in a pass, verification outcomes,
+and the step record."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import simpy
 
 from sim.acceptance import AcceptanceSampler
-from sim.costs import StepCost
-from sim.devices import Link, Verifier, VerifyJob
-from sim.messages import sampler_output_bytes, step_inputs_bytes
-from sim.records import PREFILL, StepRecord
-from sim.requests import RequestTable
+from sim.costs import NO_CHUNKS, Chunks, StepCost
+from sim.devices import Link, Verifier
+from sim.records import DECODE, PREFILL, StepRecord
+from sim.requests import PREFILLING, RequestTable
 from sim.scenario import Scenario
-from sim.scheduler import Scheduler
+from sim.scheduler import EngineHooks, Scheduler, StepPlan
+
+NO_IDS = np.empty(0, dtype=np.int64)
 
 
 @dataclass
@@ -41,45 +42,92 @@ class Outcome(NamedTuple):
     proposed: int
     accepted: int
     generated: int
+    unproposed: int
+
+
+NO_OUTCOME = Outcome(0, 0, 0, 0)
+
+
+class EngineMethod(EngineHooks):
+    """Base of the methods: holds the context and the scheduler hooks' defaults."""
+
+    uses_drafter = False
+
+    def __init__(self, ctx: SimContext) -> None:
+        self.ctx = ctx
+        self.lookahead = ctx.scenario.k if self.uses_drafter else 0
+
+
+def chunk_work(ctx: SimContext, plan: StepPlan) -> Chunks:
+    """The prefill work of a plan: each chunk attends to its prompt's earlier chunks and itself."""
+    if not len(plan.prefill):
+        return NO_CHUNKS
+    computed = ctx.table.computed[plan.prefill]
+    chunk = plan.chunk
+    pairs = float((chunk * computed).sum() + (chunk * chunk).sum() / 2)
+    return Chunks(int(chunk.sum()), pairs, int(computed.sum()), int(plan.completes.sum()))
+
+
+def emit_first_tokens(ctx: SimContext, plan: StepPlan) -> int:
+    """Prompts whose prefill completed sample a token (the first, or the next after a recompute)."""
+    if not len(plan.prefill):
+        return 0
+    done = plan.prefill[plan.completes]
+    if not len(done):
+        return 0
+    t = ctx.table
+    kept = t.emit(done, np.ones(len(done), dtype=np.int64))
+    t.first_token(done, ctx.env.now)
+    return int(kept.sum())
+
+
+def draft_counts(plan: StepPlan, ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Draft tokens each verified request gets scored: what was drafted, capped by the vllm-v1
+    budget when the plan truncates drafts."""
+    if plan.spec_cap is None:
+        return wanted
+    cap = dict(zip(plan.decode.tolist(), plan.spec_cap.tolist(), strict=True))
+    return np.minimum(wanted, np.array([cap[r] for r in ids.tolist()], dtype=np.int64))
 
 
 def verify_outcome(ctx: SimContext, ids: np.ndarray, proposed: np.ndarray,
                    total_proposed: int) -> Outcome:
     """Draw acceptance for verified requests, emit accepted + 1 tokens each, update stats.
     `total_proposed` is proposed.sum(), which every caller already knows."""
+    if not len(ids):
+        return NO_OUTCOME
     t = ctx.table
     if total_proposed:
         accepted = ctx.acceptance.accepted(t.log_acceptance[ids], proposed)
         total_accepted = int(accepted.sum())
+        unproposed = len(ids) - int(np.count_nonzero(proposed))
     else:
         accepted = np.zeros(len(ids), dtype=np.int64)
         total_accepted = 0
+        unproposed = len(ids) if ctx.scenario.method != "ar" else 0
     kept = t.emit(ids, accepted + 1)
     t.log_verification(ids, proposed, accepted)
-    return Outcome(total_proposed, total_accepted, int(kept.sum()))
+    return Outcome(total_proposed, total_accepted, int(kept.sum()), unproposed)
 
 
-def prefill_step(ctx: SimContext, ids: np.ndarray, *, with_draft: bool, over_link: bool,
-                 batch_sizes: tuple[int, int]) -> Generator[Any, Any, None]:
-    """A prefill-only step: the target prefills on the verifier group (inputs in and sampler
-    output back over the link when the driver sits on a separate GPU), then the draft model
-    prefills; MineDraft runs the two one after the other (`_run_no_spec`). The target samples
-    each request's first token."""
-    env, cost, t = ctx.env, ctx.cost, ctx.table
-    start = env.now
-    prompts = t.prompt_len[ids]
-    tokens, squares = int(prompts.sum()), int((prompts * prompts).sum())
-    job = VerifyJob(cost.prefill_target(len(ids), tokens, squares))
-    if over_link:
-        job.send_bytes = step_inputs_bytes(len(ids), tokens, tokens, ctx.scenario.block_size)
-        job.return_bytes = sampler_output_bytes(len(ids), ctx.vocab)
-    yield ctx.verifier.submit(job)
-    draft_s = cost.prefill_draft(len(ids), tokens, squares) if with_draft else 0.0
-    yield env.timeout(draft_s + cost.overhead)
-    ctx.drafter_busy_s += draft_s
-    kept = t.emit(ids, np.ones(len(ids), dtype=np.int64))
-    t.first_token_s[ids] = env.now
+def record(ctx: SimContext, plan: StepPlan, start: float, *, parallelised: bool = False,
+           batches: tuple[int, int] | None = None, verified: int = 0, drafted: int = 0, scored: int = 0,
+           out: Outcome = NO_OUTCOME, first_tokens: int = 0, draft_s: float = 0.0,
+           verify_s: float = 0.0, comm_s: float = 0.0, wait_s: float = 0.0,
+           link_critical_s: float = 0.0, swap_s: float = 0.0) -> None:
+    """Append the step's record. `batches` are PSD's decoding sub-batch sizes; for the other
+    methods every decoding request of the running set counts in batch0."""
+    t = ctx.table
+    running = ctx.scheduler.running
+    prefilling = int(np.count_nonzero(t.state[running] == PREFILLING)) if len(plan.prefill) or \
+        ctx.scheduler.chunked else 0
+    if batches is None:
+        batches = (len(running) - prefilling, 0)
     ctx.steps.append(StepRecord(
-        PREFILL, start, env.now, False, len(ctx.scheduler.running), *batch_sizes, len(ids), 0,
-        tokens, 0, 0, int(kept.sum()), draft_s, job.compute_s, job.transfer_s, 0.0,
-        job.transfer_s))
+        DECODE if verified else PREFILL, start, ctx.env.now, parallelised, len(running),
+        batches[0], batches[1], prefilling, verified, drafted, scored,
+        int(plan.chunk.sum()) if len(plan.prefill) else 0,
+        int(plan.completes.sum()) if len(plan.prefill) else 0,
+        out.proposed, out.accepted, out.generated + first_tokens, out.unproposed, draft_s,
+        verify_s, comm_s, wait_s, link_critical_s, swap_s, plan.preempted, plan.kv_blocks,
+        plan.waiting))

@@ -2,17 +2,28 @@
 
 Two state machines, as in MineDraft (reference paper.md §4.2):
 - the scheduler's Batch Manager (sim/batches.py) assigns each admitted request a flag;
-- the worker (this module) verifies the sub-batch whose flag equals `send` while drafting the
-  other one, keeps the other's proposals for the next step, and flips `send`. When one sub-batch
-  is empty, everything is verified and nothing is drafted ahead; `send` resets to True and the
-  next step must draft before it verifies (not parallelised): the sequential fallback, or tail.
+- the worker (this module) verifies the decoding sub-batch whose flag equals `send` while
+  drafting the other one, keeps the other's proposals for the next step, and flips `send`. When
+  one sub-batch is empty, everything is verified and nothing is drafted ahead; `send` resets to
+  True and the next step must draft before it verifies (not parallelised): the sequential
+  fallback, or tail.
 
 A decode step's critical path is therefore
     [draft(S), when S has no proposals yet: init or fallback]
-    + max(draft(D), inputs over the link + verify(S) + sampler output back)
-    + rejection sampling on the drafter + fixed overhead.
-A request verified without proposals (possible when the scheduler's and worker's flags drift
-apart after a fallback) is scored with zero drafts and emits one token.
+    + max(draft(D), inputs over the link + target pass (verify S, prefill chunks) + output back)
+    + the draft model's pass over the step's prompt tokens (to fill its KV) + rejection sampling
+    + fixed overhead (+ KV swap time).
+A request verified without proposals (after the scheduler's and worker's flags drift apart, or
+with the `rebalance` option) is scored with zero drafts and emits one token: a wasted step.
+
+KV (scenario `kv_patch`): `has_deferred` (MineDraft's patch) grows a request's KV only when its
+sub-batch is verified, or at its first decode; `default` (vLLM) grows every running request's
+KV to context + k at every step. With chunked prefill, prompt chunks ride in whichever target
+pass the step makes, so prompts graduate whenever their last chunk is done, out of phase with
+the two-step alternation; flags go by balance (MineDraft's mixed-batch branch). A prompt that
+graduates into the sub-batch verified next has no drafts yet, and its first verification is a
+wasted step. (MineDraft supports chunked prefill only partially; this is a model of its intent,
+not of its corner cases.)
 """
 
 from __future__ import annotations
@@ -25,12 +36,22 @@ import numpy as np
 from sim.batches import BatchManager
 from sim.devices import VerifyJob
 from sim.messages import sampler_output_bytes, step_inputs_bytes
-from sim.methods.common import SimContext, prefill_step, verify_outcome
-from sim.records import DECODE, StepRecord
+from sim.methods.common import (
+    EngineMethod,
+    SimContext,
+    chunk_work,
+    draft_counts,
+    emit_first_tokens,
+    record,
+    verify_outcome,
+)
 from sim.scenario import Scenario
+from sim.scheduler import StepPlan
+
+EMPTY = np.empty(0, dtype=np.int64)
 
 
-class ParallelSD:
+class ParallelSD(EngineMethod):
     uses_drafter = True
 
     @staticmethod
@@ -42,65 +63,105 @@ class ParallelSD:
         return s.tensor_parallel_size + 1
 
     def __init__(self, ctx: SimContext) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         n = len(ctx.table)
+        s = ctx.scenario
         self.batches = BatchManager()
         self.flag = np.zeros(n, dtype=bool)      # sub-batch of each request
-        # The running requests of each sub-batch, in admission order. The verified set is always
+        # The decoding requests of each sub-batch, in admission order. The verified set is always
         # exactly one of them, so a step needs no masking of the running set.
-        self.members = {False: np.empty(0, dtype=np.int64), True: np.empty(0, dtype=np.int64)}
+        self.members = {False: EMPTY.copy(), True: EMPTY.copy()}
         self.has_proposals = np.zeros(n, dtype=bool)
+        self.decoded_once = np.zeros(n, dtype=bool)
         self.send = True                         # worker: the sub-batch verified next
         self.have_previous = False               # worker: proposals drafted in the last step
+        self.deferred = s.kv_patch == "has_deferred"
+        self.balanced_refills = s.rebalance
 
-    def admitted(self, ids: np.ndarray) -> None:
+    # -- the split of the coming step -------------------------------------------------------
+
+    def _verified_flag(self) -> bool | None:
+        """The flag of the sub-batch the coming decode step verifies (None: nothing decodes)."""
+        if len(self.members[self.send]):
+            return self.send
+        if len(self.members[not self.send]):
+            return not self.send  # one sub-batch empty: the other is verified whole
+        return None
+
+    # -- scheduler hooks --------------------------------------------------------------------
+
+    def allocating(self, ids: np.ndarray) -> np.ndarray | None:
+        if not self.deferred:
+            return None
+        verified = self._verified_flag()
+        return (self.flag[ids] == verified) | ~self.decoded_once[ids]
+
+    def target_tokens(self, ids: np.ndarray) -> np.ndarray:
+        verified = self.flag[ids] == self._verified_flag()
+        return np.where(verified, 1 + self.lookahead, 0)
+
+    def admitted(self, ids: np.ndarray, mixed: bool) -> None:
         if len(self.ctx.scheduler.running) == len(ids):  # nothing was running before
             self.batches.reset()
-        flags = np.array([self.batches.assign() for _ in ids], dtype=bool)
-        self.flag[ids] = flags
+        balanced = mixed or self.balanced_refills
+        self.flag[ids] = [self.batches.assign(balanced) for _ in range(len(ids))]
+        self.has_proposals[ids] = False
+        self.decoded_once[ids] = False
+
+    def graduated(self, ids: np.ndarray) -> None:
+        flags = self.flag[ids]
         for flag in (False, True):
             self.members[flag] = np.concatenate([self.members[flag], ids[flags == flag]])
 
-    def retired(self, ids: np.ndarray) -> None:
-        for r in ids:
+    def resumed(self, ids: np.ndarray) -> None:
+        self.flag[ids] = [self.batches.assign(self.balanced_refills) for _ in range(len(ids))]
+        self.has_proposals[ids] = False
+        self.graduated(ids)
+
+    def left(self, ids: np.ndarray) -> None:
+        for r in ids.tolist():
             self.batches.recycle(bool(self.flag[r]))
         self.has_proposals[ids] = False
-        remaining = self.ctx.table.remaining
+        self.decoded_once[ids] = False
         for flag, members in self.members.items():
-            self.members[flag] = members[remaining[members] > 0]
+            self.members[flag] = members[~np.isin(members, ids)]
 
-    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, None]:
-        sizes = (len(self.members[False]), len(self.members[True]))
-        yield from prefill_step(self.ctx, ids, with_draft=True, over_link=True,
-                                  batch_sizes=sizes)
+    # -- a step -----------------------------------------------------------------------------
 
-    def decode(self) -> Generator[Any, Any, None]:
+    def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
         env, cost, table, k = ctx.env, ctx.cost, ctx.table, ctx.scenario.k
-        verify_ids, draft_ids = self.members[self.send], self.members[not self.send]
         b0, b1 = len(self.members[False]), len(self.members[True])
-        if len(verify_ids) == 0:  # one sub-batch empty: verify all, draft nothing ahead
-            verify_ids, draft_ids = draft_ids, verify_ids
-        self.batches.decode_scheduled()
+        if len(plan.decode):
+            verify_ids, draft_ids = self.members[self.send], self.members[not self.send]
+            if len(verify_ids) == 0:  # one sub-batch empty: verify all, draft nothing ahead
+                verify_ids, draft_ids = draft_ids, verify_ids
+        else:  # a prefill-only step: the decoding requests wait
+            verify_ids = draft_ids = EMPTY
+        decoding = len(verify_ids) > 0
+        if decoding:
+            self.batches.decode_scheduled()
+            self.decoded_once[plan.decode] = True
+        chunks = chunk_work(ctx, plan)
 
         start = env.now
         context = table.context(verify_ids)
-        parallelised = self.have_previous
+        parallelised = decoding and self.have_previous
         draft_s = 0.0
-        if not parallelised:  # init or fallback: draft the verified sub-batch first
+        if decoding and not parallelised:  # init or fallback: draft the verified sub-batch first
             draft_s = cost.draft(len(verify_ids), k, context)
             yield env.timeout(draft_s)
             self.has_proposals[verify_ids] = True
             proposed = np.full(len(verify_ids), k, dtype=np.int64)
-            total_proposed = k * len(verify_ids)
         else:
-            has = self.has_proposals[verify_ids]
-            proposed = has * k
-            total_proposed = k * int(np.count_nonzero(has))
+            proposed = self.has_proposals[verify_ids] * k
+        proposed = draft_counts(plan, verify_ids, proposed)
+        total_proposed = int(proposed.sum())
         tokens = total_proposed + len(verify_ids)
-        job = VerifyJob(cost.verify(len(verify_ids), tokens, context),
-                        step_inputs_bytes(len(verify_ids), tokens, context, ctx.scenario.block_size),
-                        sampler_output_bytes(tokens, ctx.vocab))
+        job = VerifyJob(cost.verify(len(verify_ids), tokens, context, chunks),
+                        step_inputs_bytes(len(verify_ids), tokens + chunks.tokens,
+                                          context + chunks.ctx, ctx.scenario.block_size),
+                        sampler_output_bytes(tokens + chunks.completing, ctx.vocab))
         done = ctx.verifier.submit(job)
         ahead_s = 0.0
         if len(draft_ids):
@@ -110,19 +171,25 @@ class ParallelSD:
         drafted_at = env.now
         yield done
         wait_s = env.now - drafted_at
-        reject_s = cost.reject(tokens)
-        yield env.timeout(reject_s + cost.overhead)
+        sync_s = cost.draft_chunks(chunks)
+        reject_s = cost.reject(tokens) if decoding else 0.0
+        swap_s = cost.swap(plan.swap_blocks)
+        yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
 
         self.has_proposals[verify_ids] = False
         out = verify_outcome(ctx, verify_ids, proposed, total_proposed)
-        if len(draft_ids):
-            self.have_previous, self.send = True, not self.send
-        else:
-            self.have_previous, self.send = False, True
-        ctx.drafter_busy_s += draft_s + ahead_s + reject_s
+        if decoding:
+            if len(draft_ids):
+                self.have_previous, self.send = True, not self.send
+            else:
+                self.have_previous, self.send = False, True
+        ctx.drafter_busy_s += draft_s + ahead_s + sync_s + reject_s
         verifier_path = job.transfer_s + job.compute_s
-        link_critical = max(verifier_path, ahead_s) - max(job.compute_s, ahead_s)
-        ctx.steps.append(StepRecord(
-            DECODE, start, env.now, parallelised, b0 + b1, b0, b1, len(verify_ids),
-            len(draft_ids), tokens, out.proposed, out.accepted, out.generated,
-            draft_s + ahead_s, job.compute_s, job.transfer_s, wait_s, link_critical))
+        record(ctx, plan, start, parallelised=parallelised, batches=(b0, b1),
+               verified=len(verify_ids), drafted=len(draft_ids), scored=tokens if decoding else 0,
+               out=out, first_tokens=emit_first_tokens(ctx, plan), draft_s=draft_s + ahead_s + sync_s,
+               verify_s=job.compute_s, comm_s=job.transfer_s,
+               wait_s=wait_s if decoding else 0.0,
+               link_critical_s=max(verifier_path, ahead_s) - max(job.compute_s, ahead_s)
+               if decoding else job.transfer_s,
+               swap_s=swap_s)

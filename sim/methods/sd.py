@@ -1,8 +1,9 @@
 """`sd`: standard speculative decoding, the draft model co-located on the verifier GPUs.
 
 vLLM V0's SpecDecodeWorker with the draft at TP=1 on GPU 0 of the verifier group (MineDraft's
-sequential baseline): each step drafts k tokens for every running request, then the target
-scores them, then rejection sampling; m requests run.
+sequential baseline): each step drafts k tokens for every decoding request, then one target pass
+scores them (with any prefill chunks), then the draft model fills its KV for the prompt tokens
+of the step, then rejection sampling; m requests run.
 """
 
 from __future__ import annotations
@@ -13,12 +14,19 @@ from typing import Any
 import numpy as np
 
 from sim.devices import VerifyJob
-from sim.methods.common import SimContext, prefill_step, verify_outcome
-from sim.records import DECODE, StepRecord
+from sim.methods.common import (
+    EngineMethod,
+    chunk_work,
+    draft_counts,
+    emit_first_tokens,
+    record,
+    verify_outcome,
+)
 from sim.scenario import Scenario
+from sim.scheduler import StepPlan
 
 
-class StandardSD:
+class StandardSD(EngineMethod):
     uses_drafter = True
 
     @staticmethod
@@ -29,34 +37,28 @@ class StandardSD:
     def gpus(s: Scenario) -> int:
         return s.tensor_parallel_size
 
-    def __init__(self, ctx: SimContext) -> None:
-        self.ctx = ctx
-
-    def admitted(self, ids: np.ndarray) -> None:
-        pass
-
-    def retired(self, ids: np.ndarray) -> None:
-        pass
-
-    def prefill(self, ids: np.ndarray) -> Generator[Any, Any, None]:
-        n = len(self.ctx.scheduler.running)
-        yield from prefill_step(self.ctx, ids, with_draft=True, over_link=False, batch_sizes=(n, 0))
-
-    def decode(self) -> Generator[Any, Any, None]:
+    def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
         env, cost, k = ctx.env, ctx.cost, ctx.scenario.k
-        ids = ctx.scheduler.running
+        ids = plan.decode
         batch = len(ids)
         context = ctx.table.context(ids)
+        chunks = chunk_work(ctx, plan)
         start = env.now
-        draft_s = cost.draft(batch, k, context)
-        yield env.timeout(draft_s)
-        tokens = batch * (k + 1)
-        job = VerifyJob(cost.verify(batch, tokens, context))
+        proposed = draft_counts(plan, ids, np.full(batch, k, dtype=np.int64))
+        draft_s = cost.draft(batch, int(proposed.max()), context) if batch else 0.0
+        if draft_s:
+            yield env.timeout(draft_s)
+        total_proposed = int(proposed.sum())
+        tokens = total_proposed + batch
+        job = VerifyJob(cost.verify(batch, tokens, context, chunks))
         yield ctx.verifier.submit(job)
-        yield env.timeout(cost.reject(tokens) + cost.overhead)
-        ctx.drafter_busy_s += draft_s
-        out = verify_outcome(ctx, ids, np.full(batch, k, dtype=np.int64), batch * k)
-        ctx.steps.append(StepRecord(
-            DECODE, start, env.now, False, batch, batch, 0, batch, 0, tokens, out.proposed,
-            out.accepted, out.generated, draft_s, job.compute_s, 0.0, 0.0, 0.0))
+        sync_s = cost.draft_chunks(chunks)
+        reject_s = cost.reject(tokens) if batch else 0.0
+        swap_s = cost.swap(plan.swap_blocks)
+        yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
+        ctx.drafter_busy_s += draft_s + sync_s
+        out = verify_outcome(ctx, ids, proposed, total_proposed)
+        record(ctx, plan, start, verified=batch, scored=tokens if batch else 0,
+               out=out, first_tokens=emit_first_tokens(ctx, plan), draft_s=draft_s + sync_s,
+               verify_s=job.compute_s, swap_s=swap_s)

@@ -1,0 +1,75 @@
+"""KV block pools, one per GPU group, allocated in lockstep through one block table.
+
+Target KV lives on the verifier group; draft KV on the drafter GPU in PSD, or beside the
+target's on GPU 0 of the verifier group in co-located SD (one pool holding both). vLLM V0
+(MineDraft) keeps a single block table per request that both models write through, so a request
+holds the same number of blocks in every pool; each pool has its own capacity in blocks (GPU
+memory x utilisation - weights - reserve, over the KV bytes of a block there, sim/memory.py).
+The pool with the fewest blocks binds: a drafter GPU too small for 2m requests' draft KV limits
+PSD before the verifier group does, and the run says which pool bound.
+
+Blocks are granted whole (`block_size` tokens). A request's need is ceil(tokens / block_size)
+for the tokens whose KV must have slots this step (context + lookahead for a decode, computed +
+chunk for a prefill). Admission keeps a watermark of free blocks, as vLLM V0 does (1% of the
+pool: `BlockSpaceManager(watermark=0.01)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+WATERMARK = 0.01  # vLLM V0 default fraction of blocks kept free at admission
+
+
+class KVPools:
+    def __init__(self, capacities: Mapping[str, int], block_size: int, n_requests: int) -> None:
+        if not capacities or min(capacities.values()) < 1:
+            raise ValueError("every KV pool needs at least one block")
+        self.capacities = dict(capacities)
+        self.block_size = block_size
+        self.total = min(self.capacities.values())     # the binding side's blocks
+        self.binding = min(self.capacities, key=lambda side: self.capacities[side])
+        self.watermark = int(WATERMARK * self.total)
+        self.held = np.zeros(n_requests, dtype=np.int64)  # blocks per request (every side)
+        self.used = 0
+        self.peak = 0
+
+    @property
+    def free(self) -> int:
+        return self.total - self.used
+
+    def blocks_for(self, tokens: np.ndarray) -> np.ndarray:
+        return -(-tokens // self.block_size)
+
+    def can_admit(self, blocks: int) -> bool:
+        """vLLM V0 `can_allocate`: room for `blocks` while keeping the watermark free."""
+        return self.free - blocks >= self.watermark
+
+    def fits_ever(self, blocks: int) -> bool:
+        return self.total - blocks >= self.watermark
+
+    def extra_needed(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """New blocks each request needs to hold `tokens` slots (0 where it holds enough)."""
+        return np.maximum(self.blocks_for(tokens) - self.held[ids], 0)
+
+    def grow(self, ids: np.ndarray, extra: np.ndarray) -> None:
+        """Grant `extra` blocks to each of `ids` (the caller checked they are free)."""
+        total = int(extra.sum())
+        if total > self.free:
+            raise RuntimeError("KV pool over-allocated")  # a scheduler bug, never user input
+        self.held[ids] += extra
+        self.used += total
+        self.peak = max(self.peak, self.used)
+
+    def release(self, ids: np.ndarray) -> int:
+        """Free every block of `ids`; returns how many were freed."""
+        freed = int(self.held[ids].sum())
+        self.held[ids] = 0
+        self.used -= freed
+        return freed
+
+    def usage(self) -> dict[str, float]:
+        """Fraction of each side's pool in use."""
+        return {side: self.used / cap for side, cap in self.capacities.items()}

@@ -1,0 +1,105 @@
+"""Request traces: JSONL or CSV rows of arrival time, prompt tokens, output tokens, acceptance.
+
+Columns (extra columns are ignored): `arrival_s` (seconds, >= 0), `prompt_tokens` (>= 1),
+`output_tokens` (>= 1), and optionally `acceptance` (per-token acceptance in (0, 1); rows without
+it draw from the scenario's distribution). A malformed row is reported with its line number and
+field, as a ScenarioError naming `trace`. Rows are replayed in arrival order (stable for ties).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import ScenarioError
+
+REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
+
+
+@dataclass(frozen=True)
+class Trace:
+    arrival_s: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    acceptance: np.ndarray  # NaN where the row gives none
+
+
+def _fail(path: Path, line: int, field: str, problem: str) -> ScenarioError:
+    return ScenarioError("trace", f"{path.name} line {line}: field {field!r}: {problem}",
+                         "correct that row of the trace")
+
+
+def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: bool) -> float:
+    if field not in row or row[field] in ("", None):
+        raise _fail(path, line, field, "missing")
+    raw = row[field]
+    try:
+        value = float(raw) if not isinstance(raw, bool) else math.nan
+    except (TypeError, ValueError):
+        raise _fail(path, line, field, f"not a number: {raw!r}") from None
+    if not math.isfinite(value) or (integer and value != int(value)):
+        kind = "an integer" if integer else "a finite number"
+        raise _fail(path, line, field, f"must be {kind}, got {raw!r}")
+    return value
+
+
+def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() == ".csv":
+        reader = csv.DictReader(text.splitlines())
+        missing = [f for f in REQUIRED if f not in (reader.fieldnames or [])]
+        if missing:
+            raise _fail(path, 1, missing[0], "column missing from the header")
+        return [(i + 2, row) for i, row in enumerate(reader)]
+    rows = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError("trace", f"{path.name} line {i}: not valid JSON ({exc.msg})",
+                                "write one JSON object per line") from None
+        if not isinstance(row, dict):
+            raise ScenarioError("trace", f"{path.name} line {i}: not a JSON object",
+                                "write one JSON object per line")
+        rows.append((i, row))
+    return rows
+
+
+def read_trace(path: str | Path, max_model_len: int) -> Trace:
+    p = Path(path)
+    rows = _rows(p)
+    if not rows:
+        raise ScenarioError("trace", f"{p.name} has no rows", "give a trace with at least one request")
+    arrival, prompt, output, acceptance = [], [], [], []
+    for line, row in rows:
+        a = _number(p, line, row, "arrival_s", integer=False)
+        pl = _number(p, line, row, "prompt_tokens", integer=True)
+        ol = _number(p, line, row, "output_tokens", integer=True)
+        if a < 0:
+            raise _fail(p, line, "arrival_s", f"must be >= 0, got {a}")
+        if pl < 1 or ol < 1:
+            field = "prompt_tokens" if pl < 1 else "output_tokens"
+            raise _fail(p, line, field, "must be >= 1")
+        if pl + ol > max_model_len:
+            raise _fail(p, line, "output_tokens",
+                        f"prompt + output = {int(pl + ol)} exceeds max_model_len {max_model_len}")
+        acc = math.nan
+        if row.get("acceptance") not in (None, ""):
+            acc = _number(p, line, row, "acceptance", integer=False)
+            if not 0 < acc < 1:
+                raise _fail(p, line, "acceptance", f"must be in (0, 1), got {acc}")
+        arrival.append(a)
+        prompt.append(int(pl))
+        output.append(int(ol))
+        acceptance.append(acc)
+    order = np.argsort(np.array(arrival), kind="stable")
+    return Trace(np.array(arrival)[order], np.array(prompt, dtype=np.int64)[order],
+                 np.array(output, dtype=np.int64)[order], np.array(acceptance)[order])
