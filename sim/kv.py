@@ -50,6 +50,21 @@ class KVPools:
     def fits_ever(self, blocks: int) -> bool:
         return self.total - blocks >= self.watermark
 
+    def ensure(self, ids: np.ndarray, tokens: np.ndarray) -> bool:
+        """Grow each request to hold `tokens` slots if the free blocks cover all of them at once
+        (the common case, in a handful of numpy operations); False changes nothing."""
+        held = self.held[ids]
+        grown = np.maximum(held, (tokens + (self.block_size - 1)) // self.block_size)
+        extra = int((grown - held).sum())
+        if extra > self.total - self.used:
+            return False
+        if extra:
+            self.held[ids] = grown
+            self.used += extra
+            if self.used > self.peak:
+                self.peak = self.used
+        return True
+
     def extra_needed(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """New blocks each request needs to hold `tokens` slots (0 where it holds enough)."""
         return np.maximum(self.blocks_for(tokens) - self.held[ids], 0)

@@ -74,18 +74,20 @@ class RequestTable:
         weights = None if values is None else np.concatenate(values)
         return np.bincount(ids, weights=weights, minlength=n).astype(np.int64)
 
-    def emit(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    def emit(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray | None:
         """Append up to `tokens` to each request, never beyond its output length (vLLM discards
-        tokens past max_tokens). Returns the tokens kept; requests now complete are queued in
-        `completed`."""
+        tokens past max_tokens). Requests now complete are queued in `completed`. Returns the
+        tokens kept where some were cut, or None when every request kept all its `tokens` (the
+        common case, which spares the caller a sum)."""
         remaining = self.remaining[ids]
         kept = np.minimum(tokens, remaining)
         remaining -= kept
         self.remaining[ids] = remaining
         self.kv_len[ids] += kept
-        if not remaining.all():
+        if np.count_nonzero(remaining) < len(remaining):
             self.completed.append(ids[remaining == 0])
-        return kept
+            return kept
+        return None
 
     def first_token(self, ids: np.ndarray, now: float) -> None:
         """Requests received their first token: time it, and schedule their clients' cancels."""

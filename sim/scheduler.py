@@ -73,6 +73,7 @@ class Scheduler:
         self._next = 0                # next request to arrive; arrivals are sorted
         self.ended = 0                # requests finished, aborted or rejected
         self.preemptions = 0
+        self.prefilling = 0           # running requests still prefilling
 
     # -- arrivals -------------------------------------------------------------------------
 
@@ -98,8 +99,9 @@ class Scheduler:
         return plan
 
     def _decoding(self) -> np.ndarray:
-        t = self.table
-        return self.running[t.state[self.running] == DECODING]
+        if not self.prefilling:
+            return self.running
+        return self.running[self.table.state[self.running] == DECODING]
 
     def _plan_v0(self, method: EngineHooks, now: float) -> StepPlan:
         if not self.swapped:
@@ -148,12 +150,12 @@ class Scheduler:
         """Grow the KV of the decoding requests that allocate this step; preempt when short.
         Returns the decoding requests that keep running."""
         t, kv = self.table, self.kv
-        mask = method.allocating(decode)
-        ids = decode if mask is None else decode[mask]
-        extra = kv.extra_needed(ids, t.kv_len[ids] + method.lookahead)
-        if int(extra.sum()) <= kv.free:
-            kv.grow(ids, extra)
+        ids = method.allocating(decode)
+        if ids is None:
+            ids = decode
+        if kv.ensure(ids, t.kv_len[ids] + method.lookahead):
             return decode
+        extra = kv.extra_needed(ids, t.kv_len[ids] + method.lookahead)
         need = np.zeros(len(t), dtype=np.int64)
         need[ids] = extra
         queue = deque(decode.tolist())
@@ -174,7 +176,6 @@ class Scheduler:
     def _preempt(self, r: int, method: EngineHooks, plan: StepPlan) -> None:
         t, kv = self.table, self.kv
         ids = np.array([r])
-        method.left(ids)
         self.running = self.running[self.running != r]
         held = int(kv.held[r])
         if self.swap and t.state[r] == DECODING and self.swap_used + held <= self.swap_capacity:
@@ -189,6 +190,7 @@ class Scheduler:
             t.computed[r] = 0
             t.recomputed[r] += t.kv_len[r]
             self.waiting.appendleft(r)
+        method.left(ids)
         kv.release(ids)
         t.preemptions[r] += 1
         self.preemptions += 1
@@ -225,6 +227,8 @@ class Scheduler:
 
     def _admit_whole(self, method: EngineHooks, now: float) -> np.ndarray:
         """vLLM V0 `_schedule_prefills` without chunking: whole prompts, FCFS."""
+        if not self.waiting or len(self.running) >= self.max_running:
+            return EMPTY
         t, kv = self.table, self.kv
         chosen: list[int] = []
         blocks_taken = tokens = 0
@@ -251,6 +255,7 @@ class Scheduler:
     def _start(self, ids: np.ndarray, now: float, method: EngineHooks, mixed: bool) -> None:
         t = self.table
         t.state[ids] = PREFILLING
+        self.prefilling += len(ids)
         fresh = np.isnan(t.admitted_s[ids])
         t.admitted_s[ids[fresh]] = now
         self.running = np.concatenate([self.running, ids])
@@ -312,6 +317,7 @@ class Scheduler:
             grads = plan.prefill[plan.completes]
             if len(grads):
                 t.state[grads] = DECODING
+                self.prefilling -= len(grads)
                 t.computed[grads] = 0
                 method.graduated(grads)
         finished = EMPTY
@@ -325,6 +331,7 @@ class Scheduler:
 
     def _leave_running(self, ids: np.ndarray, state: int, now: float, method: EngineHooks) -> None:
         t = self.table
+        self.prefilling -= int(np.count_nonzero(t.state[ids] == PREFILLING))
         t.state[ids] = state
         t.end_s[ids] = now
         method.left(ids)
@@ -363,8 +370,8 @@ class EngineHooks:
 
     lookahead: int = 0  # KV slots beyond the context a decode needs (k when drafts are scored)
 
-    def allocating(self, ids: np.ndarray) -> np.ndarray | None:
-        """Which decoding requests grow their KV this step (None = all)."""
+    def allocating(self, decode: np.ndarray) -> np.ndarray | None:
+        """The decoding requests that grow their KV this step (None = all of `decode`)."""
         return None
 
     def target_tokens(self, ids: np.ndarray) -> np.ndarray:
@@ -375,7 +382,8 @@ class EngineHooks:
         """Requests entered the running set (mixed: with chunked prefill)."""
 
     def left(self, ids: np.ndarray) -> None:
-        """Requests left the running set (finished, aborted, preempted, swapped out)."""
+        """Requests left the running set (finished, aborted, preempted, swapped out); their
+        state already says where they went."""
 
     def resumed(self, ids: np.ndarray) -> None:
         """Swapped-out requests came back, decoding."""

@@ -78,7 +78,7 @@ def emit_first_tokens(ctx: SimContext, plan: StepPlan) -> int:
     t = ctx.table
     kept = t.emit(done, np.ones(len(done), dtype=np.int64))
     t.first_token(done, ctx.env.now)
-    return int(kept.sum())
+    return len(done) if kept is None else int(kept.sum())
 
 
 def draft_counts(plan: StepPlan, ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -107,7 +107,8 @@ def verify_outcome(ctx: SimContext, ids: np.ndarray, proposed: np.ndarray,
         unproposed = len(ids) if ctx.scenario.method != "ar" else 0
     kept = t.emit(ids, accepted + 1)
     t.log_verification(ids, proposed, accepted)
-    return Outcome(total_proposed, total_accepted, int(kept.sum()), unproposed)
+    generated = total_accepted + len(ids) if kept is None else int(kept.sum())
+    return Outcome(total_proposed, total_accepted, generated, unproposed)
 
 
 def record(ctx: SimContext, plan: StepPlan, start: float, *, parallelised: bool = False,

@@ -45,6 +45,7 @@ from sim.methods.common import (
     record,
     verify_outcome,
 )
+from sim.requests import DECODING
 from sim.scenario import Scenario
 from sim.scheduler import StepPlan
 
@@ -72,7 +73,7 @@ class ParallelSD(EngineMethod):
         # exactly one of them, so a step needs no masking of the running set.
         self.members = {False: EMPTY.copy(), True: EMPTY.copy()}
         self.has_proposals = np.zeros(n, dtype=bool)
-        self.decoded_once = np.zeros(n, dtype=bool)
+        self.fresh: list[int] = []  # decoding requests not yet scheduled for a decode step
         self.send = True                         # worker: the sub-batch verified next
         self.have_previous = False               # worker: proposals drafted in the last step
         self.deferred = s.kv_patch == "has_deferred"
@@ -90,11 +91,14 @@ class ParallelSD(EngineMethod):
 
     # -- scheduler hooks --------------------------------------------------------------------
 
-    def allocating(self, ids: np.ndarray) -> np.ndarray | None:
+    def allocating(self, decode: np.ndarray) -> np.ndarray | None:
         if not self.deferred:
             return None
         verified = self._verified_flag()
-        return (self.flag[ids] == verified) | ~self.decoded_once[ids]
+        ids = self.members[verified] if verified is not None else EMPTY
+        if self.fresh:  # a request's first decode step always allocates
+            ids = np.union1d(ids, np.array(self.fresh, dtype=np.int64))
+        return ids
 
     def target_tokens(self, ids: np.ndarray) -> np.ndarray:
         verified = self.flag[ids] == self._verified_flag()
@@ -106,12 +110,12 @@ class ParallelSD(EngineMethod):
         balanced = mixed or self.balanced_refills
         self.flag[ids] = [self.batches.assign(balanced) for _ in range(len(ids))]
         self.has_proposals[ids] = False
-        self.decoded_once[ids] = False
 
     def graduated(self, ids: np.ndarray) -> None:
         flags = self.flag[ids]
         for flag in (False, True):
             self.members[flag] = np.concatenate([self.members[flag], ids[flags == flag]])
+        self.fresh.extend(ids.tolist())
 
     def resumed(self, ids: np.ndarray) -> None:
         self.flag[ids] = [self.batches.assign(self.balanced_refills) for _ in range(len(ids))]
@@ -119,12 +123,17 @@ class ParallelSD(EngineMethod):
         self.graduated(ids)
 
     def left(self, ids: np.ndarray) -> None:
-        for r in ids.tolist():
-            self.batches.recycle(bool(self.flag[r]))
+        flags = self.flag[ids]
+        for flag in flags.tolist():
+            self.batches.recycle(flag)
         self.has_proposals[ids] = False
-        self.decoded_once[ids] = False
-        for flag, members in self.members.items():
-            self.members[flag] = members[~np.isin(members, ids)]
+        state = self.ctx.table.state
+        for flag in set(flags.tolist()):  # the request states already say who left
+            members = self.members[flag]
+            self.members[flag] = members[state[members] == DECODING]
+        if self.fresh:
+            gone = set(ids.tolist())
+            self.fresh = [r for r in self.fresh if r not in gone]
 
     # -- a step -----------------------------------------------------------------------------
 
@@ -141,7 +150,7 @@ class ParallelSD(EngineMethod):
         decoding = len(verify_ids) > 0
         if decoding:
             self.batches.decode_scheduled()
-            self.decoded_once[plan.decode] = True
+            self.fresh.clear()
         chunks = chunk_work(ctx, plan)
 
         start = env.now
@@ -153,10 +162,14 @@ class ParallelSD(EngineMethod):
             yield env.timeout(draft_s)
             self.has_proposals[verify_ids] = True
             proposed = np.full(len(verify_ids), k, dtype=np.int64)
+            total_proposed = k * len(verify_ids)
         else:
-            proposed = self.has_proposals[verify_ids] * k
-        proposed = draft_counts(plan, verify_ids, proposed)
-        total_proposed = int(proposed.sum())
+            has = self.has_proposals[verify_ids]
+            proposed = has * k
+            total_proposed = k * int(np.count_nonzero(has))
+        if plan.spec_cap is not None:
+            proposed = draft_counts(plan, verify_ids, proposed)
+            total_proposed = int(proposed.sum())
         tokens = total_proposed + len(verify_ids)
         job = VerifyJob(cost.verify(len(verify_ids), tokens, context, chunks),
                         step_inputs_bytes(len(verify_ids), tokens + chunks.tokens,
