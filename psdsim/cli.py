@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     _scenario_args(run)
     run.add_argument("--method", choices=METHODS, help="override the scenario's method")
     run.add_argument("--no-write", action="store_true", help="do not write a results folder")
+    run.add_argument("--plots", action="store_true",
+                     help="add occupancy.png (sub-batches, queue, KV use over time) to the results")
     cmp = sub.add_parser("compare", help="simulate ar, sd and psd on the same scenario and seed")
     _scenario_args(cmp)
     cmp.add_argument("--methods", default=",".join(METHODS),
@@ -135,7 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     where = None
     if not args.no_write:
         out = args.out or _default_out(s, s.method)
-        where = str(_write(out, lambda: write_result(result, out))) + "/"
+        where = str(_write(out, lambda: write_result(result, out, plots=args.plots))) + "/"
     if args.json:
         sys.stdout.write(summary_json(result.summary))
     else:

@@ -20,6 +20,14 @@ def _num(value: Any, digits: int = 1) -> str:
     return f"{value:,}"
 
 
+def sm_requests(summary: dict[str, Any], s: Scenario) -> int:
+    return int(summary.get("requests", s.requests))
+
+
+def _pools(usage: dict[str, float]) -> str:
+    return ", ".join(f"{pool} {value:.0%}" for pool, value in usage.items())
+
+
 def describe_hardware(s: Scenario) -> str:
     cat = builtin_catalog()
     target, draft = cat.models[s.target].hf_id, cat.models[s.draft].hf_id
@@ -33,8 +41,10 @@ def describe_hardware(s: Scenario) -> str:
 
 def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
                wall_s: float | None = None) -> str:
-    head = (f"psdsim run · {s.name} · {s.method} (k={s.k}, m={s.m}) · {s.requests} requests"
-            f" · {s.dataset} · seed {s.seed}")
+    workload = f"trace {s.trace.rsplit('/', 1)[-1]}" if s.trace else s.dataset
+    prefill = "chunked prefill" if s.chunked_prefill else "prefill steps"
+    head = (f"psdsim run · {s.name} · {s.method} (k={s.k}, m={s.m}) · {sm_requests(summary, s)} "
+            f"requests · {workload} · {s.scheduler}, {prefill} · seed {s.seed}")
     lines = [head, "  " + describe_hardware(s)]
     if not summary["fits"]:
         lines.append(f"  {summary['infeasible_reason']}")
@@ -50,7 +60,8 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
         f"  output over makespan       {_num(sm['output_tok_s'])} tok/s   makespan "
         f"{_num(sm['makespan_s'])} s   E2EL {_num(sm['e2el_ms'])} ms/request",
     ]
-    for label, st in (("latency ms", lat), ("TTFT ms", ttft), ("TPOT ms", tpot)):
+    for label, st in (("latency ms", lat), ("TTFT ms", ttft), ("TPOT ms", tpot),
+                      ("queueing ms", sm["queue_ms"])):
         lines.append(f"  {label:<27}mean {_num(st['mean'])}   p50 {_num(st['p50'])}   "
                      f"p90 {_num(st['p90'])}   p99 {_num(st['p99'])}")
     lines += [
@@ -60,7 +71,16 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
         f"   decode steps {_num(sm['decode_steps'])}   prefill steps {_num(sm['prefill_steps'])}",
         f"  per decode step: draft {_num(sm['mean_draft_ms'])} ms   verify "
         f"{_num(sm['mean_verify_ms'])} ms   link {_num(sm['mean_comm_ms'])} ms",
+        f"  KV peak {_pools(sm['kv_peak_usage'])} (binding: {sm['kv_binding_pool']})   preemptions "
+        f"{_num(sm['preemptions'])} ({_num(sm['recomputed_tokens'])} tokens recomputed, swap "
+        f"{_num(sm['swap_s'], 2)} s)",
+        f"  aborted {sm['aborted']}   rejected {sm['rejected']}   wasted verifications "
+        f"{_num(sm['wasted_verifications'])}   imbalance |B1-B0| mean {_num(sm['imbalance_mean'], 2)}"
+        f" max {_num(sm['imbalance_max'])}",
     ]
+    if sm["slo_attainment"] is not None:
+        lines.append(f"  SLOs met by {sm['slo_attainment']:.1%} of requests: goodput "
+                     f"{_num(sm['goodput_req_s'], 3)} req/s, {_num(sm['goodput_tok_s'])} tok/s")
     tail = []
     if where:
         tail.append(f"results: {where}")

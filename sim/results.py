@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.plots import occupancy_png
 from sim.scenario import scenario_to_toml
 
 
@@ -45,8 +46,8 @@ def summary_json(summary: Mapping[str, Any]) -> str:
     return json.dumps(summary, indent=2, allow_nan=False) + "\n"
 
 
-def write_folder(out_dir: Path, files: Mapping[str, str | Mapping[str, np.ndarray]]) -> Path:
-    """Atomically create (or replace) `out_dir` holding `files`: text, or a table for CSV."""
+def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, np.ndarray]]) -> Path:
+    """Atomically create (or replace) `out_dir` holding `files`: text, bytes, or a table (CSV)."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
@@ -54,6 +55,8 @@ def write_folder(out_dir: Path, files: Mapping[str, str | Mapping[str, np.ndarra
         for name, content in files.items():
             if isinstance(content, str):
                 (tmp / name).write_text(content, encoding="utf-8")
+            elif isinstance(content, bytes):
+                (tmp / name).write_bytes(content)
             else:
                 write_table(tmp / name, content)
         if out_dir.exists():
@@ -69,13 +72,15 @@ def write_folder(out_dir: Path, files: Mapping[str, str | Mapping[str, np.ndarra
     return out_dir
 
 
-def write_result(result: Any, out_dir: Path) -> Path:
-    """The standard folder of one simulated run (a sim.run.Result)."""
-    files: dict[str, str | Mapping[str, np.ndarray]] = {
+def write_result(result: Any, out_dir: Path, plots: bool = False) -> Path:
+    """The standard folder of one simulated run (a sim.run.Result); `plots` adds occupancy.png."""
+    files: dict[str, str | bytes | Mapping[str, np.ndarray]] = {
         "summary.json": summary_json(result.summary),
         "scenario.toml": scenario_to_toml(result.scenario),
     }
     if result.fits:
         files["steps.csv"] = result.steps
         files["requests.csv"] = result.requests
+        if plots:
+            files["occupancy.png"] = occupancy_png(result)
     return write_folder(out_dir, files)

@@ -14,8 +14,8 @@ when the swap space holds them). If the step preempted nothing, swapped requests
 vllm-v0 with chunked prefill: decode-first; one mixed step holds the running decodes (one token
 each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts.
 vllm-v1 (reference §3.1): chunked always; decodes count 1 + their draft tokens against the
-budget (draft tokens are truncated when it runs short; decodes are never starved); recompute
-only; a step that preempted admits no new requests.
+budget (draft tokens are cut first when it runs short, in running order; unlike vLLM, no decode
+is left out of a step); recompute only; a step that preempted admits no new requests.
 Simplifications: prefill chunks never preempt (a chunk without free blocks waits a step).
 """
 
@@ -393,16 +393,15 @@ class EngineHooks:
 
 
 def _truncate_drafts(tokens: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
-    """vllm-v1: decodes in order take 1 + their draft tokens from the budget; when it runs short,
-    draft tokens are cut (never below 0). Returns (draft-token cap per decode, budget left)."""
+    """vllm-v1: every decode needs one token; what is left of the budget goes to draft tokens,
+    in running order, and draft tokens are what gets cut when it runs short (decodes are never
+    starved, so a budget below one token per decode is exceeded). Returns (draft-token cap per
+    decode, budget left)."""
     total = int(tokens.sum())
     if total <= budget:
         return tokens - 1, budget - total
-    caps = np.empty(len(tokens), dtype=np.int64)
-    left = budget
-    for i, want in enumerate(tokens.tolist()):
-        take = max(1, min(want, left))
-        caps[i] = take - 1
-        left = max(0, left - take)
-    return caps, left
-
+    wanted = tokens - 1
+    spare = max(0, budget - len(tokens))
+    before = np.cumsum(wanted) - wanted          # drafts granted to earlier decodes, uncapped
+    caps = np.clip(spare - before, 0, wanted)
+    return caps, max(0, budget - len(tokens) - int(caps.sum()))

@@ -1,0 +1,55 @@
+"""Figures of a simulated run: sub-batch occupancy and KV use over time (`psdsim run --plots`)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from sim.records import DECODE
+
+
+def occupancy_png(result: Any) -> bytes:
+    """Two panels over simulated time: the decoding sub-batches (and prefilling and waiting
+    requests), then the KV pools' use with preemptions marked. Returns PNG bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    st, s = result.steps, result.scenario
+    t = st["start_s"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    if s.method == "psd":
+        top.step(t, st["batch0"], where="post", label="sub-batch False", lw=0.8)
+        top.step(t, st["batch1"], where="post", label="sub-batch True", lw=0.8)
+        decode = st["kind"] == DECODE
+        imbalance = np.abs(st["batch1"] - st["batch0"])
+        top.plot(t[decode], imbalance[decode], ".", ms=1.5, color="k", label="|B1 - B0|")
+    else:
+        top.step(t, st["batch0"], where="post", label="decoding", lw=0.8)
+    if st["prefilling"].any():
+        top.step(t, st["prefilling"], where="post", label="prefilling", lw=0.8)
+    top.set_ylabel("requests")
+    queue = top.twinx()
+    queue.step(t, st["waiting"], where="post", color="gray", alpha=0.5, lw=0.8)
+    queue.set_ylabel("waiting", color="gray")
+    top.legend(fontsize=8, loc="upper right")
+    top.set_title(f"{s.name}: {s.method}, k={s.k}, m={s.m}, {s.scheduler}")
+
+    kv = result.kv
+    for pool, blocks in kv.pools.items():
+        bottom.step(t, st["kv_blocks"] / blocks, where="post", lw=0.8, label=f"{pool} pool")
+    pre = st["preempted"] > 0
+    if pre.any():
+        bottom.plot(t[pre], np.ones(pre.sum()), "v", color="C3", ms=4, label="preemption")
+    bottom.set_ylim(0, 1.08)
+    bottom.set_ylabel("KV blocks in use (fraction)")
+    bottom.set_xlabel("simulated time (s)")
+    bottom.legend(fontsize=8, loc="lower right")
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png", dpi=120)
+    plt.close(fig)
+    return buffer.getvalue()

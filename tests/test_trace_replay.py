@@ -1,0 +1,81 @@
+"""Request traces: replayed faithfully, malformed rows named by line and field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from psdsim.cli import main
+from sim.errors import ScenarioError
+from sim.run import simulate
+from sim.scenario import Scenario
+from sim.trace_replay import read_trace
+
+
+def _jsonl(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_jsonl_trace_replays_arrivals_lengths_and_acceptance(tmp_path):
+    rows = [{"arrival_s": 0.5, "prompt_tokens": 100, "output_tokens": 20, "acceptance": 0.9},
+            {"arrival_s": 0.0, "prompt_tokens": 50, "output_tokens": 10, "id": "extra columns are fine"},
+            {"arrival_s": 2.0, "prompt_tokens": 70, "output_tokens": 5}]
+    f = _jsonl(tmp_path / "t.jsonl", rows)
+    r = simulate(Scenario(trace=str(f), requests=1000))
+    req = r.requests
+    assert r.summary["requests"] == 3
+    assert req["arrival_s"].tolist() == [0.0, 0.5, 2.0]            # replayed in arrival order
+    assert req["prompt_len"].tolist() == [50, 100, 70]
+    assert req["output_len"].tolist() == [10, 20, 5]
+    assert req["acceptance"][1] == pytest.approx(0.9)               # given
+    assert 0 < req["acceptance"][0] < 1 and req["acceptance"][0] != 0.9  # drawn from the prior
+    assert (req["admitted_s"] >= req["arrival_s"]).all()
+
+
+def test_csv_trace_and_the_requests_cap(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,4\n1,20,4\n2,30,4\n")
+    assert read_trace(f, 2048).prompt_len.tolist() == [10, 20, 30]
+    assert simulate(Scenario(trace=str(f), requests=2)).summary["requests"] == 2
+
+
+@pytest.mark.parametrize("line, field", [
+    ('{"arrival_s": 0, "prompt_tokens": 0, "output_tokens": 5}', "prompt_tokens"),
+    ('{"arrival_s": -1, "prompt_tokens": 5, "output_tokens": 5}', "arrival_s"),
+    ('{"arrival_s": 0, "prompt_tokens": 5.5, "output_tokens": 5}', "prompt_tokens"),
+    ('{"arrival_s": 0, "prompt_tokens": 5}', "output_tokens"),
+    ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": "x"}', "output_tokens"),
+    ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5, "acceptance": 1.5}', "acceptance"),
+    ('{"arrival_s": 0, "prompt_tokens": 2000, "output_tokens": 100}', "output_tokens"),
+])
+def test_malformed_rows_name_line_and_field(tmp_path, line, field):
+    good = '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5}'
+    f = tmp_path / "bad.jsonl"
+    f.write_text(good + "\n" + good + "\n" + line + "\n")
+    with pytest.raises(ScenarioError) as err:
+        read_trace(f, 2048)
+    assert err.value.field == "trace"
+    assert "line 3" in str(err.value) and f"'{field}'" in str(err.value)
+
+
+def test_bad_json_and_csv_header(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5}\n{oops\n')
+    with pytest.raises(ScenarioError, match="line 2"):
+        read_trace(f, 2048)
+    c = tmp_path / "bad.csv"
+    c.write_text("arrival,prompt_tokens,output_tokens\n0,1,1\n")
+    with pytest.raises(ScenarioError, match="arrival_s"):
+        read_trace(c, 2048)
+
+
+def test_cli_reports_a_bad_trace_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": -5}\n')
+    assert main(["run", "--set", f"trace={f}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("psdsim: error: trace: t.jsonl line 1: field 'output_tokens'") and "\n" not in err
+    assert not (tmp_path / "results").exists()
