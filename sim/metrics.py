@@ -119,6 +119,7 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "imbalance_mean": float(imbalance.mean()) if imbalance is not None and len(imbalance) else None,
         "imbalance_max": int(imbalance.max()) if imbalance is not None and len(imbalance) else None,
         "imbalance_final": int(imbalance[-1]) if imbalance is not None and len(imbalance) else None,
+        "kv_pool_blocks": dict(kv.capacities),
         "kv_peak_usage": {side: kv.peak / cap for side, cap in kv.capacities.items()},
         "kv_binding_pool": kv.binding,
         "mean_draft_ms": _mean_ms(steps["draft_s"][decode]) if uses_drafter else None,
