@@ -9,6 +9,10 @@ the catalog, and constant times for the idealised mode. Per forward pass of a mo
 
 bytes = streamed weights / TP + context tokens x KV bytes per token / TP;
 flops = tokens x body FLOPs + sampled positions x LM-head FLOPs + attention pairs x FLOPs/pair.
+An MoE model's streamed weights grow with the tokens of the pass: each layer reads the experts
+its tokens are routed to, E (1 - (1 - k/E)^tokens) of them (reference §2.2). Matmuls run at the
+GPU's FP8 rate for FP8 models where the GPU has FP8 tensor cores, at the BF16 rate otherwise
+(weight-only quantisation: AWQ-INT4, or FP8 on an A100).
 
 A target pass may carry decode verification and prefill chunks together (chunked prefill): they
 share one weight read. The efficiency defaults (0.81 memory, 0.77 compute) are what
@@ -63,7 +67,11 @@ class StepCost(Protocol):
         ...
 
     def comm(self, nbytes: int) -> float:
-        """One drafter<->verifier message."""
+        """One point-to-point message from the verifier group back to the drafter."""
+        ...
+
+    def broadcast(self, nbytes: int) -> float:
+        """The drafter's inputs broadcast to the verifier group."""
         ...
 
     def reject(self, positions: int) -> float:
@@ -81,8 +89,8 @@ class ForwardModel:
     The per-GPU constants are computed once here: `seconds` runs once or more per simulated step.
     """
 
-    __slots__ = ("_ar_fixed", "_ar_per_token", "_attn", "_body", "_bw", "_flops", "_head", "_kv",
-                 "_launch", "_weights", "tp")
+    __slots__ = ("_ar_fixed", "_ar_per_token", "_attn", "_body", "_bw", "_experts", "_flops",
+                 "_head", "_kv", "_launch", "_model", "_weights", "tp")
 
     def __init__(self, model: Model, gpu: GPU, tp: int, fabric: Link, mem_efficiency: float,
                  compute_efficiency: float, launch_s_per_layer: float) -> None:
@@ -92,24 +100,32 @@ class ForwardModel:
         self._ar_fixed = 2 * model.layers * fabric.allreduce_seconds(0.0, tp)
         self._ar_per_token = 2 * model.layers * (
             fabric.allreduce_seconds(ar_bytes_per_token, tp) - fabric.allreduce_seconds(0.0, tp))
-        self._weights = model.streamed_weight_bytes / tp
+        self._weights = model.dense_streamed_bytes / tp
+        self._model = model if model.moe else None
+        self._experts = model.layers * model.expert_bytes_per_layer / tp  # per expert touched
         self._kv = model.kv_bytes_per_token_per_gpu(tp)
         self._body = model.body_flops_per_token / tp
         self._head = model.lm_head_flops_per_token / tp
         self._attn = model.attention_flops_per_pair / tp
         self._bw = gpu.memory_bandwidth_gbps * 1e9 * mem_efficiency
-        self._flops = gpu.bf16_tflops * 1e12 * compute_efficiency
+        self._flops = gpu.tflops(model.compute) * 1e12 * compute_efficiency
         self._launch = model.layers * launch_s_per_layer
 
+    def weights(self, tokens: float) -> float:
+        """Weight bytes one pass of `tokens` tokens reads per GPU."""
+        if self._model is None:
+            return self._weights
+        return self._weights + self._model.experts_touched(tokens) * self._experts
+
     def seconds(self, tokens: float, sampled: float, ctx_tokens: float, pairs: float) -> float:
-        mem = (self._weights + ctx_tokens * self._kv) / self._bw
+        mem = (self.weights(tokens) + ctx_tokens * self._kv) / self._bw
         compute = (tokens * self._body + sampled * self._head + pairs * self._attn) / self._flops
         return max(mem, compute) + self._launch + self._ar_fixed + tokens * self._ar_per_token
 
     def draft_passes(self, batch: int, k: int, ctx: int) -> float:
         """k autoregressive passes of `batch` tokens; pass j reads and attends over ctx + j*batch
         cached tokens. Same terms as `seconds`, unrolled: this runs every simulated step."""
-        weights, kv, bw = self._weights, self._kv, self._bw
+        weights, kv, bw = self.weights(batch), self._kv, self._bw
         tokens_flops = batch * (self._body + self._head)
         attn, flops = self._attn, self._flops
         total = 0.0
@@ -157,6 +173,9 @@ class AnalyticCost:
     def comm(self, nbytes: int) -> float:
         return self.link.p2p_seconds(nbytes)
 
+    def broadcast(self, nbytes: int) -> float:
+        return self.link.broadcast_seconds(nbytes)
+
     def reject(self, positions: int) -> float:
         # Reads target and draft probabilities and writes the recovered distribution [EST].
         return self._reject_fixed + 3 * positions * self._vocab * PROB_BYTES / self._driver_bw
@@ -191,6 +210,9 @@ class ConstantCost:
         return 0.0
 
     def comm(self, nbytes: int) -> float:
+        return self.comm_s
+
+    def broadcast(self, nbytes: int) -> float:
         return self.comm_s
 
     def reject(self, positions: int) -> float:

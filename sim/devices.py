@@ -2,10 +2,12 @@
 
 The driver (the engine loop, running on the drafter GPU in PSD) hands the verifier a job: inputs
 to send over the link, target compute, a sampler output to send back. The verifier is one
-long-lived process that serves jobs in order. The link has one lane per direction (full duplex);
-each lane is a FIFO single-server resource: a transfer waits until the lane is free, then holds
-it for latency + bytes / bandwidth. That is exactly a capacity-1 `simpy.Resource` served in
-request order, kept as a "free at" time so that a transfer costs one event instead of four.
+long-lived process that serves jobs in order. The link has one lane per direction (full duplex:
+inputs are broadcast to the verifier group, the sampler output comes back point-to-point from
+its first rank); each lane is a FIFO single-server resource: a transfer waits until the lane is
+free, then holds it for latency + bytes / bandwidth. That is exactly a capacity-1
+`simpy.Resource` served in request order, kept as a "free at" time so that a transfer costs one
+event instead of four.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ TO_DRAFTER = "to_drafter"
 
 
 class Link:
-    def __init__(self, env: simpy.Environment, seconds: Callable[[int], float]) -> None:
+    def __init__(self, env: simpy.Environment, to_verifier: Callable[[int], float],
+                 to_drafter: Callable[[int], float]) -> None:
         self.env = env
-        self._seconds = seconds
+        self._seconds = {TO_VERIFIER: to_verifier, TO_DRAFTER: to_drafter}
         self._free_at = {TO_VERIFIER: 0.0, TO_DRAFTER: 0.0}
         self.busy_s = 0.0
 
@@ -32,7 +35,7 @@ class Link:
         """Queue a transfer on `lane` now: returns (seconds until it completes, seconds it holds
         the lane: latency + nbytes / bandwidth). The caller waits the first."""
         now = self.env.now
-        hold = self._seconds(nbytes)
+        hold = self._seconds[lane](nbytes)
         start = max(now, self._free_at[lane])
         self._free_at[lane] = start + hold
         self.busy_s += hold

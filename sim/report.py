@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sim.catalog import builtin_catalog
-from sim.scenario import Scenario
+from sim.scenario import Scenario, catalog_for
 
 APPROXIMATE = ("analytic cost model: roofline with estimated efficiencies (sim/costs.py); "
                "figures are approximate until calibrated")
@@ -29,7 +28,7 @@ def _pools(usage: dict[str, float]) -> str:
 
 
 def describe_hardware(s: Scenario) -> str:
-    cat = builtin_catalog()
+    cat = catalog_for(s)
     target, draft = cat.models[s.target].hf_id, cat.models[s.draft].hf_id
     verifier = f"{target} on {s.tensor_parallel_size}×{s.gpu} (TP={s.tensor_parallel_size}, {s.tp_link_key})"
     if s.method == "ar":
@@ -140,7 +139,7 @@ def format_compare(summaries: dict[str, dict[str, Any]], s: Scenario,
     methods = list(summaries)
     head = (f"psdsim compare · {s.name} · k={s.k} m={s.m} · {s.requests} requests · "
             f"{s.dataset} · seed {s.seed}")
-    cat = builtin_catalog()
+    cat = catalog_for(s)
     lines = [head, f"  target {cat.models[s.target].hf_id} on {s.tensor_parallel_size}×{s.gpu}, "
                    f"draft {cat.models[s.draft].hf_id}, link {s.link}", "  " + APPROXIMATE, ""]
     pair_names = [f"{a}/{b}" for a, b in pairs if a in summaries and b in summaries]

@@ -12,7 +12,6 @@ import numpy as np
 import simpy
 
 from sim.acceptance import AcceptanceSampler
-from sim.catalog import builtin_catalog
 from sim.costs import AnalyticCost, StepCost
 from sim.devices import Link, Verifier
 from sim.kv import KVPools
@@ -22,7 +21,7 @@ from sim.methods.common import SimContext
 from sim.metrics import infeasible_summary, summarize
 from sim.records import step_table
 from sim.requests import RequestTable
-from sim.scenario import Scenario, validate
+from sim.scenario import Scenario, catalog_for, validate
 from sim.scheduler import Scheduler
 from sim.workload import make_workload
 
@@ -82,7 +81,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
     """Simulate one scenario. `cost` replaces the analytic cost model (tests, fitted profiles)."""
     began = time.perf_counter()
     s = validate(s)
-    cat = builtin_catalog()
+    cat = catalog_for(s)
     memory = plan_memory(s, cat)
     if not memory.fits:
         assert memory.reason is not None
@@ -93,7 +92,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
     table = RequestTable(make_workload(s, cat, rng))
     env = simpy.Environment()
     cost = cost or AnalyticCost(s, cat)
-    link = Link(env, cost.comm)
+    link = Link(env, cost.broadcast, cost.comm)
     kind = method_class(s)
     kv = KVPools(memory.pools(), s.block_size, len(table))
     scheduler = Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,

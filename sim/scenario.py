@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from sim.catalog import Catalog, builtin_catalog
+from sim.catalog import Catalog, CatalogError, load_catalog
 from sim.errors import ScenarioError
 
 METHODS = ("ar", "sd", "psd")
@@ -43,6 +43,8 @@ class Scenario:
     seed: int = _field(0, "run", int, "seed of the one numpy Generator every random draw uses")
     rebalance: bool = _field(False, "run", bool,
                              "PSD: keep assign() balancing after decoding starts (costs wasted steps)")
+    catalog: str = _field("", "run", str,
+                          "a TOML file of extra or overriding GPUs, links, models, datasets, priors")
     # [models]
     target: str = _field("qwen3-32b", "models", str, "target (verifier) model, a catalog key")
     draft: str = _field("qwen3-1.7b", "models", str, "draft model, a catalog key")
@@ -128,6 +130,15 @@ class Scenario:
 
 
 FIELDS = {f.name: f for f in fields(Scenario)}
+PATH_FIELDS = ("trace", "catalog")
+
+
+def catalog_for(s: Scenario) -> Catalog:
+    """The catalog a scenario runs with: built-in, or with its `catalog` file merged over it."""
+    try:
+        return load_catalog(s.catalog or None)
+    except CatalogError as exc:
+        raise ScenarioError("catalog", str(exc), "fix the catalog file (see `psdsim catalog`)") from None
 
 
 def field_section(name: str) -> str:
@@ -163,7 +174,7 @@ def _example(name: str) -> str:
     default = FIELDS[name].default
     if default is None or default == "":
         return {"acceptance": "0.6", "rate": "4.0", "drafter_gpu": '"l40s"', "tp_link": '"pcie4"',
-                "trace": '"requests.jsonl"', "enable_chunked_prefill": "true",
+                "trace": '"requests.jsonl"', "catalog": '"my_catalog.toml"', "enable_chunked_prefill": "true",
                 "num_gpu_blocks_override": "2000"}.get(name, "500.0")
     if isinstance(default, bool):
         return "true" if default else "false"
@@ -250,11 +261,12 @@ def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
                                 "give a readable UTF-8 .toml file") from None
         if "name" not in values:
             values["name"] = p.stem
-        if isinstance(values.get("trace"), str) and values["trace"]:
-            values["trace"] = str((p.parent / values["trace"]).resolve())  # relative to the file
+        for name in PATH_FIELDS:  # relative to the scenario file
+            if isinstance(values.get(name), str) and values[name]:
+                values[name] = str((p.parent / values[name]).resolve())
     for text in overrides:
         name, value = parse_override(text)
-        if name == "trace" and value:
+        if name in PATH_FIELDS and value:
             value = str(Path(value).resolve())
         values[name] = value
     if method is not None:
@@ -414,7 +426,7 @@ def _check_costs(s: Scenario, cat: Catalog) -> None:
 
 def validate(s: Scenario, catalog: Catalog | None = None) -> Scenario:
     """Return `s` unchanged if every field is valid, else raise the first ScenarioError."""
-    cat = catalog or builtin_catalog()
+    cat = catalog or catalog_for(s)
     for name in FIELDS:
         _coerce(name, getattr(s, name))  # types, also for scenarios built in Python
     for check in _CHECKS:

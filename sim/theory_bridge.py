@@ -20,11 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.catalog import builtin_catalog
 from sim.costs import StepCost
 from sim.errors import ScenarioError
 from sim.run import Result, simulate
-from sim.scenario import Scenario
+from sim.scenario import Scenario, catalog_for
 from theory.frontier import FrontierFit, fit_frontier
 from theory.model import FrontierModel, best_k
 from theory.tail import TailEstimate, tail, verifications_pmf
@@ -149,7 +148,7 @@ def scenario_tail(s: Scenario, samples: int = 4000) -> TailEstimate:
                             "remove rate (or --set rate=none)")
     mean = s.acceptance
     if mean is None:
-        prior = builtin_catalog().acceptance_prior(s.draft, s.target)
+        prior = catalog_for(s).acceptance_prior(s.draft, s.target)
         assert prior is not None  # validated with the scenario
         mean = prior.alpha
     pmf = verifications_pmf(s.output_len, s.k, mean, s.acceptance_spread)

@@ -14,9 +14,18 @@ PUBLISHED = {
     "qwen3-1.7b": (1.721e9, 114_688),
     "qwen3-4b": (4.022e9, 147_456),
     "qwen3-8b": (8.191e9, 147_456),
+    "qwen3-14b": (14.768e9, 163_840),
     "qwen3-32b": (32.762e9, 262_144),
+    "qwen3-235b-a22b-fp8": (235.09e9, 192_512),
     "llama-3.1-8b": (8.030e9, 131_072),
     "llama-3.3-70b": (70.554e9, 327_680),
+    "llama-3.3-70b-awq": (70.554e9, 327_680),
+    "vicuna-7b": (6.738e9, 524_288),
+    "vicuna-13b": (13.016e9, 819_200),
+    "vicuna-33b": (32.529e9, 1_597_440),
+    "eagle-vicuna-7b": (0.236e9, 16_384),      # own parameters; the LM head is the target's
+    "eagle-vicuna-13b": (0.370e9, 20_480),
+    "eagle-vicuna-33b": (0.557e9, 6_656),
 }
 
 
@@ -37,13 +46,88 @@ def test_parameter_counts_and_kv_bytes_match_published(key):
 
 
 def test_issue_catalog_is_complete():
-    assert {"l40s", "h100-sxm", "h200", "a100-80g"} <= CAT.gpus.keys()
-    assert {"pcie4", "pcie5", "nvlink3", "nvlink4"} <= CAT.links.keys()
+    assert {"l40s", "h100-sxm", "h100-pcie", "h200", "a100-80g", "b200"} <= CAT.gpus.keys()
+    assert {"pcie4", "pcie4-switch", "pcie5", "pcie5-switch", "nvlink3", "nvlink4",
+            "nvlink5"} <= CAT.links.keys()
     assert set(PUBLISHED) <= CAT.models.keys()
     assert {"sharegpt", "arena", "spec-bench", "tough"} <= CAT.datasets.keys()
+
+
+def test_moe_active_parameters_and_expert_traffic():
+    m = CAT.models["qwen3-235b-a22b-fp8"]
+    assert m.non_embedding_params == pytest.approx(233.85e9, rel=0.01)
+    # the model card's "22B active" counts both embedding matrices
+    assert m.active_params + m.embedding_params == pytest.approx(22.19e9, rel=0.01)
+    touched = [m.experts_touched(b) for b in (1, 16, 32, 64)]
+    assert touched == pytest.approx([8, 82.4, 111.8, 125.9], abs=0.1)  # reference §2.2
+    assert m.weight_bytes / 1e9 == pytest.approx(236, rel=0.01)       # FP8 checkpoint
+
+
+def test_quantised_weights():
+    awq = CAT.models["llama-3.3-70b-awq"]
+    assert awq.weight_bytes / 1e9 == pytest.approx(39.8, rel=0.01)    # reference §2.2 estimate
+    assert awq.compute == "bf16" and CAT.models["qwen3-235b-a22b-fp8"].compute == "fp8"
+    assert CAT.gpus["a100-80g"].tflops("fp8") == CAT.gpus["a100-80g"].bf16_tflops  # no FP8 cores
+    assert CAT.gpus["h100-sxm"].tflops("fp8") == 1979.0  # datasheet FP8 dense
+
+
+def test_every_model_pair_prior_refers_to_known_models():
+    for (draft, target), prior in CAT.acceptance.items():
+        assert draft in CAT.models and target in CAT.models and 0 < prior.alpha < 1
 
 
 def test_kv_heads_replicate_when_fewer_than_tp_ranks():
     model = CAT.models["qwen3-32b"]  # 8 KV heads
     assert model.kv_bytes_per_token_per_gpu(4) == model.kv_bytes_per_token / 4
     assert model.kv_bytes_per_token_per_gpu(16) == model.kv_bytes_per_token / 8
+
+
+def test_a_user_catalog_adds_and_overrides(tmp_path):
+    from sim.catalog import load_catalog
+    f = tmp_path / "mine.toml"
+    f.write_text("""
+[gpus.rtx-pro-6000]
+name = "RTX PRO 6000"
+memory_gb = 96.0
+memory_bandwidth_gbps = 1790.0
+bf16_tflops = 500.0
+nvlink = false
+host_link = "pcie5"
+source = "my own measurement, 2026-11"
+
+[links.pcie4]
+name = "our PCIe Gen4 boxes"
+nvlink = false
+p2p_latency_us = 12.0
+p2p_bandwidth_gbps = 18.0
+allreduce_latency_us = 40.0
+allreduce_busbw_gbps = 15.0
+source = "nccl-tests on our servers, 2026-11"
+
+[acceptance."qwen3-0.6b -> qwen3-14b"]
+alpha = 0.5
+source = "our traces"
+""")
+    cat = load_catalog(f)
+    assert cat.gpus["rtx-pro-6000"].memory_gb == 96.0
+    assert cat.links["pcie4"].p2p_bandwidth_gbps == 18.0          # overridden
+    assert cat.links["nvlink4"] == CAT.links["nvlink4"]           # untouched
+    assert cat.acceptance_prior("qwen3-0.6b", "qwen3-14b").alpha == 0.5
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[gpus.x]\nname = 'x'\n", "missing field"),
+    ("[tpus.x]\nname = 'x'\n", "unknown table"),
+    ("[models.m]\nhf_id='a'\nlayers=1\nhidden=8\nintermediate=8\nheads=1\nkv_heads=1\n"
+     "head_dim=8\nvocab=10\ntie_embeddings=true\nqk_norm=false\nbytes_per_param=2.0\n"
+     "source='s'\ncompute='fp4'\n", "compute"),
+    ("not toml [", "not valid TOML"),
+])
+def test_a_bad_user_catalog_is_a_one_line_error(tmp_path, text, words):
+    from sim.errors import ScenarioError
+    from sim.scenario import Scenario, validate
+    f = tmp_path / "bad.toml"
+    f.write_text(text)
+    with pytest.raises(ScenarioError) as err:
+        validate(Scenario(catalog=str(f)))
+    assert err.value.field == "catalog" and words in str(err.value) and "\n" not in str(err.value)

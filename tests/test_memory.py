@@ -57,3 +57,10 @@ def test_kv_pool_limits_concurrency_without_oversubscription():
     assert r.fits
     assert r.kv.peak_blocks <= r.kv.total_blocks
     assert r.steps["running"].max() < 2 * s.m
+
+
+def test_qwen3_235b_fp8_does_not_fit_on_l40s_but_does_on_h200():
+    s = Scenario(target="qwen3-235b-a22b-fp8", draft="qwen3-14b", m=64)
+    plan = plan_memory(s, CAT)
+    assert not plan.fits and "verifier GPU 0 (l40s)" in plan.reason and "short by" in plan.reason
+    assert plan_memory(s.replace(gpu="h200"), CAT).fits

@@ -1,18 +1,22 @@
-"""The built-in catalog of GPUs, links, models, acceptance priors and dataset profiles.
+"""The catalog of GPUs, links, models, acceptance priors and dataset profiles.
 
-The numbers live in TOML files beside this module, one entry per table, each with a `source`
-naming where it comes from; this module loads them into frozen dataclasses and derives what
-the cost model needs (parameter counts, weight and KV bytes) from a model's published shape, so
-that a number is written once and checked against the published counts in the tests.
+The built-in numbers live in TOML files beside this module, one entry per table, each with a
+`source` naming where it comes from; this module loads them into frozen dataclasses and derives
+what the cost model needs (parameter counts, weight and KV bytes) from a model's published shape,
+so that a number is written once and checked against the published counts in the tests. Users
+add or override entries with a TOML file of their own (`load_catalog`), in the same format
+under tables `[gpus.NAME]`, `[links.NAME]`, `[models.NAME]`, `[datasets.NAME]` and
+`[acceptance."DRAFT -> TARGET"]`.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 BYTES_PER_KV_ELEMENT = 2  # KV cache in bf16/fp16, vLLM's default kv_cache_dtype="auto"
@@ -32,6 +36,11 @@ class GPU:
     nvlink: bool
     host_link: str  # links.toml key of the GPU's link to CPU memory
     source: str
+    fp8_tflops: float = 0.0  # 0: no FP8 tensor cores
+
+    def tflops(self, compute: str) -> float:
+        """Dense tensor-core rate for a model computing in `compute` ("bf16" or "fp8")."""
+        return self.fp8_tflops if compute == "fp8" and self.fp8_tflops else self.bf16_tflops
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,11 @@ class Link:
         """Time of one point-to-point message of `nbytes` (latency + bytes / bandwidth)."""
         return self.p2p_latency_us * 1e-6 + nbytes / (self.p2p_bandwidth_gbps * 1e9)
 
+    def broadcast_seconds(self, nbytes: float) -> float:
+        """One rank's message to a TP group: all-reduce-like latency, then the bytes at the
+        point-to-point rate (pipelined tree/ring broadcast) [EST]."""
+        return self.allreduce_latency_us * 1e-6 + nbytes / (self.p2p_bandwidth_gbps * 1e9)
+
     def allreduce_seconds(self, nbytes: float, ranks: int) -> float:
         """Ring all-reduce of `nbytes` over `ranks` GPUs (nccl-tests bus-bandwidth convention)."""
         if ranks <= 1:
@@ -59,7 +73,7 @@ class Link:
 
 @dataclass(frozen=True)
 class Model:
-    """A dense decoder-only transformer, described by its config.json shape."""
+    """A decoder-only transformer (dense or MoE), or an EAGLE draft head, by its config shape."""
 
     key: str
     hf_id: str
@@ -72,20 +86,40 @@ class Model:
     vocab: int
     tie_embeddings: bool
     qk_norm: bool
-    bytes_per_param: float
+    bytes_per_param: float     # non-embedding weights; embeddings and LM heads stay 16-bit
     source: str
+    compute: str = "bf16"      # "fp8": matmuls at the GPU's FP8 rate (W8A8)
+    experts: int = 0           # MoE: routed experts per layer (0 = dense MLP)
+    experts_per_token: int = 0
+    moe_intermediate: int = 0
+    eagle: bool = False        # EAGLE head: fc(2h -> h) + one layer; the target's embedding/head
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def attention_params(self) -> int:
+        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return h * q + 2 * h * kv + q * h + (2 * self.head_dim if self.qk_norm else 0)
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert of one layer (gate, up and down projections)."""
+        return 3 * self.hidden * self.moe_intermediate
 
     @property
     def params_per_layer(self) -> int:
-        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        attention = h * q + 2 * h * kv + q * h + (2 * self.head_dim if self.qk_norm else 0)
-        mlp = 3 * h * self.intermediate
-        norms = 2 * h
-        return attention + mlp + norms
+        if self.moe:
+            mlp = self.experts * self.expert_params + self.hidden * self.experts  # + router
+        else:
+            mlp = 3 * self.hidden * self.intermediate
+        return self.attention_params + mlp + 2 * self.hidden  # + two norms
 
     @property
     def non_embedding_params(self) -> int:
-        return self.layers * self.params_per_layer + self.hidden  # + final norm
+        fc = 2 * self.hidden * self.hidden + self.hidden if self.eagle else 0
+        return self.layers * self.params_per_layer + self.hidden + fc  # + final norm
 
     @property
     def embedding_params(self) -> int:
@@ -93,22 +127,59 @@ class Model:
 
     @property
     def total_params(self) -> int:
+        """Parameters the model itself stores (an EAGLE head borrows the target's embeddings)."""
+        if self.eagle:
+            return self.non_embedding_params
         copies = 1 if self.tie_embeddings else 2
         return self.non_embedding_params + copies * self.embedding_params
 
     @property
+    def active_params(self) -> int:
+        """Parameters a token passes through (MoE: the routed experts only), LM head included."""
+        body = self.non_embedding_params
+        if self.moe:
+            idle = self.experts - self.experts_per_token
+            body -= self.layers * idle * self.expert_params
+        return body + self.embedding_params
+
+    def _bytes(self, non_embedding: float) -> float:
+        return non_embedding * self.bytes_per_param
+
+    @property
     def weight_bytes(self) -> float:
-        return self.total_params * self.bytes_per_param
+        """Bytes of the weights the model stores on its GPUs."""
+        embeddings = self.total_params - self.non_embedding_params
+        extra_head = 0 if not self.eagle else self.embedding_params  # the target's LM head
+        return self._bytes(self.non_embedding_params) + 2 * (embeddings + extra_head)
+
+    @property
+    def dense_streamed_bytes(self) -> float:
+        """Weights every forward pass reads whatever the batch: the body (MoE: without its routed
+        experts) and the LM head (an embedding table is only gathered row by row)."""
+        body = self.non_embedding_params
+        if self.moe:
+            body -= self.layers * self.experts * self.expert_params
+        return self._bytes(body) + 2 * self.embedding_params
+
+    @property
+    def expert_bytes_per_layer(self) -> float:
+        return self._bytes(self.expert_params)
+
+    def experts_touched(self, tokens: float) -> float:
+        """Expected distinct experts a layer reads for `tokens` tokens, each routed to
+        `experts_per_token` of `experts` uniformly: E (1 - (1 - k/E)^tokens) (reference §2.2)."""
+        if not self.moe:
+            return 0.0
+        return self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
 
     @property
     def streamed_weight_bytes(self) -> float:
-        """Weights read by one forward pass: the body plus the LM head (the embedding table is
-        only gathered row-wise, so a separate input embedding costs no bandwidth)."""
-        return (self.non_embedding_params + self.embedding_params) * self.bytes_per_param
+        """Weights read by a one-token forward pass."""
+        return self.dense_streamed_bytes + self.layers * self.experts_touched(1) * self.expert_bytes_per_layer
 
     @property
     def body_flops_per_token(self) -> float:
-        return 2.0 * self.non_embedding_params
+        return 2.0 * (self.active_params - self.embedding_params)
 
     @property
     def lm_head_flops_per_token(self) -> float:
@@ -167,15 +238,19 @@ class Catalog:
 
 
 def _check_entry(cls: type, key: str, raw: dict[str, Any], filename: str) -> dict[str, Any]:
-    """Validate one TOML table against a dataclass: every field present, right type, no extras."""
-    expected = {f.name: f.type for f in fields(cls) if f.name != "key"}
+    """Validate one TOML table against a dataclass: required fields present, right types, no
+    extras (fields with a default may be left out)."""
+    expected = {f.name: f for f in fields(cls) if f.name != "key"}
     unknown = set(raw) - set(expected)
     if unknown:
         raise CatalogError(f"{filename} [{key}]: unknown field {sorted(unknown)[0]!r}")
     out: dict[str, Any] = {}
-    for name, typ in expected.items():
+    for name, f in expected.items():
+        typ = f.type
         if name not in raw:
-            raise CatalogError(f"{filename} [{key}]: missing field {name!r}")
+            if f.default is MISSING:
+                raise CatalogError(f"{filename} [{key}]: missing field {name!r}")
+            continue
         value = raw[name]
         if typ == "float" and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
@@ -193,53 +268,112 @@ def _check_entry(cls: type, key: str, raw: dict[str, Any], filename: str) -> dic
     return out
 
 
-def _read(filename: str) -> dict[str, Any]:
-    text = resources.files(__package__).joinpath(filename).read_text(encoding="utf-8")
-    return tomllib.loads(text)
+def _load_group(cls: type, tables: dict[str, Any], filename: str) -> dict[str, Any]:
+    return {key: cls(key=key, **_check_entry(cls, key, raw, filename)) for key, raw in tables.items()}
 
 
-def _load_simple(cls: type, filename: str) -> dict[str, Any]:
-    return {key: cls(key=key, **_check_entry(cls, key, raw, filename))
-            for key, raw in _read(filename).items()}
-
-
-def _load_datasets() -> dict[str, Dataset]:
+def _load_datasets(tables: dict[str, Any], filename: str) -> dict[str, Dataset]:
     out = {}
-    for key, raw in _read("datasets.toml").items():
+    for key, raw in tables.items():
         raw = dict(raw)
         comps = raw.pop("components", None)
         if not comps:
-            raise CatalogError(f"datasets.toml [{key}]: missing field 'components'")
-        components = tuple(PromptComponent(**c) for c in comps)
-        raw["components"] = components
-        checked = _check_entry(Dataset, key, raw, "datasets.toml")
+            raise CatalogError(f"{filename} [{key}]: missing field 'components'")
+        try:
+            raw["components"] = tuple(PromptComponent(**c) for c in comps)
+        except TypeError:
+            raise CatalogError(f"{filename} [{key}]: components need weight, mu and sigma") from None
+        checked = _check_entry(Dataset, key, raw, filename)
         if checked["min_prompt"] > checked["max_prompt"]:
-            raise CatalogError(f"datasets.toml [{key}]: min_prompt exceeds max_prompt")
+            raise CatalogError(f"{filename} [{key}]: min_prompt exceeds max_prompt")
         out[key] = Dataset(key=key, **checked)
     return out
 
 
-def _load_acceptance(models: dict[str, Model]) -> dict[tuple[str, str], AcceptancePrior]:
+def _load_acceptance(tables: dict[str, Any], models: dict[str, Model],
+                     filename: str) -> dict[tuple[str, str], AcceptancePrior]:
     out = {}
-    for pair, raw in _read("acceptance.toml").items():
+    for pair, raw in tables.items():
         draft, sep, target = (part.strip() for part in pair.partition("->"))
         if not sep or draft not in models or target not in models:
-            raise CatalogError(f"acceptance.toml [{pair!r}]: expected 'draft -> target' of known models")
+            raise CatalogError(f"{filename} [{pair!r}]: expected 'draft -> target' of known models")
         checked = _check_entry(AcceptancePrior, pair, {"draft": draft, "target": target, **raw},
-                               "acceptance.toml")
+                               filename)
         if not 0.0 < checked["alpha"] < 1.0:
-            raise CatalogError(f"acceptance.toml [{pair!r}]: alpha must be in (0, 1)")
+            raise CatalogError(f"{filename} [{pair!r}]: alpha must be in (0, 1)")
         out[(draft, target)] = AcceptancePrior(**checked)
     return out
+
+
+def _builtin(name: str) -> dict[str, Any]:
+    return tomllib.loads(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
+
+
+def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance: dict,
+              filename: str) -> Catalog:
+    for key, gpu in gpus.items():
+        if gpu.host_link not in links:
+            raise CatalogError(f"{filename}: GPU {key!r}: host_link {gpu.host_link!r} is not a known link")
+        if gpu.memory_gb <= 0 or gpu.memory_bandwidth_gbps <= 0 or gpu.bf16_tflops <= 0:
+            raise CatalogError(f"{filename}: GPU {key!r}: memory, bandwidth and TFLOPS must be > 0")
+    for key, m in models.items():
+        if m.compute not in ("bf16", "fp8"):
+            raise CatalogError(f"{filename}: model {key!r}: compute must be 'bf16' or 'fp8'")
+        if m.layers < 1 or m.heads < 1 or m.kv_heads < 1 or m.hidden < 1 or m.vocab < 1:
+            raise CatalogError(f"{filename}: model {key!r}: layers, heads, hidden and vocab must be >= 1")
+        if m.moe and not 0 < m.experts_per_token <= m.experts:
+            raise CatalogError(f"{filename}: model {key!r}: experts_per_token must be in 1..experts")
+    return Catalog(gpus=gpus, links=links, models=models, datasets=datasets, acceptance=acceptance)
 
 
 @cache
 def builtin_catalog() -> Catalog:
     """The catalog shipped with psdsim (loaded once per process)."""
-    models = _load_simple(Model, "models.toml")
-    gpus, links = _load_simple(GPU, "gpus.toml"), _load_simple(Link, "links.toml")
-    for key, gpu in gpus.items():
-        if gpu.host_link not in links:
-            raise CatalogError(f"gpus.toml [{key}]: host_link {gpu.host_link!r} is not in links.toml")
-    return Catalog(gpus=gpus, links=links, models=models, datasets=_load_datasets(),
-                   acceptance=_load_acceptance(models))
+    models = _load_group(Model, _builtin("models.toml"), "models.toml")
+    return _assemble(
+        _load_group(GPU, _builtin("gpus.toml"), "gpus.toml"),
+        _load_group(Link, _builtin("links.toml"), "links.toml"),
+        models,
+        _load_datasets(_builtin("datasets.toml"), "datasets.toml"),
+        _load_acceptance(_builtin("acceptance.toml"), models, "acceptance.toml"),
+        "built-in catalog",
+    )
+
+
+USER_TABLES = ("gpus", "links", "models", "datasets", "acceptance")
+
+
+@cache
+def _user_catalog(path: str, mtime: float) -> Catalog:
+    """The built-in catalog with a user's file merged over it (its entries win)."""
+    p = Path(path)
+    name = p.name
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"{name}: cannot read ({exc.__class__.__name__})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogError(f"{name}: not valid TOML ({exc})") from None
+    unknown = set(doc) - set(USER_TABLES)
+    if unknown:
+        raise CatalogError(f"{name}: unknown table [{sorted(unknown)[0]}]; use {', '.join(USER_TABLES)}")
+    base = builtin_catalog()
+    models = {**base.models, **_load_group(Model, doc.get("models", {}), name)}
+    return _assemble(
+        {**base.gpus, **_load_group(GPU, doc.get("gpus", {}), name)},
+        {**base.links, **_load_group(Link, doc.get("links", {}), name)},
+        models,
+        {**base.datasets, **_load_datasets(doc.get("datasets", {}), name)},
+        {**base.acceptance, **_load_acceptance(doc.get("acceptance", {}), models, name)},
+        name,
+    )
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    """The built-in catalog, or it with the user's catalog file at `path` merged over it."""
+    if not path:
+        return builtin_catalog()
+    p = Path(path).resolve()
+    if not p.is_file():
+        raise CatalogError(f"{p.name}: catalog file not found")
+    return _user_catalog(str(p), p.stat().st_mtime)
