@@ -34,7 +34,8 @@ from theory.model import FrontierModel
 from theory.published import A0
 
 EXIT_BAD_INPUT = 2
-COMPARE_PAIRS = (("psd", "sd"), ("psd", "ar"), ("sd", "ar"))
+COMPARE_PAIRS = (("psd", "sd"), ("psd", "ar"), ("sd", "ar"), ("psd+tetris", "sd"),
+                 ("psd", "sd-2m"), ("psd", "sd-5gpu"), ("psd", "pearl"))
 
 
 class _Progress:
@@ -71,8 +72,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="add occupancy.png (sub-batches, queue, KV use over time) to the results")
     cmp = sub.add_parser("compare", help="simulate ar, sd and psd on the same scenario and seed")
     _scenario_args(cmp)
-    cmp.add_argument("--methods", default=",".join(METHODS),
-                     help="comma-separated methods (default: ar,sd,psd)")
+    cmp.add_argument("--methods", default="ar,sd,psd",
+                     help=f"comma-separated methods, any of {','.join(METHODS)} (default: ar,sd,psd)")
     cmp.add_argument("--no-write", action="store_true", help="do not write results folders")
     scen = sub.add_parser("scenario", help="print the resolved scenario as TOML")
     scen.add_argument("scenario", nargs="?", help="scenario TOML file (default: built-in)")

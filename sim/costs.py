@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sim.catalog import GPU, Catalog, Link, Model
+from sim.layout import DEDICATED, layout_for
 from sim.memory import plan_memory
 from sim.messages import PROB_BYTES
 from sim.scenario import Scenario
@@ -142,9 +143,10 @@ class AnalyticCost:
         effs = (s.mem_efficiency, s.compute_efficiency, s.launch_overhead_us * 1e-6)
         gpu = cat.gpus[s.gpu]
         # Where the draft model and the driver (rejection sampling) run: a dedicated GPU in PSD,
-        # GPU 0 of the verifier group otherwise.
-        driver_gpu = cat.gpus[s.drafter_gpu_key] if s.method == "psd" else gpu
-        self.target = ForwardModel(cat.models[s.target], gpu, s.tensor_parallel_size,
+        # PEARL and GPU-fair SD, GPU 0 of the verifier group otherwise.
+        layout = layout_for(s)
+        driver_gpu = cat.gpus[s.drafter_gpu_key] if layout.drafter == DEDICATED else gpu
+        self.target = ForwardModel(cat.models[s.target], gpu, layout.verifier_tp,
                                    cat.links[s.tp_link_key], *effs)
         self.drafter = ForwardModel(cat.models[s.draft], driver_gpu, 1, cat.links[s.link], *effs)
         self.link = cat.links[s.link]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.catalog import Catalog
+from sim.layout import COLOCATED, DEDICATED, layout_for
 from sim.scenario import Scenario
 
 GB = 1e9
@@ -71,8 +72,11 @@ class MemoryPlan:
 
 
 def gpu_layout(s: Scenario, cat: Catalog) -> list[GPUBudget]:
-    """The GPUs a method uses and what each holds (verifier group first, then the drafter)."""
-    tp = s.tensor_parallel_size
+    """The GPUs a method uses and what each holds (verifier group first, then the drafter).
+    With several drafter GPUs each holds the draft model and the draft KV of every request it
+    may draft, so they size the pool like one drafter."""
+    layout = layout_for(s)
+    tp = layout.verifier_tp
     target, draft = cat.models[s.target], cat.models[s.draft]
     usable = cat.gpus[s.gpu].memory_gb * GB * s.gpu_memory_utilization
     reserve = s.activation_reserve_gb * GB
@@ -80,11 +84,11 @@ def gpu_layout(s: Scenario, cat: Catalog) -> list[GPUBudget]:
     budgets = []
     for rank in range(tp):
         weights, kv = target_w, target_kv
-        if s.method == "sd" and rank == 0:  # draft co-located on GPU 0 at TP=1
+        if layout.drafter == COLOCATED and rank == 0:  # draft on GPU 0 at TP=1
             weights += draft.weight_bytes
             kv += draft.kv_bytes_per_token
         budgets.append(GPUBudget(f"verifier GPU {rank}", s.gpu, usable, weights, reserve, kv))
-    if s.method == "psd":
+    if layout.drafter == DEDICATED:
         dgpu = s.drafter_gpu_key
         d_usable = cat.gpus[dgpu].memory_gb * GB * s.gpu_memory_utilization
         budgets.append(GPUBudget("drafter GPU", dgpu, d_usable, draft.weight_bytes, reserve,
@@ -93,6 +97,11 @@ def gpu_layout(s: Scenario, cat: Catalog) -> list[GPUBudget]:
 
 
 def plan_memory(s: Scenario, cat: Catalog) -> MemoryPlan:
+    tp, heads = layout_for(s).verifier_tp, cat.models[s.target].heads
+    if heads % tp:
+        reason = (f"does not fit: TP={tp} does not divide the target's {heads} attention heads "
+                  f"(vLLM requires it)")
+        return MemoryPlan((), s.block_size, False, reason, "tensor_parallel_size")
     budgets = tuple(gpu_layout(s, cat))
     for b in budgets:
         if b.free_bytes < 0:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from sim.kv import KVPools
+from sim.layout import layout_for
 from sim.records import DECODE
 from sim.requests import ABORTED, FINISHED, REJECTED, STATE_NAMES
 from sim.scenario import Scenario
@@ -81,9 +82,9 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
     gen = steps["generated"][decode]
     makespan = float(np.nanmax(requests["end_s"]) - requests["arrival_s"].min())
     n = len(requests["request"])
-    psd = s.method == "psd"
+    linked = layout_for(s).over_link
     throughput = _throughput(gen, dur, 1.0)
-    imbalance = np.abs(steps["batch1"] - steps["batch0"])[decode] if psd else None
+    imbalance = np.abs(steps["batch1"] - steps["batch0"])[decode] if s.sub_batched else None
     summary: dict[str, Any] = {
         "method": s.method,
         "k": s.k if uses_drafter else None,
@@ -104,8 +105,8 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "vsr": _ratio(steps["accepted"].sum(), steps["proposed"].sum()) if uses_drafter else None,
         "parallelization_rate": (_ratio(steps["parallelised"][decode].sum(), decode.sum())
                                  if uses_drafter else None),
-        "comm_share": _ratio(steps["wait_s"][decode].sum(), dur.sum()) if psd else None,
-        "link_share": _ratio(steps["link_critical_s"][decode].sum(), dur.sum()) if psd else None,
+        "comm_share": _ratio(steps["wait_s"][decode].sum(), dur.sum()) if linked else None,
+        "link_share": _ratio(steps["link_critical_s"][decode].sum(), dur.sum()) if linked else None,
         "drafter_busy": _ratio(drafter_busy_s, makespan) if uses_drafter else None,
         "verifier_busy": _ratio(verifier_busy_s, makespan),
         "decode_steps": int(decode.sum()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sim.layout import COLOCATED, NONE, layout_for
 from sim.scenario import Scenario, catalog_for
 
 APPROXIMATE = ("analytic cost model: roofline with estimated efficiencies (sim/costs.py); "
@@ -30,12 +31,14 @@ def _pools(usage: dict[str, float]) -> str:
 def describe_hardware(s: Scenario) -> str:
     cat = catalog_for(s)
     target, draft = cat.models[s.target].hf_id, cat.models[s.draft].hf_id
-    verifier = f"{target} on {s.tensor_parallel_size}×{s.gpu} (TP={s.tensor_parallel_size}, {s.tp_link_key})"
-    if s.method == "ar":
+    layout = layout_for(s)
+    tp = layout.verifier_tp
+    verifier = f"{target} on {tp}×{s.gpu} (TP={tp}, {s.tp_link_key})"
+    if layout.drafter == NONE:
         return verifier
-    if s.method == "sd":
+    if layout.drafter == COLOCATED:
         return f"{verifier}; draft {draft} co-located on GPU 0"
-    return f"{verifier}; draft {draft} on 1×{s.drafter_gpu_key}, link {s.link}"
+    return f"{verifier}; draft {draft} on {layout.drafter_gpus}×{s.drafter_gpu_key}, link {s.link}"
 
 
 def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,

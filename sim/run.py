@@ -98,9 +98,11 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
     scheduler = Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,
                           swap=s.preemption_mode == "swap", swap_blocks=memory.swap_blocks(s.swap_space_gb),
                           max_running=kind.running_cap(s), token_budget=s.max_num_batched_tokens)
+    target = cat.models[s.target]
     ctx = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
-                     verifier=Verifier(env, link), link=link, vocab=cat.models[s.target].vocab,
-                     acceptance=AcceptanceSampler(rng))
+                     verifier=Verifier(env, link), link=link, vocab=target.vocab,
+                     acceptance=AcceptanceSampler(rng),
+                     hidden=target.hidden if s.uses_draft and cat.models[s.draft].eagle else 0)
     method = kind(ctx)
     env.run(until=env.process(_engine_loop(ctx, method, progress)))
 

@@ -19,7 +19,7 @@ from typing import Any
 from sim.catalog import Catalog, CatalogError, load_catalog
 from sim.errors import ScenarioError
 
-METHODS = ("ar", "sd", "psd")
+METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
 SCHEDULERS = ("vllm-v0", "vllm-v1")
 PREEMPTION_MODES = ("recompute", "swap")
 KV_PATCHES = ("has_deferred", "default")
@@ -37,12 +37,21 @@ class Scenario:
 
     # [run]
     name: str = _field("default", "run", str, "label used in result folders and tables")
-    method: str = _field("psd", "run", str, "ar | sd | psd")
+    method: str = _field("psd", "run", str, "ar | sd | psd | sd-2m | sd-5gpu | pearl | psd+tetris")
     k: int = _field(3, "run", int, "draft tokens per request per step (num_speculative_tokens)")
     m: int = _field(16, "run", int, "requests per verification batch (max_num_seqs); PSD keeps 2m")
     seed: int = _field(0, "run", int, "seed of the one numpy Generator every random draw uses")
     rebalance: bool = _field(False, "run", bool,
                              "PSD: keep assign() balancing after decoding starts (costs wasted steps)")
+    extra: int = _field(0, "run", int, "psd+tetris: extra draft tokens per request (e)")
+    sub_batches: int = _field(2, "run", int, "PSD sub-batches in the ring (MineDraft: 2)")
+    drafters: int = _field(1, "run", int, "PSD drafter GPUs (MineDraft: 1)")
+    sd_5gpu_layout: str = _field("drafter", "run", str,
+                                 "sd-5gpu: the 5th GPU as the draft's own GPU, or one more TP rank")
+    confidence_spread: float = _field(4.0, "run", float,
+                                      "psd+tetris: Beta concentration of per-token draft confidence")
+    sampler_output: str = _field("full", "run", str,
+                                 "what returns over the link: full vocab rows, or compact ids+probs")
     catalog: str = _field("", "run", str,
                           "a TOML file of extra or overriding GPUs, links, models, datasets, priors")
     # [models]
@@ -104,6 +113,11 @@ class Scenario:
     @property
     def uses_draft(self) -> bool:
         return self.method != "ar"
+
+    @property
+    def sub_batched(self) -> bool:
+        """PSD-style methods keep several sub-batches (and report their imbalance)."""
+        return self.method in ("psd", "psd+tetris")
 
     @property
     def drafter_gpu_key(self) -> str:
@@ -315,6 +329,17 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           f"use one of: {', '.join(METHODS)}")
     _in_range(s, "k", 1, 32)
     _in_range(s, "m", 1, 4096)
+    _in_range(s, "extra", 0, 32)
+    if s.method == "psd+tetris":
+        _need(s.extra >= 1, "extra", "psd+tetris drafts k + extra tokens, extra must be >= 1",
+              "set extra=1 (MineDraft's runs use 1 to 3)")
+    _in_range(s, "sub_batches", 2, 16)
+    _in_range(s, "drafters", 1, 16)
+    _need(s.drafters < s.sub_batches, "drafters", "more drafter GPUs than sub-batches to draft",
+          f"set drafters to at most {s.sub_batches - 1}")
+    _one_of(s, "sd_5gpu_layout", ("drafter", "tp"))
+    _one_of(s, "sampler_output", ("full", "compact"))
+    _positive(s, "confidence_spread")
     _need(s.seed >= 0, "seed", f"must be >= 0, got {s.seed}", "use a non-negative integer seed")
 
 

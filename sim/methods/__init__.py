@@ -8,7 +8,7 @@ from typing import Any, Protocol
 from sim.methods.ar import AutoRegressive
 from sim.methods.common import SimContext
 from sim.methods.psd import ParallelSD
-from sim.methods.sd import StandardSD
+from sim.methods.sd import MemoryFairSD, StandardSD
 from sim.scenario import Scenario
 from sim.scheduler import EngineHooks, StepPlan
 
@@ -35,7 +35,10 @@ class Method(Protocol):
         ...
 
 
-METHODS: dict[str, type[EngineHooks]] = {"ar": AutoRegressive, "sd": StandardSD, "psd": ParallelSD}
+METHODS: dict[str, type[EngineHooks]] = {
+    "ar": AutoRegressive, "sd": StandardSD, "sd-2m": MemoryFairSD, "sd-5gpu": StandardSD,
+    "psd": ParallelSD,
+}
 
 
 def method_class(s: Scenario) -> Any:

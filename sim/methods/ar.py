@@ -9,20 +9,11 @@ import numpy as np
 
 from sim.devices import VerifyJob
 from sim.methods.common import EngineMethod, chunk_work, emit_first_tokens, record, verify_outcome
-from sim.scenario import Scenario
 from sim.scheduler import StepPlan
 
 
 class AutoRegressive(EngineMethod):
     uses_drafter = False
-
-    @staticmethod
-    def running_cap(s: Scenario) -> int:
-        return s.m
-
-    @staticmethod
-    def gpus(s: Scenario) -> int:
-        return s.tensor_parallel_size
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx

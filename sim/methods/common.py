@@ -12,6 +12,8 @@ import simpy
 from sim.acceptance import AcceptanceSampler
 from sim.costs import NO_CHUNKS, Chunks, StepCost
 from sim.devices import Link, Verifier
+from sim.layout import layout_for
+from sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from sim.records import DECODE, PREFILL, StepRecord
 from sim.requests import PREFILLING, RequestTable
 from sim.scenario import Scenario
@@ -32,6 +34,7 @@ class SimContext:
     link: Link
     vocab: int
     acceptance: AcceptanceSampler
+    hidden: int = 0              # the target's hidden size when the draft is an EAGLE head
     steps: list[StepRecord] = field(default_factory=list)
     drafter_busy_s: float = 0.0
 
@@ -57,6 +60,15 @@ class EngineMethod(EngineHooks):
         self.ctx = ctx
         self.lookahead = ctx.scenario.k if self.uses_drafter else 0
 
+    @staticmethod
+    def running_cap(s: Scenario) -> int:
+        """Cap on the running set (max_num_seqs): m, or 2m for PSD."""
+        return s.m
+
+    @staticmethod
+    def gpus(s: Scenario) -> int:
+        return layout_for(s).gpus
+
 
 def chunk_work(ctx: SimContext, plan: StepPlan) -> Chunks:
     """The prefill work of a plan: each chunk attends to its prompt's earlier chunks and itself."""
@@ -66,6 +78,17 @@ def chunk_work(ctx: SimContext, plan: StepPlan) -> Chunks:
     chunk = plan.chunk
     pairs = float((chunk * computed).sum() + (chunk * chunk).sum() / 2)
     return Chunks(int(chunk.sum()), pairs, int(computed.sum()), int(plan.completes.sum()))
+
+
+def link_bytes(ctx: SimContext, requests: int, scored: int, context: int,
+               chunks: Chunks) -> tuple[int, int]:
+    """(inputs broadcast to the verifier group, sampler output back) for one target pass."""
+    s = ctx.scenario
+    send = step_inputs_bytes(requests, scored + chunks.tokens, context + chunks.ctx, s.block_size)
+    back = sampler_output_bytes(scored + chunks.completing, ctx.vocab, s.sampler_output == "compact")
+    if ctx.hidden:
+        back += hidden_state_bytes(scored + chunks.tokens, ctx.hidden)
+    return send, back
 
 
 def emit_first_tokens(ctx: SimContext, plan: StepPlan) -> int:

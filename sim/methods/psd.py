@@ -35,13 +35,13 @@ import numpy as np
 
 from sim.batches import BatchManager
 from sim.devices import VerifyJob
-from sim.messages import sampler_output_bytes, step_inputs_bytes
 from sim.methods.common import (
     EngineMethod,
     SimContext,
     chunk_work,
     draft_counts,
     emit_first_tokens,
+    link_bytes,
     record,
     verify_outcome,
 )
@@ -58,10 +58,6 @@ class ParallelSD(EngineMethod):
     @staticmethod
     def running_cap(s: Scenario) -> int:
         return 2 * s.m
-
-    @staticmethod
-    def gpus(s: Scenario) -> int:
-        return s.tensor_parallel_size + 1
 
     def __init__(self, ctx: SimContext) -> None:
         super().__init__(ctx)
@@ -172,9 +168,7 @@ class ParallelSD(EngineMethod):
             total_proposed = int(proposed.sum())
         tokens = total_proposed + len(verify_ids)
         job = VerifyJob(cost.verify(len(verify_ids), tokens, context, chunks),
-                        step_inputs_bytes(len(verify_ids), tokens + chunks.tokens,
-                                          context + chunks.ctx, ctx.scenario.block_size),
-                        sampler_output_bytes(tokens + chunks.completing, ctx.vocab))
+                        *link_bytes(ctx, len(verify_ids), tokens, context, chunks))
         done = ctx.verifier.submit(job)
         ahead_s = 0.0
         if len(draft_ids):

@@ -1,9 +1,12 @@
-"""`sd`: standard speculative decoding, the draft model co-located on the verifier GPUs.
+"""Standard speculative decoding: `sd`, and the fair comparisons `sd-2m` and `sd-5gpu`.
 
-vLLM V0's SpecDecodeWorker with the draft at TP=1 on GPU 0 of the verifier group (MineDraft's
-sequential baseline): each step drafts k tokens for every decoding request, then one target pass
-scores them (with any prefill chunks), then the draft model fills its KV for the prompt tokens
-of the step, then rejection sampling; m requests run.
+`sd` is vLLM V0's SpecDecodeWorker with the draft at TP=1 on GPU 0 of the verifier group
+(MineDraft's sequential baseline): each step drafts k tokens for every decoding request, then one
+target pass scores them (with any prefill chunks), then the draft model fills its KV for the
+step's prompt tokens, then rejection sampling; m requests run.
+`sd-2m` (memory-fair) runs 2m requests, as many as PSD keeps in flight.
+`sd-5gpu` (GPU-fair) gets PSD's extra GPU: as the draft's own GPU (steps stay sequential, and the
+inputs and sampler output cross the link as in PSD), or as one more TP rank for the target.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from typing import Any
 import numpy as np
 
 from sim.devices import VerifyJob
+from sim.layout import layout_for
 from sim.methods.common import (
     EngineMethod,
+    SimContext,
     chunk_work,
     draft_counts,
     emit_first_tokens,
+    link_bytes,
     record,
     verify_outcome,
 )
@@ -29,13 +35,10 @@ from sim.scheduler import StepPlan
 class StandardSD(EngineMethod):
     uses_drafter = True
 
-    @staticmethod
-    def running_cap(s: Scenario) -> int:
-        return s.m
+    def __init__(self, ctx: SimContext) -> None:
+        super().__init__(ctx)
+        self.over_link = layout_for(ctx.scenario).over_link
 
-    @staticmethod
-    def gpus(s: Scenario) -> int:
-        return s.tensor_parallel_size
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
@@ -52,6 +55,8 @@ class StandardSD(EngineMethod):
         total_proposed = int(proposed.sum())
         tokens = total_proposed + batch
         job = VerifyJob(cost.verify(batch, tokens, context, chunks))
+        if self.over_link:
+            job.send_bytes, job.return_bytes = link_bytes(ctx, batch, tokens, context, chunks)
         yield ctx.verifier.submit(job)
         sync_s = cost.draft_chunks(chunks)
         reject_s = cost.reject(tokens) if batch else 0.0
@@ -61,4 +66,13 @@ class StandardSD(EngineMethod):
         out = verify_outcome(ctx, ids, proposed, total_proposed)
         record(ctx, plan, start, verified=batch, scored=tokens if batch else 0,
                out=out, first_tokens=emit_first_tokens(ctx, plan), draft_s=draft_s + sync_s,
-               verify_s=job.compute_s, swap_s=swap_s)
+               verify_s=job.compute_s, comm_s=job.transfer_s, link_critical_s=job.transfer_s,
+               swap_s=swap_s)
+
+
+class MemoryFairSD(StandardSD):
+    """`sd-2m`: standard SD with PSD's 2m requests running (and their KV)."""
+
+    @staticmethod
+    def running_cap(s: Scenario) -> int:
+        return 2 * s.m

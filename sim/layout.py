@@ -1,0 +1,48 @@
+"""Where each method puts its models: the verifier group's TP degree and the drafter's GPU(s).
+
+    ar                   target on `tensor_parallel_size` GPUs, no draft model
+    sd, sd-2m            the draft at TP=1 on GPU 0 of the verifier group (co-located)
+    sd-5gpu (drafter)    the draft on a GPU of its own, steps still sequential (GPU-fair SD)
+    sd-5gpu (tp)         the target on one more GPU of TP, the draft co-located (GPU-fair SD)
+    psd, psd+tetris      the draft on `drafters` GPUs of its own (MineDraft: one)
+    pearl                the draft on one GPU of its own
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.scenario import Scenario
+
+NONE, COLOCATED, DEDICATED = "none", "colocated", "dedicated"
+
+
+@dataclass(frozen=True)
+class Layout:
+    verifier_tp: int
+    drafter: str          # NONE, COLOCATED (verifier GPU 0) or DEDICATED
+    drafter_gpus: int     # dedicated drafter GPUs
+
+    @property
+    def gpus(self) -> int:
+        return self.verifier_tp + (self.drafter_gpus if self.drafter == DEDICATED else 0)
+
+    @property
+    def over_link(self) -> bool:
+        """Whether drafter and verifier exchange messages over the link every step."""
+        return self.drafter == DEDICATED
+
+
+def layout_for(s: Scenario) -> Layout:
+    tp = s.tensor_parallel_size
+    if s.method == "ar":
+        return Layout(tp, NONE, 0)
+    if s.method in ("sd", "sd-2m"):
+        return Layout(tp, COLOCATED, 0)
+    if s.method == "sd-5gpu":
+        if s.sd_5gpu_layout == "tp":
+            return Layout(tp + 1, COLOCATED, 0)
+        return Layout(tp, DEDICATED, 1)
+    if s.method == "pearl":
+        return Layout(tp, DEDICATED, 1)
+    return Layout(tp, DEDICATED, s.drafters)  # psd, psd+tetris
