@@ -50,3 +50,7 @@ class AcceptanceSampler:
         `proposed` drafts each."""
         # ln U / ln a >= 0, so truncation to an integer is the floor.
         return np.minimum(self._take(len(proposed)) / log_acceptance, proposed).astype(np.int64)
+
+    def bernoulli(self, log_acceptance: np.ndarray) -> np.ndarray:
+        """One acceptance trial per request: True with probability exp(log_acceptance)."""
+        return self._take(len(log_acceptance)) <= log_acceptance

@@ -107,7 +107,8 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
                                  if uses_drafter else None),
         "comm_share": _ratio(steps["wait_s"][decode].sum(), dur.sum()) if linked else None,
         "link_share": _ratio(steps["link_critical_s"][decode].sum(), dur.sum()) if linked else None,
-        "drafter_busy": _ratio(drafter_busy_s, makespan) if uses_drafter else None,
+        "drafter_busy": (_ratio(drafter_busy_s, makespan * max(1, layout_for(s).drafter_gpus))
+                         if uses_drafter else None),
         "verifier_busy": _ratio(verifier_busy_s, makespan),
         "decode_steps": int(decode.sum()),
         "prefill_steps": int((~decode).sum()),

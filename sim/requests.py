@@ -61,6 +61,11 @@ class RequestTable:
         """Tokens in the KV cache of these requests (prompt + generated so far)."""
         return int(self.kv_len[ids].sum())
 
+    @property
+    def last_accepted(self) -> np.ndarray:
+        """Per request, the drafts accepted by the latest verification logged."""
+        return self._accepted[-1]
+
     def log_verification(self, ids: np.ndarray, proposed: np.ndarray, accepted: np.ndarray) -> None:
         self._verified.append(ids)
         self._proposed.append(proposed)

@@ -116,8 +116,9 @@ class Scenario:
 
     @property
     def sub_batched(self) -> bool:
-        """PSD-style methods keep several sub-batches (and report their imbalance)."""
-        return self.method in ("psd", "psd+tetris")
+        """MineDraft's two sub-batches with one drafter (whose imbalance the summary reports);
+        other N and D run the ring pipeline of sim/methods/psd_ring.py."""
+        return self.method in ("psd", "psd+tetris") and self.sub_batches == 2 and self.drafters == 1
 
     @property
     def drafter_gpu_key(self) -> str:
@@ -333,6 +334,9 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     if s.method == "psd+tetris":
         _need(s.extra >= 1, "extra", "psd+tetris drafts k + extra tokens, extra must be >= 1",
               "set extra=1 (MineDraft's runs use 1 to 3)")
+        _need(s.sub_batches == 2 and s.drafters == 1, "sub_batches",
+              "psd+tetris is modelled for MineDraft's two sub-batches and one drafter only",
+              "use sub_batches=2 and drafters=1, or method=psd")
     _in_range(s, "sub_batches", 2, 16)
     _in_range(s, "drafters", 1, 16)
     _need(s.drafters < s.sub_batches, "drafters", "more drafter GPUs than sub-batches to draft",

@@ -19,8 +19,15 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     output_len = draw(st.integers(1, 48))
     max_model_len = draw(st.sampled_from([128, 256, 2048]))
     prompt_cap = max_model_len - output_len
+    method = draw(st.sampled_from(["ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris"]))
+    ring = method == "psd" and draw(st.booleans())
+    sub_batches = draw(st.integers(2, 4)) if ring else 2
     return Scenario(
-        method=draw(st.sampled_from(["ar", "sd", "psd"])),
+        method=method,
+        extra=draw(st.integers(1, 3)),
+        sub_batches=sub_batches,
+        drafters=draw(st.integers(1, sub_batches - 1)) if ring else 1,
+        sampler_output=draw(st.sampled_from(["full", "compact"])),
         k=draw(st.integers(1, 8)),
         m=draw(st.integers(1, 8)),
         requests=draw(st.integers(1, 50)),
@@ -71,7 +78,8 @@ def test_invariants_hold(s: Scenario):
     assert steps["generated"].sum() == req["generated"].sum()
     assert (steps["accepted"] <= steps["proposed"]).all()
     decode = steps["kind"] == "decode"
-    assert (steps["generated"][decode] <= steps["verified"][decode] * (s.k + 1)
+    width = s.k + (s.extra if s.method == "psd+tetris" else 0)  # drafts a request may have scored
+    assert (steps["generated"][decode] <= steps["verified"][decode] * (width + 1)
             + steps["prompts_done"][decode]).all()
     # Per request, lifecycle timestamps are ordered.
     started = ~np.isnan(req["admitted_s"])
@@ -81,9 +89,9 @@ def test_invariants_hold(s: Scenario):
     assert (req["finish_s"][finished] >= req["first_token_s"][finished]).all()
     # Batch sizes add up: decoding sub-batches plus prefilling requests make the running set.
     assert (steps["batch0"] + steps["batch1"] + steps["prefilling"] == steps["running"]).all()
-    cap = 2 * s.m if s.method == "psd" else s.m
+    cap = {"psd": s.sub_batches * s.m, "psd+tetris": 2 * s.m, "sd-2m": 2 * s.m}.get(s.method, s.m)
     assert (steps["running"] <= cap).all()
-    if s.method == "psd":
+    if s.sub_batched:
         decoding = steps["batch0"][decode] + steps["batch1"][decode]
         assert (steps["verified"][decode] + steps["drafted"][decode] == decoding).all()
     # Simulated time never goes backwards and steps do not overlap.

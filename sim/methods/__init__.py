@@ -7,7 +7,9 @@ from typing import Any, Protocol
 
 from sim.methods.ar import AutoRegressive
 from sim.methods.common import SimContext
+from sim.methods.pearl import PEARL
 from sim.methods.psd import ParallelSD
+from sim.methods.psd_ring import RingPSD
 from sim.methods.sd import MemoryFairSD, StandardSD
 from sim.scenario import Scenario
 from sim.scheduler import EngineHooks, StepPlan
@@ -37,9 +39,11 @@ class Method(Protocol):
 
 METHODS: dict[str, type[EngineHooks]] = {
     "ar": AutoRegressive, "sd": StandardSD, "sd-2m": MemoryFairSD, "sd-5gpu": StandardSD,
-    "psd": ParallelSD,
+    "psd": ParallelSD, "psd+tetris": ParallelSD, "pearl": PEARL,
 }
 
 
 def method_class(s: Scenario) -> Any:
+    if s.method == "psd" and not s.sub_batched:
+        return RingPSD  # N sub-batches / D drafters beyond MineDraft's 2 and 1
     return METHODS[s.method]

@@ -114,19 +114,29 @@ def draft_counts(plan: StepPlan, ids: np.ndarray, wanted: np.ndarray) -> np.ndar
 
 
 def verify_outcome(ctx: SimContext, ids: np.ndarray, proposed: np.ndarray,
-                   total_proposed: int) -> Outcome:
+                   total_proposed: int, acceptable: np.ndarray | None = None) -> Outcome:
     """Draw acceptance for verified requests, emit accepted + 1 tokens each, update stats.
-    `total_proposed` is proposed.sum(), which every caller already knows."""
+    `total_proposed` is proposed.sum(), which every caller already knows; where `acceptable` is
+    False a request's drafts are scored but cannot be accepted (PEARL's stale drafts)."""
     if not len(ids):
         return NO_OUTCOME
-    t = ctx.table
     if total_proposed:
-        accepted = ctx.acceptance.accepted(t.log_acceptance[ids], proposed)
-        total_accepted = int(accepted.sum())
-        unproposed = len(ids) - int(np.count_nonzero(proposed))
+        accepted = ctx.acceptance.accepted(ctx.table.log_acceptance[ids], proposed)
+        if acceptable is not None:
+            accepted *= acceptable
     else:
         accepted = np.zeros(len(ids), dtype=np.int64)
-        total_accepted = 0
+    return emit_outcome(ctx, ids, proposed, total_proposed, accepted)
+
+
+def emit_outcome(ctx: SimContext, ids: np.ndarray, proposed: np.ndarray, total_proposed: int,
+                 accepted: np.ndarray) -> Outcome:
+    """Emit accepted + 1 tokens for each verified request and log the verification."""
+    t = ctx.table
+    total_accepted = int(accepted.sum()) if total_proposed else 0
+    if total_proposed:
+        unproposed = len(ids) - int(np.count_nonzero(proposed))
+    else:
         unproposed = len(ids) if ctx.scenario.method != "ar" else 0
     kept = t.emit(ids, accepted + 1)
     t.log_verification(ids, proposed, accepted)

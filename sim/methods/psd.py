@@ -41,6 +41,7 @@ from sim.methods.common import (
     chunk_work,
     draft_counts,
     emit_first_tokens,
+    emit_outcome,
     link_bytes,
     record,
     verify_outcome,
@@ -48,6 +49,7 @@ from sim.methods.common import (
 from sim.requests import DECODING
 from sim.scenario import Scenario
 from sim.scheduler import StepPlan
+from sim.tetris import draft_positions, leading_accepted, select_prefixes
 
 EMPTY = np.empty(0, dtype=np.int64)
 
@@ -74,6 +76,10 @@ class ParallelSD(EngineMethod):
         self.have_previous = False               # worker: proposals drafted in the last step
         self.deferred = s.kv_patch == "has_deferred"
         self.balanced_refills = s.rebalance
+        # TETRIS drafts k + e per request and scores the best k x m when the batch is full.
+        self.tetris = s.method == "psd+tetris"
+        self.width = s.k + (s.extra if self.tetris else 0)
+        self.lookahead = self.width
 
     # -- the split of the coming step -------------------------------------------------------
 
@@ -133,9 +139,21 @@ class ParallelSD(EngineMethod):
 
     # -- a step -----------------------------------------------------------------------------
 
+    def _select(self, ids: np.ndarray, drafted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """TETRIS: draft confidences and acceptances for the verified requests' k + e drafts,
+        and how many of them to score (the best k x m prefixes when the batch is full)."""
+        s = self.ctx.scenario
+        log_q, accepted = draft_positions(self.ctx.table.acceptance[ids], self.width,
+                                          s.confidence_spread, self.ctx.rng)
+        log_q = np.where(np.arange(self.width)[None, :] < drafted[:, None], log_q, -np.inf)
+        lengths = drafted
+        if len(ids) >= s.m:
+            lengths = np.minimum(select_prefixes(log_q, s.k * s.m), drafted)
+        return lengths, accepted
+
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
-        env, cost, table, k = ctx.env, ctx.cost, ctx.table, ctx.scenario.k
+        env, cost, table, k = ctx.env, ctx.cost, ctx.table, self.width
         b0, b1 = len(self.members[False]), len(self.members[True])
         if len(plan.decode):
             verify_ids, draft_ids = self.members[self.send], self.members[not self.send]
@@ -163,6 +181,11 @@ class ParallelSD(EngineMethod):
             has = self.has_proposals[verify_ids]
             proposed = has * k
             total_proposed = k * int(np.count_nonzero(has))
+        tetris = None
+        if self.tetris and len(verify_ids):
+            tetris = self._select(verify_ids, proposed)
+            proposed = tetris[0]
+            total_proposed = int(proposed.sum())
         if plan.spec_cap is not None:
             proposed = draft_counts(plan, verify_ids, proposed)
             total_proposed = int(proposed.sum())
@@ -184,7 +207,11 @@ class ParallelSD(EngineMethod):
         yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
 
         self.has_proposals[verify_ids] = False
-        out = verify_outcome(ctx, verify_ids, proposed, total_proposed)
+        if tetris is None:
+            out = verify_outcome(ctx, verify_ids, proposed, total_proposed)
+        else:
+            accepted = leading_accepted(tetris[1], proposed)
+            out = emit_outcome(ctx, verify_ids, proposed, total_proposed, accepted)
         if decoding:
             if len(draft_ids):
                 self.have_previous, self.send = True, not self.send

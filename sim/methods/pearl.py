@@ -1,0 +1,96 @@
+"""`pearl`: PEARL's post-verify pipelining, batched as MineDraft re-implements it (5 GPUs).
+
+No sub-batches: every step verifies all m running requests while the drafter drafts the next k
+tokens for each of them, assuming the drafts being verified will all be accepted (reference
+paper.md §4.2 "PEARL baseline inside MineDraft", §10). After the step a request's pre-drafted
+tokens are *valid* only if all its drafts were accepted (or, having had no drafts, the draft's
+first token matches the target's: probability = its acceptance rate); otherwise they continue a
+prefix that was rejected and are stale. As in MineDraft's worker, the pre-drafted tokens are used
+for every request as long as at least one request's are valid: stale drafts are still scored,
+and accept nothing (modelled as zero acceptance); when none is valid, the whole batch takes a
+step without drafts. So the more requests share a step, the longer stale drafts linger before the
+batch resets, and each rejection costs a request a wasted speculation step.
+KV: each decode keeps 2k - 1 lookahead slots, as MineDraft's PEARL mode allocates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from sim.devices import VerifyJob
+from sim.methods.common import (
+    EngineMethod,
+    SimContext,
+    chunk_work,
+    draft_counts,
+    emit_first_tokens,
+    link_bytes,
+    record,
+    verify_outcome,
+)
+from sim.scheduler import StepPlan
+
+
+class PEARL(EngineMethod):
+    uses_drafter = True
+
+    def __init__(self, ctx: SimContext) -> None:
+        super().__init__(ctx)
+        n = len(ctx.table)
+        self.lookahead = 2 * ctx.scenario.k - 1
+        self.drafted = np.zeros(n, dtype=bool)  # pre-drafted tokens exist (valid or stale)
+        self.valid = np.zeros(n, dtype=bool)    # ... and continue the request's real prefix
+
+    def left(self, ids: np.ndarray) -> None:
+        self.drafted[ids] = False
+        self.valid[ids] = False
+
+    def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
+        ctx = self.ctx
+        env, cost, table, k = ctx.env, ctx.cost, ctx.table, ctx.scenario.k
+        ids = plan.decode
+        batch = len(ids)
+        chunks = chunk_work(ctx, plan)
+        context = table.context(ids)
+        start = env.now
+        use_drafts = batch > 0 and bool(self.valid[ids].any())
+        proposed = (self.drafted[ids] * k if use_drafts else np.zeros(batch, dtype=np.int64))
+        proposed = draft_counts(plan, ids, proposed)
+        total_proposed = int(proposed.sum())
+        tokens = total_proposed + batch
+        job = VerifyJob(cost.verify(batch, tokens, context, chunks),
+                        *link_bytes(ctx, batch, tokens, context, chunks))
+        done = ctx.verifier.submit(job)
+        ahead_s = 0.0
+        if batch:  # post-verify: draft the next k for everyone while the target verifies
+            ahead_s = cost.draft(batch, k, context + batch * k)
+            yield env.timeout(ahead_s)
+        drafted_at = env.now
+        yield done
+        wait_s = env.now - drafted_at
+        sync_s = cost.draft_chunks(chunks)
+        reject_s = cost.reject(tokens) if batch else 0.0
+        swap_s = cost.swap(plan.swap_blocks)
+        yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
+
+        # Stale drafts continue a rejected prefix: they are scored and accept nothing.
+        valid = self.valid[ids]
+        out = verify_outcome(ctx, ids, proposed, total_proposed, acceptable=valid)
+        if batch:
+            all_accepted = valid & (table.last_accepted == proposed)
+            first_match = ctx.acceptance.bernoulli(table.log_acceptance[ids])
+            self.valid[ids] = np.where(proposed > 0, all_accepted, first_match)
+            self.drafted[ids] = True
+        ctx.drafter_busy_s += ahead_s + sync_s + reject_s
+        verifier_path = job.transfer_s + job.compute_s
+        record(ctx, plan, start, parallelised=batch > 0, verified=batch, drafted=batch,
+               scored=tokens if batch else 0,
+               out=out, first_tokens=emit_first_tokens(ctx, plan),
+               draft_s=ahead_s + sync_s, verify_s=job.compute_s, comm_s=job.transfer_s,
+               wait_s=wait_s if batch else 0.0,
+               link_critical_s=(max(verifier_path, ahead_s) - max(job.compute_s, ahead_s)
+                                if batch else job.transfer_s),
+               swap_s=swap_s)
