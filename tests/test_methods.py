@@ -52,7 +52,8 @@ def test_more_sub_batches_and_drafters_hide_slow_drafting():
     for ratio in (1.5, 2.0):
         cost = ConstantCost(ratio, 1.0)
         two = simulate(base, cost=cost).summary["throughput_tok_s_trim80"]
-        three = simulate(base.replace(sub_batches=3, drafters=2), cost=cost).summary["throughput_tok_s_trim80"]
+        ring = base.replace(sub_batches=3, drafters=2)
+        three = simulate(ring, cost=cost).summary["throughput_tok_s_trim80"]
         assert three > 1.45 * two
         assert three == pytest.approx(simulate(base, cost=ConstantCost(1.0, 1.0))
                                       .summary["throughput_tok_s_trim80"], rel=0.01)
