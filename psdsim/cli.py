@@ -9,13 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.catalog import builtin_catalog
+from sim.catalog import CatalogError, load_catalog
 from sim.errors import ScenarioError
+from sim.paper import QUICK_REQUESTS, grid, improvements, run_grid
+from sim.paper import figures as paper_figures
+from sim.paper import table as paper_table
+from sim.presets import PRESETS
 from sim.report import format_compare, format_run, ratios
 from sim.results import summary_json, write_folder, write_result
 from sim.run import Result, compare_methods, simulate
@@ -53,6 +58,8 @@ class _Progress:
 
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", nargs="?", help="scenario TOML file (default: the built-in scenario)")
+    p.add_argument("--preset", choices=list(PRESETS),
+                   help="start from one of the paper's configurations (file and --set apply on top)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a scenario field, e.g. --set k=4 --set link=nvlink4")
     p.add_argument("--out", type=Path, help="results folder (default: results/NAME-METHOD-HASH)")
@@ -77,10 +84,21 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--no-write", action="store_true", help="do not write results folders")
     scen = sub.add_parser("scenario", help="print the resolved scenario as TOML")
     scen.add_argument("scenario", nargs="?", help="scenario TOML file (default: built-in)")
+    scen.add_argument("--preset", choices=list(PRESETS))
     scen.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
     scen.add_argument("--method", choices=METHODS)
     cat = sub.add_parser("catalog", help="list the built-in GPUs, links, models and datasets")
     cat.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    cat.add_argument("--catalog", help="also merge this catalog file (as a scenario's catalog field)")
+    paper = sub.add_parser("paper", help="a preset's k x dataset x method grid, in the paper's style")
+    paper.add_argument("--preset", choices=list(PRESETS), default="setting2")
+    paper.add_argument("--quick", action="store_true",
+                       help=f"{QUICK_REQUESTS} requests per run instead of the preset's")
+    paper.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE")
+    paper.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                       help="processes to simulate with (default: all cores)")
+    paper.add_argument("--out", type=Path, help="results folder (default: results/paper-PRESET-HASH)")
+    paper.add_argument("--json", action="store_true", help="print the improvement figures as JSON")
     _theory_args(sub)
     return parser
 
@@ -124,7 +142,7 @@ def _write(out: Path, write: Any) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    s = load_scenario(args.scenario, args.overrides, args.method)
+    s = load_scenario(args.scenario, args.overrides, args.method, args.preset)
     progress = _Progress(not args.json)
     result: Result = simulate(s, progress=lambda f: progress(s.method, f))
     if not result.fits:
@@ -154,7 +172,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                 f"use a comma-separated subset of {','.join(METHODS)}")
     if not methods or len(set(methods)) != len(methods):
         raise ScenarioError("--methods", "needs distinct methods", "write e.g. --methods sd,psd")
-    s = load_scenario(args.scenario, args.overrides)
+    s = load_scenario(args.scenario, args.overrides, preset=args.preset)
     progress = _Progress(not args.json)
     results = compare_methods(s, methods, progress=progress)
     summaries = {m: r.summary for m, r in results.items()}
@@ -182,12 +200,57 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_scenario(args: argparse.Namespace) -> int:
-    sys.stdout.write(scenario_to_toml(load_scenario(args.scenario, args.overrides, args.method)))
+    s = load_scenario(args.scenario, args.overrides, args.method, args.preset)
+    sys.stdout.write(scenario_to_toml(s))
+    return 0
+
+
+def cmd_paper(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise ScenarioError("--workers", f"must be >= 1, got {args.workers}", "write --workers 2")
+    base = load_scenario(None, args.overrides, preset=args.preset)
+    preset = PRESETS[args.preset]
+    runs = grid(args.preset, base, args.quick)
+    progress = _Progress(not args.json)
+    rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f))
+    gains = improvements(rows)
+    infeasible = sorted({f"{r['method']}: {r['infeasible_reason']}" for r in rows if not r["fits"]})
+    title = f"{args.preset}: {preset.title}" + (" (quick)" if args.quick else "")
+    report = {"preset": args.preset, "title": preset.title, "quick": args.quick,
+              "note": preset.note, "improvements": gains, "infeasible": infeasible}
+    label = "paper" + ("-quick" if args.quick else "")
+    out = args.out or _default_out(base, label)
+    files: dict[str, Any] = {"paper.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
+                             "results.csv": paper_table(rows), "scenario.toml": scenario_to_toml(base),
+                             **paper_figures(rows, title)}
+    folder = _write(out, lambda: write_folder(out, files))
+    if args.json:
+        print(json.dumps(report, indent=2, allow_nan=False))
+        return 0
+    print(f"psdsim paper · {title} · {len(runs)} runs")
+    if preset.note:
+        print(f"  note: {preset.note}")
+    print(f"  {'dataset/variant':<24}{'best k':>7}{'tok/s':>9}{'max vs SD':>11}{'E2EL vs SD':>12}"
+          f"{'vs best BL':>12}{'vs sd-2m':>10}{'vs sd-5gpu':>12}")
+    for key, g in gains.items():
+        def pct(name: str, g: dict[str, Any] = g) -> str:
+            value = g.get(name)
+            return f"{value:+.1%}" if value is not None else "–"
+        print(f"  {key:<24}{g['best_k']:>7}{g['best_throughput']:>9.1f}{pct('max_throughput_gain_vs_sd'):>11}"
+              f"{pct('max_e2el_gain_vs_sd'):>12}{pct('gain_vs_best_baseline'):>12}"
+              f"{pct('best_vs_sd-2m'):>10}{pct('best_vs_sd-5gpu'):>12}")
+    for line in infeasible:
+        print(f"  {line}")
+    print("\n  best BL = the paper's baselines (SD, PEARL) at their best k; sd-2m and sd-5gpu are the")
+    print(f"  memory-fair and GPU-fair comparisons the paper did not run. results: {folder}/")
     return 0
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    cat = builtin_catalog()
+    try:
+        cat = load_catalog(args.catalog)
+    except CatalogError as exc:
+        raise ScenarioError("--catalog", str(exc), "fix the catalog file") from None
     if args.json:
         doc = {
             "gpus": {k: vars(v) for k, v in cat.gpus.items()},
@@ -205,16 +268,27 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         return 0
     print("GPUs")
     for k, g in cat.gpus.items():
+        fp8 = f"{g.fp8_tflops:>5.0f} FP8" if g.fp8_tflops else "   no FP8"
         print(f"  {k:<11} {g.memory_gb:>5.0f} GB  {g.memory_bandwidth_gbps:>6.0f} GB/s  "
-              f"{g.bf16_tflops:>5.0f} TFLOPS bf16  {'NVLink' if g.nvlink else 'PCIe only'}")
+              f"{g.bf16_tflops:>5.0f} TFLOPS bf16 {fp8}  {'NVLink' if g.nvlink else 'PCIe only'}")
     print("links (per direction; all-reduce bus bandwidth)")
     for k, ln in cat.links.items():
-        print(f"  {k:<11} p2p {ln.p2p_latency_us:>4.0f} us + {ln.p2p_bandwidth_gbps:>5.0f} GB/s   "
+        print(f"  {k:<13} p2p {ln.p2p_latency_us:>4.0f} us + {ln.p2p_bandwidth_gbps:>5.0f} GB/s   "
               f"all-reduce {ln.allreduce_latency_us:>4.0f} us + {ln.allreduce_busbw_gbps:>5.0f} GB/s")
     print("models")
     for k, md in cat.models.items():
-        print(f"  {k:<14} {md.total_params / 1e9:>7.2f} B params  {md.weight_bytes / 1e9:>7.2f} GB  "
-              f"KV {md.kv_bytes_per_token / 1024:>5.0f} KiB/token  ({md.hf_id})")
+        kind = []
+        if md.moe:
+            kind.append(f"MoE {md.experts}x{md.experts_per_token}, {md.active_params / 1e9:.1f} B active")
+        if md.compute == "fp8":
+            kind.append("FP8")
+        elif md.bytes_per_param < 2:
+            kind.append(f"{md.bytes_per_param * 8:.1f}-bit weights")
+        if md.eagle:
+            kind.append("EAGLE head")
+        extra = f" [{'; '.join(kind)}]" if kind else ""
+        print(f"  {k:<20} {md.total_params / 1e9:>7.2f} B params  {md.weight_bytes / 1e9:>7.2f} GB  "
+              f"KV {md.kv_bytes_per_token / 1024:>6.1f} KiB/token{extra}  ({md.hf_id})")
     print("datasets (prompt tokens, MineDraft filters)")
     for k, d in cat.datasets.items():
         limit = f"{d.max_requests} prompts" if d.max_requests else "unlimited"
@@ -292,7 +366,7 @@ def cmd_theory(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "scenario": cmd_scenario, "catalog": cmd_catalog,
-            "theory": cmd_theory}
+            "theory": cmd_theory, "paper": cmd_paper}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -305,3 +379,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("psdsim: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`psdsim catalog | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

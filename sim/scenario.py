@@ -18,6 +18,7 @@ from typing import Any
 
 from sim.catalog import Catalog, CatalogError, load_catalog
 from sim.errors import ScenarioError
+from sim.presets import preset_fields
 
 METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
 SCHEDULERS = ("vllm-v0", "vllm-v1")
@@ -258,13 +259,13 @@ def scenario_from_mapping(values: Mapping[str, Any], source: str = "scenario") -
 
 
 def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
-                  method: str | None = None) -> Scenario:
-    """Load a scenario file (None = the built-in default), then apply `--set` overrides."""
-    values: dict[str, Any] = {}
+                  method: str | None = None, preset: str | None = None) -> Scenario:
+    """A preset (if any), then a scenario file (None = the built-in default), then `--set`."""
+    values: dict[str, Any] = preset_fields(preset) if preset else {}
     if path is not None:
         p = Path(path)
         try:
-            values = _flatten(tomllib.loads(p.read_text(encoding="utf-8")), p.name)
+            values.update(_flatten(tomllib.loads(p.read_text(encoding="utf-8")), p.name))
         except FileNotFoundError:
             raise ScenarioError("scenario", f"file {str(p)!r} not found",
                                 "give the path of a .toml scenario, or none for the default") from None
@@ -274,7 +275,7 @@ def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
         except (UnicodeDecodeError, IsADirectoryError, PermissionError) as exc:
             raise ScenarioError("scenario", f"cannot read {str(p)!r} ({exc.__class__.__name__})",
                                 "give a readable UTF-8 .toml file") from None
-        if "name" not in values:
+        if "name" not in values or preset:
             values["name"] = p.stem
         for name in PATH_FIELDS:  # relative to the scenario file
             if isinstance(values.get(name), str) and values[name]:

@@ -1,0 +1,66 @@
+"""The paper's presets, and `psdsim paper`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from psdsim.cli import main
+from sim.memory import plan_memory
+from sim.presets import PRESETS
+from sim.run import simulate
+from sim.scenario import catalog_for, load_scenario
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_is_a_valid_scenario(name):
+    s = load_scenario(preset=name)
+    assert s.name == name and s.requests == 1000 and s.output_len == 256
+    assert s.gpu_memory_utilization == 0.65 and not s.chunked_prefill
+
+
+def test_setting7_runs_parallel_only_because_sd_does_not_fit():
+    s = load_scenario(preset="setting7")
+    assert not plan_memory(s.replace(method="sd"), catalog_for(s)).fits
+    assert plan_memory(s, catalog_for(s)).fits
+
+
+def test_c10_needs_an_h200_class_gpu():
+    s = load_scenario(preset="c10")
+    assert plan_memory(s, catalog_for(s)).fits
+    assert not plan_memory(s.replace(gpu="l40s"), catalog_for(s)).fits
+
+
+def test_preset_then_file_then_set(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text("k = 5\nm = 8\n")
+    s = load_scenario(f, ["m=4"], preset="setting6")
+    assert (s.target, s.k, s.m) == ("llama-3.3-70b-awq", 5, 4)
+
+
+def test_vicuna_eagle_preset_runs():
+    s = load_scenario(None, ["requests=40", "output_len=32"], preset="setting5")
+    assert simulate(s).fits
+
+
+def test_paper_quick_writes_its_table_and_figures(tmp_path, capsys):
+    out = tmp_path / "paper"
+    assert main(["paper", "--preset", "setting2", "--quick", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "max vs SD" in text and "sharegpt/psd" in text
+    names = {p.name for p in out.iterdir()}
+    for fig in ("throughput_vs_k", "e2el_vs_k", "per_gpu_vs_k"):
+        assert f"{fig}.png" in names and f"{fig}.svg" in names
+    report = json.loads((out / "paper.json").read_text())
+    assert report["quick"] and len(report["improvements"]) == 8
+    rows = (out / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 5 * 4 * 6  # k x datasets x methods
+    assert Path(out / "scenario.toml").exists()
+
+
+def test_unknown_preset_is_a_clean_error(capsys):
+    with pytest.raises(SystemExit) as err:  # argparse choices
+        main(["run", "--preset", "setting99"])
+    assert err.value.code == 2
