@@ -48,6 +48,7 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
     head = (f"psdsim run · {s.name} · {s.method} (k={s.k}, m={s.m}) · {sm_requests(summary, s)} "
             f"requests · {workload} · {s.scheduler}, {prefill} · seed {s.seed}")
     lines = [head, "  " + describe_hardware(s)]
+    lines += [f"  note: {w}" for w in summary.get("warnings", [])]
     if not summary["fits"]:
         lines.append(f"  {summary['infeasible_reason']}")
         return "\n".join(lines)

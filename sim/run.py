@@ -22,6 +22,7 @@ from sim.metrics import infeasible_summary, summarize
 from sim.records import step_table
 from sim.requests import RequestTable
 from sim.scenario import Scenario, catalog_for, validate
+from sim.scenario import warnings as scenario_warnings
 from sim.scheduler import Scheduler
 from sim.workload import make_workload
 
@@ -86,6 +87,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
     if not memory.fits:
         assert memory.reason is not None
         summary = infeasible_summary(s, memory.reason, method_class(s).gpus(s))
+        summary["warnings"] = scenario_warnings(s)
         return Result(s, summary, {}, {}, memory, None, time.perf_counter() - began)
 
     rng = np.random.default_rng(s.seed)
@@ -111,6 +113,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
     summary = summarize(s, steps, requests, gpus=kind.gpus(s), uses_drafter=method.uses_drafter,
                         drafter_busy_s=ctx.drafter_busy_s, verifier_busy_s=ctx.verifier.busy_s,
                         kv=kv)
+    summary["warnings"] = scenario_warnings(s)
     if progress is not None:
         progress(1.0)
     usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)

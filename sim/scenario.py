@@ -454,6 +454,22 @@ def _check_costs(s: Scenario, cat: Catalog) -> None:
         _need(v >= 0, name, f"must be >= 0, got {v}", f"set {name} to 0 or more")
 
 
+def warnings(s: Scenario) -> list[str]:
+    """What a valid scenario asks that no real system has, or that the paper did not run."""
+    cat = catalog_for(s)
+    out = []
+    for role, gpu, link in (("verifier", s.gpu, s.tp_link_key), ("drafter", s.drafter_gpu_key, s.link)):
+        if cat.links[link].nvlink and not cat.gpus[gpu].nvlink:
+            out.append(f"hypothetical: {link} on the {role}'s {gpu}, which has no NVLink")
+    if s.method == "psd" and not s.sub_batched:
+        out.append(f"beyond the paper: PSD with {s.sub_batches} sub-batches and {s.drafters} drafters")
+    if s.sampler_output == "compact":
+        out.append("hypothetical: compact sampler output (MineDraft sends full-vocabulary rows)")
+    if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl"):
+        out.append(f"hypothetical: {s.method} on vllm-v1 (MineDraft runs on vLLM 0.9.2, V0)")
+    return out
+
+
 def validate(s: Scenario, catalog: Catalog | None = None) -> Scenario:
     """Return `s` unchanged if every field is valid, else raise the first ScenarioError."""
     cat = catalog or catalog_for(s)

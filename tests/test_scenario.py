@@ -89,3 +89,12 @@ def test_every_field_is_documented_and_sectioned():
     for name, f in FIELDS.items():
         assert f.metadata["doc"] and f.metadata["section"], name
     assert parse_override("k=7") == ("k", 7)
+
+
+def test_warnings_flag_what_no_real_system_has():
+    from sim.scenario import warnings
+    assert warnings(Scenario()) == []
+    assert any("hypothetical: nvlink4" in w for w in warnings(Scenario(link="nvlink4")))
+    assert warnings(Scenario(gpu="h100-sxm", drafter_gpu="h100-sxm", link="nvlink4")) == []
+    assert any("beyond the paper" in w for w in warnings(Scenario(sub_batches=3, drafters=2)))
+    assert any("compact" in w for w in warnings(Scenario(sampler_output="compact")))
