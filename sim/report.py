@@ -12,6 +12,15 @@ APPROXIMATE = ("analytic cost model: roofline with estimated efficiencies (sim/c
                "figures are approximate until calibrated")
 
 
+def cost_model_line(s: Scenario) -> str:
+    """Which cost model priced the run, and so how far to trust its figures."""
+    if not s.profile:
+        return APPROXIMATE
+    name = s.profile.rsplit("/", 1)[-1]
+    return (f"fitted cost profile {name} (psdsim calibrate); its fit errors are in the profile, and "
+            "terms it lacks are analytic estimates")
+
+
 def _num(value: Any, digits: int = 1) -> str:
     if value is None:
         return "–"
@@ -55,7 +64,7 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
     sm = summary
     lat, ttft, tpot = sm["latency_ms"], sm["ttft_ms"], sm["tpot_ms"]
     lines += [
-        "  " + APPROXIMATE,
+        "  " + cost_model_line(s),
         "",
         f"  throughput (decode steps)  {_num(sm['throughput_tok_s'])} tok/s   trim80 "
         f"{_num(sm['throughput_tok_s_trim80'])}   trim70 {_num(sm['throughput_tok_s_trim70'])}"
@@ -145,7 +154,7 @@ def format_compare(summaries: dict[str, dict[str, Any]], s: Scenario,
             f"{s.dataset} · seed {s.seed}")
     cat = catalog_for(s)
     lines = [head, f"  target {cat.models[s.target].hf_id} on {s.tensor_parallel_size}×{s.gpu}, "
-                   f"draft {cat.models[s.draft].hf_id}, link {s.link}", "  " + APPROXIMATE, ""]
+                   f"draft {cat.models[s.draft].hf_id}, link {s.link}", "  " + cost_model_line(s), ""]
     pair_names = [f"{a}/{b}" for a, b in pairs if a in summaries and b in summaries]
     width = 12
     lines.append(f"  {'':<28}" + "".join(f"{m:>{width}}" for m in methods)

@@ -7,6 +7,7 @@ so a results folder is either complete or absent: an interrupted run leaves noth
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -32,14 +33,30 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def write_table(path: Path, columns: Mapping[str, np.ndarray]) -> None:
+def table_csv(columns: Mapping[str, np.ndarray]) -> str:
     """CSV with a header row; floats in shortest round-trip form, NaN as an empty cell."""
     names = list(columns)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(names)
-        for row in zip(*(columns[n].tolist() for n in names), strict=True):
-            writer.writerow([_cell(v) for v in row])
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(names)
+    for row in zip(*(columns[n].tolist() for n in names), strict=True):
+        writer.writerow([_cell(v) for v in row])
+    return buf.getvalue()
+
+
+def write_file(path: Path, content: str | bytes) -> Path:
+    """Write one file atomically: a temporary file beside it, then a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content.encode("utf-8") if isinstance(content, str) else content)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def summary_json(summary: Mapping[str, Any]) -> str:
@@ -58,7 +75,7 @@ def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, n
             elif isinstance(content, bytes):
                 (tmp / name).write_bytes(content)
             else:
-                write_table(tmp / name, content)
+                (tmp / name).write_text(table_csv(content), encoding="utf-8")
         if out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
             os.replace(out_dir, old / out_dir.name)

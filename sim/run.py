@@ -19,6 +19,7 @@ from sim.memory import MemoryPlan, plan_memory
 from sim.methods import method_class
 from sim.methods.common import SimContext
 from sim.metrics import infeasible_summary, summarize
+from sim.profile import FittedCost, load_profile, source_warnings
 from sim.records import step_table
 from sim.requests import RequestTable
 from sim.scenario import Scenario, catalog_for, validate
@@ -93,7 +94,11 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
     rng = np.random.default_rng(s.seed)
     table = RequestTable(make_workload(s, cat, rng))
     env = simpy.Environment()
-    cost = cost or AnalyticCost(s, cat)
+    if cost is None:
+        cost = AnalyticCost(s, cat)
+        if s.profile:
+            profile = load_profile(s.profile)
+            cost = FittedCost(profile, cost)
     link = Link(env, cost.broadcast, cost.comm)
     kind = method_class(s)
     kv = KVPools(memory.pools(), s.block_size, len(table))
@@ -114,6 +119,8 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
                         drafter_busy_s=ctx.drafter_busy_s, verifier_busy_s=ctx.verifier.busy_s,
                         kv=kv)
     summary["warnings"] = scenario_warnings(s)
+    if isinstance(cost, FittedCost):
+        summary["warnings"] += source_warnings(cost.profile, s) + cost.warnings()
     if progress is not None:
         progress(1.0)
     usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)

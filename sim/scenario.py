@@ -110,6 +110,8 @@ class Scenario:
     step_overhead_ms: float = _field(1.2, "costs", float, "fixed framework cost per engine step")
     reject_overhead_ms: float = _field(0.3, "costs", float, "fixed rejection-sampling cost per verify")
     activation_reserve_gb: float = _field(1.5, "costs", float, "per-GPU memory kept for activations")
+    profile: str = _field("", "costs", str,
+                          "fitted cost profile (JSON from `psdsim calibrate`); absent = analytic model")
 
     @property
     def uses_draft(self) -> bool:
@@ -146,7 +148,7 @@ class Scenario:
 
 
 FIELDS = {f.name: f for f in fields(Scenario)}
-PATH_FIELDS = ("trace", "catalog")
+PATH_FIELDS = ("trace", "catalog", "profile")
 
 
 def catalog_for(s: Scenario) -> Catalog:
@@ -190,7 +192,8 @@ def _example(name: str) -> str:
     default = FIELDS[name].default
     if default is None or default == "":
         return {"acceptance": "0.6", "rate": "4.0", "drafter_gpu": '"l40s"', "tp_link": '"pcie4"',
-                "trace": '"requests.jsonl"', "catalog": '"my_catalog.toml"', "enable_chunked_prefill": "true",
+                "trace": '"requests.jsonl"', "catalog": '"my_catalog.toml"', "profile": '"profile.json"',
+                "enable_chunked_prefill": "true",
                 "num_gpu_blocks_override": "2000"}.get(name, "500.0")
     if isinstance(default, bool):
         return "true" if default else "false"
@@ -452,6 +455,9 @@ def _check_costs(s: Scenario, cat: Catalog) -> None:
                  "activation_reserve_gb"):
         v = getattr(s, name)
         _need(v >= 0, name, f"must be >= 0, got {v}", f"set {name} to 0 or more")
+    if s.profile:
+        _need(Path(s.profile).is_file(), "profile", f"file {s.profile!r} not found",
+              "give the path of a profile written by `psdsim calibrate … --out profile.json`")
 
 
 def warnings(s: Scenario) -> list[str]:

@@ -1,0 +1,98 @@
+"""Fitted profiles on the simulator side: the file format, FittedCost, and the run's warnings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from psdsim.cli import main
+from sim.costs import AnalyticCost, Chunks
+from sim.errors import ScenarioError
+from sim.profile import FittedCost, Profile, Term, load_profile, profile_from_json
+from sim.results import write_file
+from sim.run import simulate
+from sim.scenario import catalog_for, load_scenario
+
+DRAFT = Term("draft", (2e-3, 1e-6, 3e-9), 100, 0.01, 0.012, {"batch": (4, 16), "k": (1, 5), "ctx": (0, 1e6)})
+VERIFY = Term("verify", (0.03, 1e-4, 1e-7), 100, 0.01, 0.011,
+              {"batch": (4, 16), "tokens": (8, 96), "ctx": (0, 1e6)})
+PREFILL = Term("prefill", (0.01, 2e-4, 1e-9, 0.0), 50, 0.03, None, {"tokens": (10, 20000)})
+
+
+def _profile(**source: object) -> Profile:
+    return Profile({"draft": DRAFT, "verify": VERIFY, "prefill": PREFILL}, dict(source),
+                   {"vsr": 0.6}, ("a note",))
+
+
+def test_the_json_form_round_trips() -> None:
+    p = _profile(gpu="l40s", traces=[{"path": "x.sqlite", "sha256": "ab"}])
+    back = profile_from_json(p.to_json())
+    assert back == p
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("{", "not JSON"),
+    ('{"format": "other"}', "not a psdsim profile"),
+    ('{"format": "psdsim-profile", "version": 9, "terms": {}}', "version 9"),
+    ('{"format": "psdsim-profile", "version": 1, "terms": {}}', "no fitted terms"),
+    ('{"format": "psdsim-profile", "version": 1, "terms": {"draft": {"coef": [1, 2]}}}', "3 finite numbers"),
+    ('{"format": "psdsim-profile", "version": 1, "terms": {"gpu": {"coef": [1]}}}', "unknown term 'gpu'"),
+])
+def test_bad_profiles_are_one_line_errors(text: str, match: str) -> None:
+    with pytest.raises(ScenarioError, match=match) as exc:
+        profile_from_json(text, "p.json")
+    assert "\n" not in str(exc.value) and str(exc.value).startswith("profile:")
+
+
+def test_fitted_terms_price_steps_and_the_rest_falls_back() -> None:
+    s = load_scenario()
+    analytic = AnalyticCost(s, catalog_for(s))
+    cost = FittedCost(_profile(), analytic)
+    assert cost.draft(8, 3, 1000) == pytest.approx(3 * 2e-3 + 24e-6 + 3e-9 * (3000 + 8 * 3))
+    assert cost.verify(8, 32, 5000) == pytest.approx(0.03 + 32e-4 + 5e-4)
+    chunks = Chunks(tokens=100, pairs=5000.0, ctx=0, completing=1)
+    assert cost.verify(0, 0, 0, chunks) == pytest.approx(0.01 + 0.02 + 5e-6)
+    # a mixed pass shares the weight read: the prefill term without its fixed part
+    assert cost.verify(8, 32, 5000, chunks) == pytest.approx(0.03 + 32e-4 + 5e-4 + 0.02 + 5e-6)
+    assert cost.comm(12345) == analytic.comm(12345)
+    assert cost.overhead == analytic.overhead
+    assert cost.draft_chunks(chunks) == analytic.draft_chunks(chunks)
+    warnings = cost.warnings()
+    assert any("no fitted draft_prefill, comm, broadcast, reject, overhead" in w for w in warnings)
+    assert not any("extrapolated" in w for w in warnings)
+    cost.draft(64, 3, 10)
+    assert any(w.startswith("profile: draft batch 8-64 used, fitted on 4-16") for w in cost.warnings())
+
+
+def test_a_run_with_a_profile_warns_where_it_extrapolates_and_where_the_hardware_differs(
+        tmp_path: Path) -> None:
+    path = write_file(tmp_path / "p.json", _profile(gpu="h100-sxm", target="qwen3-32b").to_json())
+    s = load_scenario(overrides=[f"profile={path}", "requests=40", "output_len=32"])
+    result = simulate(s)
+    w = result.summary["warnings"]
+    assert "profile: fitted for gpu h100-sxm, scenario has l40s" in w
+    assert not any("target" in x for x in w)
+    assert any(x.startswith("profile: verify batch") and "fitted on 4-16" in x for x in w)
+    analytic = simulate(s.replace(profile=""))
+    assert result.summary["throughput_tok_s"] != analytic.summary["throughput_tok_s"]
+
+
+def test_cli_reads_profiles_and_rejects_bad_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write_file(tmp_path / "p.json", _profile().to_json())
+    assert main(["run", "--profile", str(good), "--set", "requests=20", "--set", "output_len=16",
+                 "--no-write", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert any(w.startswith("profile:") for w in summary["warnings"])
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert main(["run", "--profile", str(tmp_path / "bad.json"), "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a psdsim profile" in err
+    assert main(["run", "--profile", str(tmp_path / "missing.json"), "--no-write"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_load_profile_reads_files() -> None:
+    with pytest.raises(ScenarioError, match="not found"):
+        load_profile("/nonexistent/profile.json")
