@@ -15,6 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from calibration.calibrate import TIMINGS, calibrate
+from calibration.ranges import PRESETS as RANGE_PRESETS
+from calibration.report import fit_figure, report_lines
+from calibration.samples import sample_columns
+from calibration.trace_error import TraceError
 from sim.catalog import CatalogError, load_catalog
 from sim.errors import ScenarioError
 from sim.paper import QUICK_REQUESTS, grid, improvements, run_grid
@@ -22,7 +27,7 @@ from sim.paper import figures as paper_figures
 from sim.paper import table as paper_table
 from sim.presets import PRESETS
 from sim.report import format_compare, format_run, ratios
-from sim.results import summary_json, write_folder, write_result
+from sim.results import summary_json, table_csv, write_file, write_folder, write_result
 from sim.run import Result, compare_methods, simulate
 from sim.scenario import METHODS, Scenario, load_scenario, scenario_to_toml
 from sim.theory_bridge import bridge, scenario_tail
@@ -62,8 +67,15 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
                    help="start from one of the paper's configurations (file and --set apply on top)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a scenario field, e.g. --set k=4 --set link=nvlink4")
+    p.add_argument("--profile", metavar="PROFILE.json",
+                   help="price steps with a fitted profile from `psdsim calibrate` (= --set profile=…)")
     p.add_argument("--out", type=Path, help="results folder (default: results/NAME-METHOD-HASH)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout only")
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """--set values, with --profile as one more."""
+    return [*args.overrides, *([f"profile={args.profile}"] if args.profile else [])]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,7 +112,33 @@ def _parser() -> argparse.ArgumentParser:
     paper.add_argument("--out", type=Path, help="results folder (default: results/paper-PRESET-HASH)")
     paper.add_argument("--json", action="store_true", help="print the improvement figures as JSON")
     _theory_args(sub)
+    _calibrate_args(sub)
     return parser
+
+
+def _calibrate_args(sub: Any) -> None:
+    cal = sub.add_parser("calibrate", help="fit a cost profile to traces (nsys SQLite, Kineto JSON, "
+                                           "MineDraft JSONL) and report how well it fits")
+    cal.add_argument("traces", nargs="+", type=Path, metavar="TRACE",
+                     help="nsys export (.sqlite), Kineto trace (.json[.gz]) or MineDraft step trace (.jsonl)")
+    cal.add_argument("--out", type=Path, default=Path("profile.json"),
+                     help="profile file (default: profile.json)")
+    cal.add_argument("--ranges", default="psdsim", choices=list(RANGE_PRESETS),
+                     help="range-name preset: psdsim (default), minedraft, vllm")
+    cal.add_argument("--range", dest="range_rules", action="append", default=[], metavar="KIND=REGEX",
+                     help="extra range rule, tried before the preset's, e.g. --range draft='^my_propose$'")
+    cal.add_argument("--timing", choices=TIMINGS, default="busy",
+                     help="busy: union of a phase's GPU ops (default); span: first to last op")
+    for flag, what in (("--engine", "engine name, e.g. vllm"), ("--engine-version", "engine version"),
+                       ("--gpu", "verifier GPU (catalog key)"),
+                       ("--drafter-gpu", "drafter GPU (catalog key)"),
+                       ("--target", "target model (catalog key)"), ("--draft", "draft model (catalog key)")):
+        cal.add_argument(flag, help=f"provenance: {what}")
+    cal.add_argument("--tp", type=int, help="provenance: the target's tensor-parallel size")
+    cal.add_argument("--plot", type=Path, metavar="FILE.png",
+                     help="also write measured vs fitted times (PNG, or SVG by extension)")
+    cal.add_argument("--samples", type=Path, metavar="FILE.csv", help="also write the samples as CSV")
+    cal.add_argument("--json", action="store_true", help="print the profile as JSON on stdout")
 
 
 def _theory_args(sub: Any) -> None:
@@ -142,7 +180,7 @@ def _write(out: Path, write: Any) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    s = load_scenario(args.scenario, args.overrides, args.method, args.preset)
+    s = load_scenario(args.scenario, _overrides(args), args.method, args.preset)
     progress = _Progress(not args.json)
     result: Result = simulate(s, progress=lambda f: progress(s.method, f))
     if not result.fits:
@@ -172,7 +210,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                 f"use a comma-separated subset of {','.join(METHODS)}")
     if not methods or len(set(methods)) != len(methods):
         raise ScenarioError("--methods", "needs distinct methods", "write e.g. --methods sd,psd")
-    s = load_scenario(args.scenario, args.overrides, preset=args.preset)
+    s = load_scenario(args.scenario, _overrides(args), preset=args.preset)
     progress = _Progress(not args.json)
     results = compare_methods(s, methods, progress=progress)
     summaries = {m: r.summary for m, r in results.items()}
@@ -365,8 +403,31 @@ def cmd_theory(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    source = {"engine": args.engine, "engine_version": args.engine_version, "gpu": args.gpu,
+              "drafter_gpu": args.drafter_gpu, "target": args.target, "draft": args.draft,
+              "tensor_parallel_size": args.tp}
+    cal = calibrate(args.traces, preset=args.ranges, ranges=args.range_rules, timing=args.timing,
+                    source=source)
+    files = [(args.out, cal.profile.to_json())]
+    if args.plot:
+        fmt = "svg" if args.plot.suffix.lower() == ".svg" else "png"
+        files.append((args.plot, fit_figure(cal, fmt)))
+    if args.samples:
+        files.append((args.samples, table_csv(sample_columns(cal.samples))))
+    for path, content in files:
+        _write(path, lambda path=path, content=content: write_file(path, content))
+    if args.json:
+        sys.stdout.write(cal.profile.to_json())
+    else:
+        print("\n".join(report_lines(cal)))
+        print(f"\n  profile: {args.out}" + "".join(f"\n  {p}" for p, _ in files[1:]))
+        print(f"  use it:  psdsim run --profile {args.out}")
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "scenario": cmd_scenario, "catalog": cmd_catalog,
-            "theory": cmd_theory, "paper": cmd_paper}
+            "theory": cmd_theory, "paper": cmd_paper, "calibrate": cmd_calibrate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -374,6 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except ScenarioError as exc:
+        print(f"psdsim: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TraceError as exc:
         print(f"psdsim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -1,0 +1,139 @@
+"""Traces in, profile out: detect each file's format, read it, fit every term, record provenance.
+
+Formats are told apart by content, not name: a SQLite header is an Nsight Systems export, a gzip
+or JSON document with traceEvents is a Kineto trace, JSON lines are MineDraft's step trace. When
+MineDraft JSONL comes together with an nsys or Kineto trace it supplies the batch facts the
+MineDraft NVTX ranges lack (joined step by step); alone, its own timers are the samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from calibration.fit import TermFit, acceptance_stats, fit_term
+from calibration.kineto import read_kineto
+from calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
+from calibration.nsys import SQLITE_MAGIC, read_nsys
+from calibration.phases import Built, TraceInfo
+from calibration.ranges import parse_rules
+from calibration.samples import StepSample
+from calibration.trace_error import TraceError
+from sim.profile import TERMS, Profile
+
+GZIP_MAGIC = b"\x1f\x8b"
+TIMINGS = ("busy", "span")
+
+
+def detect_format(path: Path) -> str:
+    """'nsys', 'kineto' or 'minedraft', from the file's first bytes."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+    if not head.strip():
+        raise TraceError(f"{path}: empty file")
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys"
+    if head.startswith(GZIP_MAGIC):
+        return "kineto"
+    text = head.lstrip()
+    if text.startswith(b"["):
+        return "kineto"
+    if text.startswith(b"{"):
+        first = text.split(b"\n", 1)[0]
+        try:
+            doc = json.loads(first)
+        except ValueError:
+            return "kineto"  # a multi-line JSON document
+        return "kineto" if isinstance(doc, dict) and "traceEvents" in doc else "minedraft"
+    raise TraceError(f"{path}: not a trace psdsim reads (nsys SQLite export, Kineto JSON, MineDraft JSONL)")
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class Calibration:
+    """A fitted profile with everything its report shows."""
+
+    profile: Profile
+    fits: dict[str, TermFit]
+    samples: list[StepSample]
+    dropped: Counter[str]
+    notes: list[str]
+    traces: list[tuple[Path, TraceInfo]] = field(default_factory=list)
+
+
+def calibrate(paths: list[Path], *, preset: str = "psdsim", ranges: list[str] | None = None,
+              timing: str = "busy", source: dict[str, Any] | None = None) -> Calibration:
+    """Read every trace, fit every term that has samples, and build the profile."""
+    if not paths:
+        raise TraceError("no trace given; pass one or more trace files")
+    if timing not in TIMINGS:
+        raise TraceError(f"timing {timing!r}: use busy (GPU busy time) or span (first to last GPU op)")
+    rules = parse_rules(preset, ranges or [])
+    formats = {p: detect_format(p) for p in paths}
+    jsonl = [p for p, f in formats.items() if f == "minedraft"]
+    gpu_traces = [p for p, f in formats.items() if f != "minedraft"]
+
+    samples: list[StepSample] = []
+    dropped: Counter[str] = Counter()
+    notes: list[str] = []
+    traces: list[tuple[Path, TraceInfo]] = []
+    for p in gpu_traces or jsonl:
+        built, info = _read(p, formats[p], rules)
+        samples += built.samples
+        dropped.update(built.dropped)
+        notes += built.notes
+        traces.append((p, info))
+    if gpu_traces and jsonl:
+        steps = [s for p in jsonl for s in read_minedraft_steps(p)]
+        samples, joined = join_step_attributes(samples, steps)
+        notes += joined
+        traces += [(p, TraceInfo("minedraft", notes=["step attributes joined by order"])) for p in jsonl]
+    if not samples:
+        raise TraceError("the traces gave no usable samples (see the dropped reasons with --samples)")
+
+    fits: dict[str, TermFit] = {}
+    for term in TERMS:
+        of_kind = [s for s in samples if s.kind == term]
+        fitted = fit_term(term, of_kind, timing) if of_kind else None
+        if fitted is not None:
+            fits[term] = fitted
+            notes += fitted.notes
+        elif of_kind:
+            notes.append(f"{term}: only {len(of_kind)} usable samples; not fitted")
+    if not fits:
+        raise TraceError("no term had enough samples to fit (at least 3 per term)")
+    prov = {
+        "traces": [{"path": str(p), "format": info.format, "sha256": sha256(p), "bytes": p.stat().st_size,
+                    "version": info.version, "gpus": {str(k): v for k, v in info.gpus.items()}}
+                   for p, info in traces],
+        "timing": timing,
+        "ranges": preset,
+        **{k: v for k, v in (source or {}).items() if v not in (None, "")},
+    }
+    profile = Profile({name: f.term for name, f in fits.items()}, prov, acceptance_stats(samples),
+                      tuple(notes))
+    return Calibration(profile, fits, samples, dropped, notes, traces)
+
+
+def _read(path: Path, fmt: str, rules: Any) -> tuple[Built, TraceInfo]:
+    if fmt == "nsys":
+        return read_nsys(path, rules)
+    if fmt == "kineto":
+        return read_kineto(path, rules)
+    return read_minedraft(path)

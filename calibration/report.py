@@ -1,0 +1,106 @@
+"""The fit report `psdsim calibrate` prints, and its measured-vs-fitted figure."""
+
+from __future__ import annotations
+
+import io
+import math
+
+from calibration.calibrate import Calibration
+from sim.profile import FEATURES, TERMS
+
+# What a coefficient is per (features without an entry are seconds per pass, message or step).
+_PER = {"pass_tokens": "/token", "tokens": "/token", "pass_ctx": "/cached token", "ctx": "/cached token",
+        "pairs": "/pair", "bytes": "/byte", "positions": "/position"}
+
+
+def _seconds(x: float) -> str:
+    if x == 0:
+        return "0 s"
+    for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"), (1e-12, "ps")):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {unit}"
+    return f"{x:.3g} s"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{100 * x:.2f}%"
+
+
+def report_lines(c: Calibration) -> list[str]:
+    out = []
+    for path, info in c.traces:
+        out.append(f"trace {path.name}: {info.format} {info.version}".rstrip())
+        if info.gpus:
+            out.append("  GPUs: " + ", ".join(f"{d}={n}" for d, n in sorted(info.gpus.items())))
+        if info.kernel_s > 0:
+            out.append(f"  kernel time inside matched ranges: {_pct(info.attributed_s / info.kernel_s)} of "
+                       f"{info.kernel_s:.3f} s (the rest is work the range rules do not name)")
+    out.append(f"samples: {len(c.samples)} ({', '.join(f'{k} {v}' for k, v in _kinds(c).items())}); "
+               f"timing: {c.profile.source.get('timing', 'busy')} GPU time")
+    out.append("")
+    out.append(f"{'term':<14}{'samples':>8}{'dropped':>8}{'MAPE':>9}{'CV MAPE':>9}  coefficients")
+    for name in TERMS:
+        fit = c.fits.get(name)
+        if fit is None:
+            out.append(f"{name:<14}{'-':>8}{'-':>8}{'-':>9}{'-':>9}  not fitted: analytic model used")
+            continue
+        t = fit.term
+        coefs = ", ".join(f"{f} {_seconds(v)}{_PER.get(f, '')}"
+                          for f, v in zip(FEATURES[name], t.coef, strict=True) if f not in t.fixed_features)
+        out.append(f"{name:<14}{t.samples:>8}{sum(t.dropped.values()):>8}{_pct(t.mape):>9}"
+                   f"{_pct(t.cv_mape):>9}  {coefs}")
+    dropped = c.dropped.copy()
+    for fit in c.fits.values():
+        dropped.update({f"{fit.term.name}: {why}": n for why, n in fit.term.dropped.items()})
+    if dropped:
+        out.append("")
+        out.append("dropped samples:")
+        out += [f"  {n:>7}  {why}" for why, n in dropped.most_common()]
+    acc = c.profile.acceptance
+    if acc:
+        line = (f"acceptance: VSR {acc['vsr']:.3f}, mean accepted {acc['mean_accepted']:.3f} per request "
+                f"and step at k={acc['k']:.0f}")
+        if "per_token" in acc:
+            line += f"; per-token rate {acc['per_token']:.3f} (use --set acceptance={acc['per_token']:.3f})"
+        out += ["", line]
+    if c.notes:
+        out += ["", "notes:"] + [f"  {n}" for n in dict.fromkeys(c.notes)]
+    return out
+
+
+def _kinds(c: Calibration) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for s in c.samples:
+        counts[s.kind] = counts.get(s.kind, 0) + 1
+    return counts
+
+
+def fit_figure(c: Calibration, fmt: str = "png") -> bytes:
+    """Measured against fitted time, one panel per fitted term, with the y = x line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in TERMS if n in c.fits]
+    cols = min(4, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.2 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        fit = c.fits[name]
+        timing = c.profile.source.get("timing", "busy")
+        measured = [1e3 * (s.span_s if timing == "span" else s.duration_s) for s in fit.kept]
+        fitted = 1e3 * fit.predicted
+        ax.scatter(measured, fitted, s=4, alpha=0.5)
+        lo, hi = min(min(measured), fitted.min()), max(max(measured), fitted.max())
+        ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8)
+        ax.set_title(f"{name}  (MAPE {_pct(fit.term.mape)})", fontsize=9)
+        ax.set_xlabel("measured (ms)", fontsize=8)
+        ax.set_ylabel("fitted (ms)", fontsize=8)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=110)
+    plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,7 @@
+"""The error a trace reader raises for input it cannot use: one line saying what and what to do."""
+
+from __future__ import annotations
+
+
+class TraceError(ValueError):
+    """Bad or unusable trace input. `str()` is one line; the CLI prints it and exits with 2."""
