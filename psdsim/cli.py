@@ -25,6 +25,9 @@ from sim.errors import ScenarioError
 from sim.paper import QUICK_REQUESTS, grid, improvements, run_grid
 from sim.paper import figures as paper_figures
 from sim.paper import table as paper_table
+from sim.plan import load_plan
+from sim.plan_report import plan_figures, plan_lines, plan_table
+from sim.plan_verdict import run_plan
 from sim.presets import PRESETS
 from sim.report import format_compare, format_run, ratios
 from sim.results import summary_json, table_csv, write_file, write_folder, write_result
@@ -113,7 +116,22 @@ def _parser() -> argparse.ArgumentParser:
     paper.add_argument("--json", action="store_true", help="print the improvement figures as JSON")
     _theory_args(sub)
     _calibrate_args(sub)
+    _plan_args(sub)
     return parser
+
+
+def _plan_args(sub: Any) -> None:
+    plan = sub.add_parser("plan", help="largest sustainable rate of every configuration of a space under "
+                                       "latency objectives; Pareto front; when PSD's extra GPU pays off")
+    plan.add_argument("plan", type=Path, metavar="PLAN.toml",
+                      help="[base] scenario fields, [space] candidate lists, [slo] objectives, [search]")
+    plan.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                      help="override a base scenario field")
+    plan.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                      help="processes to search with (default: all cores)")
+    plan.add_argument("--out", type=Path, help="results folder (default: results/plan-NAME-HASH)")
+    plan.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
+    plan.add_argument("--json", action="store_true", help="print the rows, front and verdicts as JSON")
 
 
 def _calibrate_args(sub: Any) -> None:
@@ -426,8 +444,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise ScenarioError("--workers", f"must be >= 1, got {args.workers}", "write --workers 2")
+    spec = load_plan(args.plan, args.overrides)
+    progress = _Progress(not args.json)
+    result = run_plan(spec, args.workers, lambda f: progress("plan", f))
+    report = {"rows": result.rows, "pareto": result.front, "verdicts": result.verdicts,
+              "invalid": [{"config": c, "error": e} for c, e in result.invalid]}
+    text = json.dumps(report, indent=2, allow_nan=False) + "\n"
+    files: dict[str, Any] = {"plan.json": text, "plan.csv": plan_table(result.rows),
+                             "plan.toml": args.plan.read_text(encoding="utf-8")}
+    if not args.no_figures:
+        files.update({f"figures/{name}": data for name, data in plan_figures(result).items()})
+    out = args.out or Path("results") / f"plan-{args.plan.stem}-{spec.base.digest()}"
+    folder = _write(out, lambda: write_folder(out, files))
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        print("\n".join(plan_lines(result)))
+        print(f"\n  results: {folder}/")
+    return 0 if any(r["max_rate_req_s"] for r in result.rows) else EXIT_BAD_INPUT
+
+
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "scenario": cmd_scenario, "catalog": cmd_catalog,
-            "theory": cmd_theory, "paper": cmd_paper, "calibrate": cmd_calibrate}
+            "theory": cmd_theory, "paper": cmd_paper, "calibrate": cmd_calibrate, "plan": cmd_plan}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

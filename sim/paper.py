@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from sim.catalog import Catalog
+from sim.parallel import map_in_order
 from sim.presets import PRESETS
 from sim.run import simulate
 from sim.scenario import Scenario, catalog_for
@@ -62,20 +62,7 @@ def run_grid(runs: Sequence[Scenario], workers: int = 1,
              progress: Callable[[float], None] | None = None) -> list[dict[str, Any]]:
     """Simulate every run (each independent and deterministic), in order; `workers` > 1 uses
     that many processes."""
-    if workers <= 1:
-        rows = []
-        for i, s in enumerate(runs):
-            rows.append(_row(s))
-            if progress is not None:
-                progress((i + 1) / len(runs))
-        return rows
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        rows = []
-        for i, row in enumerate(pool.map(_row, runs, chunksize=2)):
-            rows.append(row)
-            if progress is not None:
-                progress((i + 1) / len(runs))
-        return rows
+    return map_in_order(_row, runs, workers, progress)
 
 
 def _by(rows: list[dict[str, Any]], dataset: str, method: str, key: str) -> dict[int, float]:

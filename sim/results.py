@@ -64,12 +64,14 @@ def summary_json(summary: Mapping[str, Any]) -> str:
 
 
 def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, np.ndarray]]) -> Path:
-    """Atomically create (or replace) `out_dir` holding `files`: text, bytes, or a table (CSV)."""
+    """Atomically create (or replace) `out_dir` holding `files`: text, bytes, or a table (CSV);
+    names may have folders (`figures/a.png`)."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         for name, content in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             if isinstance(content, str):
                 (tmp / name).write_text(content, encoding="utf-8")
             elif isinstance(content, bytes):

@@ -1,0 +1,243 @@
+"""`psdsim plan`: the best configurations for a target model, a traffic and latency objectives.
+
+For each configuration of a search space (the product of candidate GPUs, TP sizes, links, draft
+models, k, m and methods), the largest sustainable request rate is found by bracketing and then
+bisecting on a log scale, like Vidur-Search (reference peer_simulators.md §1.9): a rate is
+*sustainable* when every objective holds at it — p99 end-to-end latency, TTFT and TPOT where
+given, and always a p99 queueing delay bound, so that an overloaded system (whose queue grows
+without limit) never passes because a finite run ended first. The search stops when the next
+failing rate is within `tolerance` of the last passing one, so the found rate meets the
+objectives and a rate `tolerance` higher does not.
+
+The same seed draws the same requests at every rate (Poisson arrival times scale as 1/rate),
+so latency grows with rate as it should and the bisection is well posed.
+
+Then: throughput per GPU at each configuration's best rate, the Pareto front over (GPUs, rate,
+p99 latency), and for each PSD configuration beside its SD twin a verdict on whether the extra
+GPU pays off and in which regime, with the metric that shows it (sim/plan_verdict.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ScenarioError
+from sim.parallel import map_in_order
+from sim.run import simulate
+from sim.scenario import FIELDS, Scenario, load_scenario, parse_override
+
+OBJECTIVES = {  # objective key in [slo] → (summary key, percentile, what it is)
+    "latency_p99_ms": ("latency_ms", "p99", "p99 end-to-end latency"),
+    "ttft_p99_ms": ("ttft_ms", "p99", "p99 time to first token"),
+    "tpot_p99_ms": ("tpot_ms", "p99", "p99 time per output token"),
+    "queue_p99_ms": ("queue_ms", "p99", "p99 queueing delay"),
+}
+DEFAULT_QUEUE_P99_MS = 10_000.0
+# Fields a method without a draft model ignores: AR runs once whatever their values.
+DRAFT_FIELDS = ("draft", "drafter_gpu", "link", "k", "extra")
+SEARCH_KEYS = ("rate_min", "rate_max", "tolerance", "requests")
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    base: Scenario
+    space: dict[str, list[Any]]
+    objectives: dict[str, float]
+    rate_min: float = 0.05
+    rate_max: float = 1000.0
+    tolerance: float = 0.05
+
+
+def _bad(field_name: str, problem: str, fix: str) -> ScenarioError:
+    return ScenarioError(field_name, problem, fix)
+
+
+def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
+    """Read a plan file: [base] scenario fields, [space] candidate lists, [slo] objectives,
+    optional [search] (rate_min, rate_max, tolerance, requests)."""
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _bad("plan", f"file {str(p)!r} not found", "give the path of a plan TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _bad("plan", f"{p.name} is not valid TOML ({exc})", "fix the TOML syntax") from None
+    for key in doc:
+        if key not in ("base", "space", "slo", "search"):
+            raise _bad(f"[{key}]", f"unknown table in {p.name}", "use [base], [space], [slo] and [search]")
+    base_fields = dict(doc.get("base", {}))
+    search = dict(doc.get("search", {}))
+    for key in search:
+        if key not in SEARCH_KEYS:
+            raise _bad(f"search.{key}", "unknown key", f"use {', '.join(SEARCH_KEYS)}")
+    if "requests" in search:
+        base_fields["requests"] = search.pop("requests")
+    base = _base_scenario(p, base_fields, overrides)
+    space = _space(doc.get("space", {}))
+    objectives = _objectives(doc.get("slo", {}))
+    spec = PlanSpec(base, space, objectives, **{k: float(v) for k, v in search.items()})
+    if not 0 < spec.rate_min < spec.rate_max:
+        raise _bad("search.rate_min", f"need 0 < rate_min < rate_max, got {spec.rate_min}, {spec.rate_max}",
+                   "set e.g. rate_min = 0.05 and rate_max = 1000")
+    if not 0.001 <= spec.tolerance <= 0.5:
+        raise _bad("search.tolerance", f"must be in [0.001, 0.5], got {spec.tolerance}",
+                   "set tolerance = 0.05 (5%)")
+    return spec
+
+
+def _base_scenario(p: Path, fields_: dict[str, Any], overrides: Sequence[str]) -> Scenario:
+    if "rate" in fields_:
+        raise _bad("base.rate", "the plan searches the rate", "remove rate from [base]")
+    # Written as TOML --set values so that scenario validation and path resolution apply.
+    sets = [f"{k}={_as_set(v, p) if k in ('trace', 'catalog', 'profile') else _as_set(v)}"
+            for k, v in fields_.items()]
+    return load_scenario(None, [*sets, *overrides, "rate=1.0"])
+
+
+def _as_set(value: Any, relative_to: Path | None = None) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if relative_to is not None and isinstance(value, str):
+        return str((relative_to.parent / value).resolve())
+    return str(value)
+
+
+def _space(table: Mapping[str, Any]) -> dict[str, list[Any]]:
+    space = {}
+    for name, values in table.items():
+        if name not in FIELDS:
+            raise _bad(f"space.{name}", "unknown scenario field", f"use one of: {', '.join(FIELDS)}")
+        if name == "rate":
+            raise _bad("space.rate", "the plan searches the rate", "remove rate from [space]")
+        if not isinstance(values, list) or not values:
+            raise _bad(f"space.{name}", "must be a non-empty list of candidates",
+                       f"write e.g. {name} = [{_example(name)}]")
+        space[name] = [parse_override(f"{name}={_as_set(v)}")[1] for v in values]
+    return space
+
+
+def _example(name: str) -> str:
+    default = FIELDS[name].default
+    return f'"{default}"' if isinstance(default, str) else str(default)
+
+
+def _objectives(table: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in table.items():
+        if key not in OBJECTIVES:
+            raise _bad(f"slo.{key}", "unknown objective", f"use {', '.join(OBJECTIVES)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise _bad(f"slo.{key}", f"must be a positive number of ms, got {value!r}", f"write {key} = 2000")
+        out[key] = float(value)
+    if not any(k != "queue_p99_ms" for k in out):
+        raise _bad("slo", "no latency objective", "give at least one of latency_p99_ms, ttft_p99_ms, "
+                                                  "tpot_p99_ms in [slo]")
+    out.setdefault("queue_p99_ms", DEFAULT_QUEUE_P99_MS)
+    return out
+
+
+def configurations(spec: PlanSpec) -> tuple[list[Scenario], list[tuple[dict[str, Any], str]]]:
+    """The valid configurations of the space (AR once per draft-free combination), and the
+    invalid combinations with the reason."""
+    names = list(spec.space)
+    valid: list[Scenario] = []
+    invalid: list[tuple[dict[str, Any], str]] = []
+    seen: set[str] = set()
+    for values in itertools.product(*(spec.space[n] for n in names)):
+        changes = dict(zip(names, values, strict=True))
+        if changes.get("method", spec.base.method) == "ar":
+            changes = {k: v for k, v in changes.items() if k not in DRAFT_FIELDS}
+        key = repr(sorted(changes.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            valid.append(spec.base.replace(**changes))
+        except ScenarioError as exc:
+            invalid.append((changes, str(exc)))
+    return valid, invalid
+
+
+def violations(summary: Mapping[str, Any], objectives: Mapping[str, float]) -> list[str]:
+    """The objectives a run misses, each with its measured value: 'p99 TTFT 2,310 ms > 2,000'."""
+    if not summary.get("fits"):
+        return [f"does not fit: {summary.get('infeasible_reason')}"]
+    out = []
+    for key, limit in objectives.items():
+        metric, pct, what = OBJECTIVES[key]
+        value = (summary.get(metric) or {}).get(pct)
+        if value is None or value > limit:
+            shown = "n/a" if value is None else f"{value:,.0f} ms"
+            out.append(f"{what} {shown} > {limit:,.0f} ms")
+    return out
+
+
+@dataclass
+class RateSearch:
+    """The bracket a search ended with, and every run it made (rate → summary)."""
+
+    rate: float | None                   # largest passing rate (None: even rate_min fails)
+    failing_rate: float | None           # smallest failing rate (None: rate_max passes)
+    summary: dict[str, Any] | None       # at `rate`
+    failing: list[str]                   # what failed at `failing_rate`
+    runs: dict[float, dict[str, Any]] = field(default_factory=dict)
+
+
+def max_rate(s: Scenario, objectives: Mapping[str, float], *, rate_min: float = 0.05,
+             rate_max: float = 1000.0, tolerance: float = 0.05,
+             run: Callable[[Scenario], dict[str, Any]] | None = None) -> RateSearch:
+    """The largest rate in [rate_min, rate_max] at which `s` meets the objectives, to within
+    `tolerance`: bracket from a first guess by doubling or halving, then bisect in log space."""
+    run = run or (lambda sc: simulate(sc).summary)
+    runs: dict[float, dict[str, Any]] = {}
+
+    def passes(rate: float) -> bool:
+        if rate not in runs:
+            runs[rate] = run(s.replace(rate=rate))
+        return not violations(runs[rate], objectives)
+
+    offline = run(s.replace(rate=None))  # capacity guess: requests over the offline makespan
+    if not offline.get("fits"):
+        return RateSearch(None, None, None, violations(offline, objectives), runs)
+    guess = min(max(offline["requests"] / offline["makespan_s"] / 2, rate_min), rate_max)
+    lo: float | None = None
+    hi: float | None = None
+    rate = guess
+    while lo is None or hi is None:
+        if passes(rate):
+            lo = rate
+            if rate >= rate_max:
+                break
+            rate = min(rate * 2, rate_max)
+        else:
+            hi = rate
+            if rate <= rate_min:
+                break
+            rate = max(rate / 2, rate_min)
+    if lo is not None and hi is not None:
+        while hi > lo * (1 + tolerance):
+            mid = math.sqrt(lo * hi)
+            if passes(mid):
+                lo = mid
+            else:
+                hi = mid
+    return RateSearch(lo, hi, runs[lo] if lo is not None else None,
+                      violations(runs[hi], objectives) if hi is not None else [], runs)
+
+
+def _search(args: tuple[Scenario, PlanSpec]) -> RateSearch:
+    s, spec = args
+    return max_rate(s, spec.objectives, rate_min=spec.rate_min, rate_max=spec.rate_max,
+                    tolerance=spec.tolerance)
+
+
+def search_all(configs: Sequence[Scenario], spec: PlanSpec, workers: int = 1,
+               progress: Callable[[float], None] | None = None) -> list[RateSearch]:
+    """Search every configuration, in order; `workers` > 1 uses that many processes."""
+    return map_in_order(_search, [(s, spec) for s in configs], workers, progress)

@@ -1,0 +1,153 @@
+"""What a plan's searches mean: a row per configuration, the Pareto front, and for each PSD
+configuration beside its SD twin (the same fields but the method) whether the extra GPU pays
+off, in which regime, and the metric that shows it.
+
+Regimes, each with the evidence that puts a configuration in it (thresholds are stated in the
+verdict text so a reader can judge them):
+- KV-bound: PSD keeps 2m requests' KV; preemptions, or a pool above 95% at peak.
+- communication-bound: the drafter<->verifier link holds >= 15% of a PSD step (link_share).
+- tail-bound: < 85% of PSD's decode steps overlap drafting (parallelization_rate).
+- compute-bound: in SD drafting takes r of verification; hiding it gains at most 1 + r
+  (theory: (t + V) / max(t, V)), less than the extra GPUs' share when r < GPUs_psd/GPUs_sd - 1.
+- drafter-bound: r > 1, drafting outlasts verification and PSD cannot hide it (the ring with more
+  sub-batches and drafters can).
+- draft-hiding: none of the above; PSD hides drafting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sim.errors import ScenarioError
+from sim.plan import PlanSpec, RateSearch, configurations, search_all
+from sim.scenario import Scenario
+
+KV_FULL = 0.95
+LINK_HEAVY = 0.15
+OVERLAP_LOW = 0.85
+CONFIG_KEYS = ("method", "gpu", "tensor_parallel_size", "drafter_gpu", "link", "target", "draft", "k", "m")
+METRIC_KEYS = ("output_tok_s", "throughput_tok_s", "vsr", "parallelization_rate", "link_share",
+               "comm_share", "preemptions", "mean_draft_ms", "mean_verify_ms")
+
+
+def _p99(summary: dict[str, Any] | None, key: str) -> float | None:
+    return (summary or {}).get(key, {}).get("p99") if summary else None
+
+
+def row(s: Scenario, search: RateSearch) -> dict[str, Any]:
+    """One configuration: its fields, best rate, per-GPU figures, and the metrics behind them."""
+    sm = search.summary or {}
+    gpus = sm.get("gpus")
+    out = {key: getattr(s, key) for key in CONFIG_KEYS}
+    out["drafter_gpu"] = s.drafter_gpu_key
+    if not s.uses_draft:
+        out.update(draft=None, k=None, drafter_gpu=None, link=None)
+    out.update({
+        "gpus": gpus,
+        "max_rate_req_s": search.rate,
+        "rate_req_s_per_gpu": search.rate / gpus if search.rate and gpus else None,
+        "tok_s_per_gpu": sm["output_tok_s"] / gpus if sm.get("output_tok_s") and gpus else None,
+        "latency_p99_ms": _p99(sm, "latency_ms"),
+        "ttft_p99_ms": _p99(sm, "ttft_ms"),
+        "tpot_p99_ms": _p99(sm, "tpot_ms"),
+        **{key: sm.get(key) for key in METRIC_KEYS},
+        "kv_peak": max(sm["kv_peak_usage"].values()) if sm.get("kv_peak_usage") else None,
+        "limit": "; ".join(search.failing) if search.failing_rate is not None or search.rate is None
+        else "rate_max reached",
+        "evaluations": len(search.runs),
+    })
+    return out
+
+
+def pareto(rows: list[dict[str, Any]]) -> list[int]:
+    """Indices of rows no other row beats on all of: fewer GPUs, higher rate, lower p99 latency."""
+    ok = [i for i, r in enumerate(rows) if r["max_rate_req_s"] and r["latency_p99_ms"] is not None]
+    pts = {i: (rows[i]["gpus"], -rows[i]["max_rate_req_s"], rows[i]["latency_p99_ms"]) for i in ok}
+    front = []
+    for i in ok:
+        dominated = any(all(a <= b for a, b in zip(pts[j], pts[i], strict=True)) and pts[j] != pts[i]
+                        for j in ok if j != i)
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def _regimes(psd: dict[str, Any], sd: dict[str, Any]) -> list[tuple[str, str]]:
+    found = []
+    if psd["preemptions"] or (psd["kv_peak"] or 0) >= KV_FULL:
+        found.append(("KV-bound", f"PSD keeps 2m requests' KV: {psd['preemptions']} preemptions, KV peak "
+                                  f"{(psd['kv_peak'] or 0):.0%} (>= {KV_FULL:.0%})"))
+    if (psd["link_share"] or 0) >= LINK_HEAVY:
+        found.append(("communication-bound", f"the link holds {psd['link_share']:.0%} of each PSD step "
+                                             f"(>= {LINK_HEAVY:.0%})"))
+    if psd["parallelization_rate"] is not None and psd["parallelization_rate"] < OVERLAP_LOW:
+        found.append(("tail-bound", f"only {psd['parallelization_rate']:.0%} of PSD's decode steps overlap "
+                                    f"drafting (< {OVERLAP_LOW:.0%})"))
+    r = (sd["mean_draft_ms"] or 0) / sd["mean_verify_ms"] if sd["mean_verify_ms"] else None
+    if r is not None:
+        extra = psd["gpus"] / sd["gpus"] - 1
+        if r > 1:
+            found.append(("drafter-bound", f"drafting takes {r:.2f}x verification in SD: PSD's steps wait "
+                                           "on the drafter (the ring, sub_batches=3 drafters=2, hides it)"))
+        elif r < extra:
+            found.append(("compute-bound", f"drafting is {r:.0%} of verification in SD: hiding it gains at "
+                                           f"most {1 + r:.2f}x, less than {1 + extra:.2f}x the GPUs"))
+        elif not found:
+            found.append(("draft-hiding", f"drafting is {r:.0%} of verification in SD and PSD hides it"))
+    return found
+
+
+def verdicts(configs: list[Scenario], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each PSD configuration with an SD twin: rates, per-GPU gain, regimes and the verdict."""
+    by_digest = {s.digest(): i for i, s in enumerate(configs)}
+    out = []
+    for s, psd in zip(configs, rows, strict=True):
+        if s.method not in ("psd", "psd+tetris"):
+            continue
+        j = by_digest.get(s.replace(method="sd", extra=0).digest())
+        if j is None:
+            continue
+        sd = rows[j]
+        if not psd["max_rate_req_s"]:
+            gain, pays = None, False
+            why = f"PSD meets the objectives at no rate tried ({psd['limit']})"
+        elif not sd["max_rate_req_s"]:
+            gain, pays = None, True
+            why = f"SD meets the objectives at no rate tried ({sd['limit']}); PSD sustains " \
+                  f"{psd['max_rate_req_s']:.3g} req/s"
+        else:
+            gain = psd["rate_req_s_per_gpu"] / sd["rate_req_s_per_gpu"]
+            pays = gain > 1
+            why = (f"PSD sustains {psd['max_rate_req_s']:.3g} req/s on {psd['gpus']} GPUs, SD "
+                   f"{sd['max_rate_req_s']:.3g} on {sd['gpus']}: {gain:.2f}x the rate per GPU")
+        regimes = _regimes(psd, sd) if psd["max_rate_req_s"] and sd["max_rate_req_s"] else []
+        out.append({"config": {k: psd[k] for k in CONFIG_KEYS if k != "method"}, "method": s.method,
+                    "psd_rate": psd["max_rate_req_s"], "sd_rate": sd["max_rate_req_s"],
+                    "per_gpu_gain": gain, "pays_off": pays, "why": why,
+                    "regimes": [name for name, _ in regimes], "evidence": [text for _, text in regimes]})
+    return out
+
+
+@dataclass
+class PlanResult:
+    spec: PlanSpec
+    configs: list[Scenario]
+    searches: list[RateSearch]
+    rows: list[dict[str, Any]]
+    front: list[int]
+    verdicts: list[dict[str, Any]]
+    invalid: list[tuple[dict[str, Any], str]]
+
+
+def run_plan(spec: PlanSpec, workers: int = 1,
+             progress: Callable[[float], None] | None = None) -> PlanResult:
+    """Search every valid configuration of the space and judge the results."""
+    configs, invalid = configurations(spec)
+    if not configs:
+        reason = invalid[0][1] if invalid else "the space is empty"
+        raise ScenarioError("space", f"no valid configuration ({reason})", "fix the [space] candidates")
+    searches = search_all(configs, spec, workers, progress)
+    rows = [row(s, r) for s, r in zip(configs, searches, strict=True)]
+    return PlanResult(spec, configs, searches, rows, pareto(rows), verdicts(configs, rows), invalid)

@@ -1,0 +1,137 @@
+"""`psdsim plan`: the plan file, the rate search, the Pareto front and the verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from psdsim.cli import main
+from sim.errors import ScenarioError
+from sim.plan import configurations, load_plan, max_rate, violations
+from sim.plan_verdict import _regimes, pareto
+from sim.run import simulate
+from sim.scenario import load_scenario
+
+PLAN = """
+[base]
+requests = 40
+output_len = 32
+
+[space]
+method = ["ar", "sd", "psd"]
+k = [2, 3]
+
+[slo]
+latency_p99_ms = 20000
+
+[search]
+tolerance = 0.05
+"""
+
+
+def _plan(tmp_path: Path, text: str = PLAN) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("[nope]\n", r"^\[nope\]: unknown table"),
+    ("[space]\nkk = [1]\n[slo]\nlatency_p99_ms = 1\n", r"^space.kk: unknown scenario field"),
+    ("[space]\nk = []\n[slo]\nlatency_p99_ms = 1\n", r"^space.k: must be a non-empty list"),
+    ("[space]\nrate = [1.0]\n[slo]\nlatency_p99_ms = 1\n", r"^space.rate: the plan searches the rate"),
+    ("[slo]\nqueue_p99_ms = 5\n", r"^slo: no latency objective"),
+    ("[slo]\nttft_p99_ms = -3\n", r"^slo.ttft_p99_ms: must be a positive number"),
+    ("[slo]\nlatency_p99_ms = 5\n[search]\ntolerance = 2\n", r"^search.tolerance"),
+    ("[base]\nkk = 3\n[slo]\nlatency_p99_ms = 5\n", r"^kk: unknown field"),
+])
+def test_bad_plans_are_one_line_errors(tmp_path: Path, text: str, match: str) -> None:
+    with pytest.raises(ScenarioError, match=match) as exc:
+        load_plan(_plan(tmp_path, text))
+    assert "\n" not in str(exc.value)
+
+
+def test_the_space_runs_ar_once_and_reports_invalid_combinations(tmp_path: Path) -> None:
+    spec = load_plan(_plan(tmp_path, PLAN.replace('k = [2, 3]', 'k = [2, 3]\ntensor_parallel_size = [4, 3]')))
+    valid, invalid = configurations(spec)
+    assert sorted((s.method, s.k if s.uses_draft else None) for s in valid) == [
+        ("ar", None), ("psd", 2), ("psd", 3), ("sd", 2), ("sd", 3)]
+    assert len(invalid) == 5 and all("tensor_parallel_size" in why for _, why in invalid)
+
+
+def test_the_rate_search_brackets_the_objective() -> None:
+    s = load_scenario(overrides=["requests=60", "output_len=32", "method=sd", "rate=1.0"])
+    objectives = {"latency_p99_ms": 8000.0, "queue_p99_ms": 1e9}
+    found = max_rate(s, objectives, tolerance=0.05)
+    assert found.rate is not None and found.failing_rate is not None
+    assert found.failing_rate <= found.rate * 1.05
+    at = simulate(s.replace(rate=found.rate)).summary
+    above = simulate(s.replace(rate=found.rate * 1.05)).summary
+    assert violations(at, objectives) == []
+    assert violations(above, objectives) and "p99 end-to-end latency" in violations(above, objectives)[0]
+    assert at["latency_ms"]["p99"] <= 8000 < above["latency_ms"]["p99"]
+
+
+def test_a_configuration_that_never_meets_the_objective_has_no_rate() -> None:
+    s = load_scenario(overrides=["requests=20", "output_len=32", "method=ar", "rate=1.0"])
+    found = max_rate(s, {"tpot_p99_ms": 0.001, "queue_p99_ms": 1e9}, rate_min=0.5)
+    assert found.rate is None and found.failing_rate == 0.5
+    assert "p99 time per output token" in found.failing[0]
+
+
+def test_pareto_front() -> None:
+    rows = [{"gpus": 4, "max_rate_req_s": 2.0, "latency_p99_ms": 100.0},
+            {"gpus": 5, "max_rate_req_s": 3.0, "latency_p99_ms": 100.0},
+            {"gpus": 5, "max_rate_req_s": 2.5, "latency_p99_ms": 120.0},   # beaten by the one above
+            {"gpus": 4, "max_rate_req_s": 1.0, "latency_p99_ms": 50.0},
+            {"gpus": 4, "max_rate_req_s": None, "latency_p99_ms": None}]
+    assert pareto(rows) == [0, 1, 3]
+
+
+def _pair(**psd: object) -> tuple[dict, dict]:
+    base = {"preemptions": 0, "kv_peak": 0.3, "link_share": 0.05, "parallelization_rate": 0.99, "gpus": 5}
+    sd = {"mean_draft_ms": 10.0, "mean_verify_ms": 30.0, "gpus": 4}
+    return {**base, **psd}, sd
+
+
+@pytest.mark.parametrize(("psd", "sd_draft", "regime"), [
+    ({"preemptions": 12}, 10.0, "KV-bound"),
+    ({"kv_peak": 0.97}, 10.0, "KV-bound"),
+    ({"link_share": 0.2}, 10.0, "communication-bound"),
+    ({"parallelization_rate": 0.6}, 10.0, "tail-bound"),
+    ({}, 3.0, "compute-bound"),
+    ({}, 45.0, "drafter-bound"),
+    ({}, 10.0, "draft-hiding"),
+])
+def test_regimes_name_the_metric_that_crossed(psd: dict, sd_draft: float, regime: str) -> None:
+    p, sd = _pair(**psd)
+    sd["mean_draft_ms"] = sd_draft
+    found = _regimes(p, sd)
+    assert found[0][0] == regime
+    assert any(ch.isdigit() for ch in found[0][1])   # the evidence quotes the number
+
+
+def test_cli_plan_writes_table_json_figures_and_verdicts(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["plan", str(_plan(tmp_path)), "--out", str(out), "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "when PSD's extra GPU pays off" in text and "Pareto front" in text
+    report = json.loads((out / "plan.json").read_text())
+    assert len(report["rows"]) == 5 and len(report["verdicts"]) == 2
+    assert all(r["max_rate_req_s"] > 0 for r in report["rows"])
+    assert (out / "plan.csv").read_text().startswith("method,gpu,")
+    for name in ("pareto", "latency_vs_rate", "latency_cdf"):
+        assert (out / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert b"<svg" in (out / "figures" / f"{name}.svg").read_bytes()[:400]
+    assert main(["plan", str(_plan(tmp_path)), "--out", str(out), "--json", "--no-figures"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdicts"][0]["why"].startswith("PSD sustains")
+
+
+def test_cli_plan_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(_plan(tmp_path, "[slo]\n")), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no latency objective" in err
+    assert not (tmp_path / "o").exists()
