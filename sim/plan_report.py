@@ -54,6 +54,8 @@ def plan_lines(result: PlanResult) -> list[str]:
             head = "pays off" if v["pays_off"] else "does not pay off"
             out.append(f"  - {v['method']} {cfg}: {head}. {v['why']}")
             out += [f"      {name}: {text}" for name, text in zip(v["regimes"], v["evidence"], strict=True)]
+            if v["costs"]:
+                out.append(f"      costs: {v['costs']}")
     for changes, why in result.invalid[:5]:
         out.append(f"  skipped {changes}: {why}")
     return out

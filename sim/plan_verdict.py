@@ -8,10 +8,12 @@ verdict text so a reader can judge them):
 - communication-bound: the drafter<->verifier link holds >= 15% of a PSD step (link_share).
 - tail-bound: < 85% of PSD's decode steps overlap drafting (parallelization_rate).
 - compute-bound: in SD drafting takes r of verification; hiding it gains at most 1 + r
-  (theory: (t + V) / max(t, V)), less than the extra GPUs' share when r < GPUs_psd/GPUs_sd - 1.
+  (theory: (t + V) / max(t, V)) per step, which is within 10% of the extra GPUs' share
+  (1 + r < 1.1 x GPUs_psd / GPUs_sd): the link, the tail and the 2m requests' KV eat the rest.
 - drafter-bound: r > 1, drafting outlasts verification and PSD cannot hide it (the ring with more
   sub-batches and drafters can).
 - draft-hiding: none of the above; PSD hides drafting.
+Every verdict also quotes PSD's costs (link share, overlapped steps, KV peak) below the thresholds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sim.scenario import Scenario
 KV_FULL = 0.95
 LINK_HEAVY = 0.15
 OVERLAP_LOW = 0.85
+COMPUTE_MARGIN = 1.1   # PSD pays more than GPUs (link, tail, 2m KV): a 10% margin on the ceiling
 CONFIG_KEYS = ("method", "gpu", "tensor_parallel_size", "drafter_gpu", "link", "target", "draft", "k", "m")
 METRIC_KEYS = ("output_tok_s", "throughput_tok_s", "vsr", "parallelization_rate", "link_share",
                "comm_share", "preemptions", "mean_draft_ms", "mean_verify_ms")
@@ -87,15 +90,17 @@ def _regimes(psd: dict[str, Any], sd: dict[str, Any]) -> list[tuple[str, str]]:
                                     f"drafting (< {OVERLAP_LOW:.0%})"))
     r = (sd["mean_draft_ms"] or 0) / sd["mean_verify_ms"] if sd["mean_verify_ms"] else None
     if r is not None:
-        extra = psd["gpus"] / sd["gpus"] - 1
+        gpu_ratio = psd["gpus"] / sd["gpus"]
+        ceiling = (f"drafting is {r:.0%} of verification in SD, so hiding it gains at most {1 + r:.2f}x "
+                   "per step")
         if r > 1:
             found.append(("drafter-bound", f"drafting takes {r:.2f}x verification in SD: PSD's steps wait "
                                            "on the drafter (the ring, sub_batches=3 drafters=2, hides it)"))
-        elif r < extra:
-            found.append(("compute-bound", f"drafting is {r:.0%} of verification in SD: hiding it gains at "
-                                           f"most {1 + r:.2f}x, less than {1 + extra:.2f}x the GPUs"))
+        elif 1 + r < gpu_ratio * COMPUTE_MARGIN:
+            found.append(("compute-bound", f"{ceiling}: within {COMPUTE_MARGIN - 1:.0%} of the "
+                                           f"{gpu_ratio:.2f}x GPUs PSD uses"))
         elif not found:
-            found.append(("draft-hiding", f"drafting is {r:.0%} of verification in SD and PSD hides it"))
+            found.append(("draft-hiding", f"{ceiling}, against {gpu_ratio:.2f}x the GPUs"))
     return found
 
 
@@ -122,11 +127,16 @@ def verdicts(configs: list[Scenario], rows: list[dict[str, Any]]) -> list[dict[s
             pays = gain > 1
             why = (f"PSD sustains {psd['max_rate_req_s']:.3g} req/s on {psd['gpus']} GPUs, SD "
                    f"{sd['max_rate_req_s']:.3g} on {sd['gpus']}: {gain:.2f}x the rate per GPU")
-        regimes = _regimes(psd, sd) if psd["max_rate_req_s"] and sd["max_rate_req_s"] else []
+        both = psd["max_rate_req_s"] and sd["max_rate_req_s"]
+        regimes = _regimes(psd, sd) if both else []
+        costs = (f"PSD's link holds {psd['link_share'] or 0:.0%} of a step, "
+                 f"{psd['parallelization_rate'] or 0:.0%} of its decode steps overlap drafting, "
+                 f"KV peak {psd['kv_peak'] or 0:.0%}") if both else ""
         out.append({"config": {k: psd[k] for k in CONFIG_KEYS if k != "method"}, "method": s.method,
                     "psd_rate": psd["max_rate_req_s"], "sd_rate": sd["max_rate_req_s"],
                     "per_gpu_gain": gain, "pays_off": pays, "why": why,
-                    "regimes": [name for name, _ in regimes], "evidence": [text for _, text in regimes]})
+                    "regimes": [name for name, _ in regimes], "evidence": [text for _, text in regimes],
+                    "costs": costs})
     return out
 
 

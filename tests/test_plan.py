@@ -102,8 +102,9 @@ def _pair(**psd: object) -> tuple[dict, dict]:
     ({"link_share": 0.2}, 10.0, "communication-bound"),
     ({"parallelization_rate": 0.6}, 10.0, "tail-bound"),
     ({}, 3.0, "compute-bound"),
+    ({}, 10.5, "compute-bound"),     # ceiling 1.35x < 1.1 x 1.25x
     ({}, 45.0, "drafter-bound"),
-    ({}, 10.0, "draft-hiding"),
+    ({}, 15.0, "draft-hiding"),
 ])
 def test_regimes_name_the_metric_that_crossed(psd: dict, sd_draft: float, regime: str) -> None:
     p, sd = _pair(**psd)
@@ -119,6 +120,7 @@ def test_cli_plan_writes_table_json_figures_and_verdicts(tmp_path: Path,
     assert main(["plan", str(_plan(tmp_path)), "--out", str(out), "--workers", "1"]) == 0
     text = capsys.readouterr().out
     assert "when PSD's extra GPU pays off" in text and "Pareto front" in text
+    assert "costs: PSD's link holds" in text
     report = json.loads((out / "plan.json").read_text())
     assert len(report["rows"]) == 5 and len(report["verdicts"]) == 2
     assert all(r["max_rate_req_s"] > 0 for r in report["rows"])
