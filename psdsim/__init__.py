@@ -2,16 +2,18 @@
 
 The public Python API, re-exported from the packages that implement it:
 
-    from psdsim import load_scenario, simulate
-    result = simulate(load_scenario(overrides=["k=4", "link=nvlink4"]))
+    from psdsim import load_scenario, simulate, write_trace
+    result = simulate(load_scenario(overrides=["k=4", "link=nvlink4"]), timeline=True)
     print(result.summary["throughput_tok_s"])
+    write_trace(result, "timeline.json")  # Chrome trace-event JSON: open it in ui.perfetto.dev
 """
 
 from sim.errors import ScenarioError
 from sim.results import write_result
 from sim.run import Result, compare_methods, simulate
 from sim.scenario import Scenario, load_scenario, scenario_to_toml
+from sim.timeline import write_trace
 
 __all__ = ["Result", "Scenario", "ScenarioError", "compare_methods", "load_scenario",
-           "scenario_to_toml", "simulate", "write_result"]
+           "scenario_to_toml", "simulate", "write_result", "write_trace"]
 __version__ = "0.1.0"

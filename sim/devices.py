@@ -8,6 +8,9 @@ its first rank); each lane is a FIFO single-server resource: a transfer waits un
 free, then holds it for latency + bytes / bandwidth. That is exactly a capacity-1
 `simpy.Resource` served in request order, kept as a "free at" time so that a transfer costs one
 event instead of four.
+
+When the run records a timeline (sim/timeline.py) each transfer and each target pass adds a slice
+with its exact start and end; otherwise the only cost is a None check.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
+
+if TYPE_CHECKING:
+    from sim.timeline import Timeline
 
 TO_VERIFIER = "to_verifier"
 TO_DRAFTER = "to_drafter"
@@ -25,8 +31,9 @@ TO_DRAFTER = "to_drafter"
 
 class Link:
     def __init__(self, env: simpy.Environment, to_verifier: Callable[[int], float],
-                 to_drafter: Callable[[int], float]) -> None:
+                 to_drafter: Callable[[int], float], timeline: Timeline | None = None) -> None:
         self.env = env
+        self.timeline = timeline
         self._seconds = {TO_VERIFIER: to_verifier, TO_DRAFTER: to_drafter}
         self._free_at = {TO_VERIFIER: 0.0, TO_DRAFTER: 0.0}
         self.busy_s = 0.0
@@ -39,6 +46,8 @@ class Link:
         start = max(now, self._free_at[lane])
         self._free_at[lane] = start + hold
         self.busy_s += hold
+        if self.timeline is not None:
+            self.timeline.transfer(lane, start, start + hold, nbytes)
         return start + hold - now, hold
 
 
@@ -49,6 +58,8 @@ class VerifyJob:
     return_bytes: int = 0
     done: simpy.Event | None = None
     transfer_s: float = 0.0  # filled in by the verifier: time spent on the link
+    name: str = "verify"     # the target pass's slice on a timeline, and its args
+    args: dict[str, Any] | None = None
 
 
 @dataclass
@@ -57,6 +68,7 @@ class Verifier:
 
     env: simpy.Environment
     link: Link
+    timeline: Timeline | None = None
     busy_s: float = 0.0
     _queue: deque[VerifyJob] = field(default_factory=deque)
     _wakeup: simpy.Event | None = None
@@ -83,8 +95,11 @@ class Verifier:
             if job.send_bytes:
                 delay, hold = self.link.reserve(TO_VERIFIER, job.send_bytes)
                 job.transfer_s += hold
+            began = self.env.now + delay
             yield self.env.timeout(delay + job.compute_s)
             self.busy_s += job.compute_s
+            if self.timeline is not None:
+                self.timeline.target_pass(job.name, began, self.env.now, job.args)
             if job.return_bytes:
                 delay, hold = self.link.reserve(TO_DRAFTER, job.return_bytes)
                 job.transfer_s += hold

@@ -25,6 +25,7 @@ from sim.requests import RequestTable
 from sim.scenario import Scenario, catalog_for, validate
 from sim.scenario import warnings as scenario_warnings
 from sim.scheduler import Scheduler
+from sim.timeline import Timeline
 from sim.workload import make_workload
 
 Progress = Callable[[float], None]
@@ -51,6 +52,7 @@ class Result:
     memory: MemoryPlan
     kv: KVUse | None  # None when the scenario does not fit
     wall_s: float  # host time the simulation took; not part of the (deterministic) summary
+    timeline: Timeline | None = None  # recorded slices, when simulate(..., timeline=True)
 
     @property
     def fits(self) -> bool:
@@ -60,7 +62,7 @@ class Result:
 def _engine_loop(ctx: SimContext, method: Any,
                  progress: Progress | None) -> Generator[Any, Any, None]:
     """The driver: each iteration plans one engine step, executes it, then closes it."""
-    env, sched = ctx.env, ctx.scheduler
+    env, sched, tl = ctx.env, ctx.scheduler, ctx.timeline
     steps = 0
     while not sched.done:
         sched.arrive_until(env.now)
@@ -71,6 +73,8 @@ def _engine_loop(ctx: SimContext, method: Any,
                 raise RuntimeError("engine stalled: nothing running, nothing admissible")
             yield env.timeout(nxt - env.now)
             continue
+        if tl is not None:
+            tl.step = steps
         yield from method.step(plan)
         sched.close_step(plan, env.now, method)
         steps += 1
@@ -78,9 +82,10 @@ def _engine_loop(ctx: SimContext, method: Any,
             progress(sched.ended / len(ctx.table))
 
 
-def simulate(s: Scenario, *, cost: StepCost | None = None,
-             progress: Progress | None = None) -> Result:
-    """Simulate one scenario. `cost` replaces the analytic cost model (tests, fitted profiles)."""
+def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | None = None,
+             timeline: bool = False) -> Result:
+    """Simulate one scenario. `cost` replaces the analytic cost model (tests, fitted profiles);
+    `timeline` records every piece of work for sim/timeline.py (off: no cost, same results)."""
     began = time.perf_counter()
     s = validate(s)
     cat = catalog_for(s)
@@ -99,7 +104,8 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
         if s.profile:
             profile = load_profile(s.profile)
             cost = FittedCost(profile, cost)
-    link = Link(env, cost.broadcast, cost.comm)
+    tl = Timeline() if timeline else None
+    link = Link(env, cost.broadcast, cost.comm, tl)
     kind = method_class(s)
     kv = KVPools(memory.pools(), s.block_size, len(table))
     scheduler = Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,
@@ -107,9 +113,10 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
                           max_running=kind.running_cap(s), token_budget=s.max_num_batched_tokens)
     target = cat.models[s.target]
     ctx = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
-                     verifier=Verifier(env, link), link=link, vocab=target.vocab,
+                     verifier=Verifier(env, link, tl), link=link, vocab=target.vocab,
                      acceptance=AcceptanceSampler(rng),
-                     hidden=target.hidden if s.uses_draft and cat.models[s.draft].eagle else 0)
+                     hidden=target.hidden if s.uses_draft and cat.models[s.draft].eagle else 0,
+                     timeline=tl)
     method = kind(ctx)
     env.run(until=env.process(_engine_loop(ctx, method, progress)))
 
@@ -124,7 +131,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None,
     if progress is not None:
         progress(1.0)
     usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)
-    return Result(s, summary, steps, requests, memory, usage, time.perf_counter() - began)
+    return Result(s, summary, steps, requests, memory, usage, time.perf_counter() - began, tl)
 
 
 def compare_methods(s: Scenario, methods: Sequence[str], *,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,16 @@ def test_new_methods_are_deterministic(method):
     a, b = simulate(s), simulate(s)
     assert a.summary == b.summary
     assert np.array_equal(a.steps["end_s"], b.steps["end_s"])
+
+
+def test_a_ring_drafter_gpu_does_one_thing_at_a_time():
+    """Found by the invariant property test: with one drafter, drafting an undrafted sub-batch
+    and the driver's rejection sampling used to run beside background drafting (busy > 1)."""
+    s = Scenario(method="psd", sub_batches=3, drafters=1, k=6, m=1, requests=8, output_len=4, prompt_len=1,
+                 scheduler="vllm-v1", enable_chunked_prefill=True, max_model_len=128,
+                 max_num_batched_tokens=16, gpu_memory_utilization=0.65, acceptance_spread=3.0)
+    r = simulate(s, timeline=True)
+    assert 0 < r.summary["drafter_busy"] <= 1.0
+    on_gpu = sorted((x.start_s, x.end_s) for x in r.timeline.slices if x.track.startswith("drafter"))
+    assert len(on_gpu) > 3
+    assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(on_gpu))

@@ -18,6 +18,7 @@ from sim.records import DECODE, PREFILL, StepRecord
 from sim.requests import PREFILLING, RequestTable
 from sim.scenario import Scenario
 from sim.scheduler import EngineHooks, Scheduler, StepPlan
+from sim.timeline import Timeline
 
 NO_IDS = np.empty(0, dtype=np.int64)
 
@@ -37,6 +38,7 @@ class SimContext:
     hidden: int = 0              # the target's hidden size when the draft is an EAGLE head
     steps: list[StepRecord] = field(default_factory=list)
     drafter_busy_s: float = 0.0
+    timeline: Timeline | None = None  # records the run's work when asked (sim/timeline.py)
 
 
 class Outcome(NamedTuple):

@@ -32,6 +32,7 @@ from sim.methods.common import (
     verify_outcome,
 )
 from sim.scheduler import StepPlan
+from sim.timeline import DRAFT_PREFILL, DRAFTER, ON_DRAFTER, REJECT, driver_parts
 
 
 class PEARL(EngineMethod):
@@ -50,7 +51,7 @@ class PEARL(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
-        env, cost, table, k = ctx.env, ctx.cost, ctx.table, ctx.scenario.k
+        env, cost, table, k, tl = ctx.env, ctx.cost, ctx.table, ctx.scenario.k, ctx.timeline
         ids = plan.decode
         batch = len(ids)
         chunks = chunk_work(ctx, plan)
@@ -63,18 +64,28 @@ class PEARL(EngineMethod):
         tokens = total_proposed + batch
         job = VerifyJob(cost.verify(batch, tokens, context, chunks),
                         *link_bytes(ctx, batch, tokens, context, chunks))
+        if tl is not None:
+            job.name, job.args = (("verify", {"k": k, "drafts_used": use_drafts}) if batch
+                                  else ("prefill", None))
         done = ctx.verifier.submit(job)
         ahead_s = 0.0
         if batch:  # post-verify: draft the next k for everyone while the target verifies
             ahead_s = cost.draft(batch, k, context + batch * k)
             yield env.timeout(ahead_s)
+            if tl is not None:
+                tl.add(DRAFTER, "draft ahead", ON_DRAFTER, start, env.now, batch=batch, k=k)
         drafted_at = env.now
         yield done
         wait_s = env.now - drafted_at
         sync_s = cost.draft_chunks(chunks)
         reject_s = cost.reject(tokens) if batch else 0.0
         swap_s = cost.swap(plan.swap_blocks)
+        verified_at = env.now
         yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
+        if tl is not None:
+            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, sync_s),
+                                            (DRAFTER, REJECT, ON_DRAFTER, reject_s),
+                                            *driver_parts(cost.overhead, swap_s)])
 
         # Stale drafts continue a rejected prefix: they are scored and accept nothing.
         valid = self.valid[ids]

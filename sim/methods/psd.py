@@ -50,6 +50,7 @@ from sim.requests import DECODING
 from sim.scenario import Scenario
 from sim.scheduler import StepPlan
 from sim.tetris import draft_positions, leading_accepted, select_prefixes
+from sim.timeline import DRAFT_PREFILL, DRAFTER, ON_DRAFTER, REJECT, driver_parts
 
 EMPTY = np.empty(0, dtype=np.int64)
 
@@ -153,12 +154,13 @@ class ParallelSD(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
-        env, cost, table, k = ctx.env, ctx.cost, ctx.table, self.width
+        env, cost, table, k, tl = ctx.env, ctx.cost, ctx.table, self.width, ctx.timeline
         b0, b1 = len(self.members[False]), len(self.members[True])
+        v = self.send  # the flag of the sub-batch verified in this step
         if len(plan.decode):
-            verify_ids, draft_ids = self.members[self.send], self.members[not self.send]
-            if len(verify_ids) == 0:  # one sub-batch empty: verify all, draft nothing ahead
-                verify_ids, draft_ids = draft_ids, verify_ids
+            if len(self.members[v]) == 0:  # one sub-batch empty: verify all, draft nothing ahead
+                v = not v
+            verify_ids, draft_ids = self.members[v], self.members[not v]
         else:  # a prefill-only step: the decoding requests wait
             verify_ids = draft_ids = EMPTY
         decoding = len(verify_ids) > 0
@@ -174,6 +176,9 @@ class ParallelSD(EngineMethod):
         if decoding and not parallelised:  # init or fallback: draft the verified sub-batch first
             draft_s = cost.draft(len(verify_ids), k, context)
             yield env.timeout(draft_s)
+            if tl is not None:
+                tl.add(DRAFTER, f"draft B{v:d}", ON_DRAFTER, start, env.now, sub_batch=int(v),
+                       batch=len(verify_ids), k=k)
             self.has_proposals[verify_ids] = True
             proposed = np.full(len(verify_ids), k, dtype=np.int64)
             total_proposed = k * len(verify_ids)
@@ -192,11 +197,18 @@ class ParallelSD(EngineMethod):
         tokens = total_proposed + len(verify_ids)
         job = VerifyJob(cost.verify(len(verify_ids), tokens, context, chunks),
                         *link_bytes(ctx, len(verify_ids), tokens, context, chunks))
+        if tl is not None:
+            job.name, job.args = ((f"verify B{v:d}", {"sub_batch": int(v), "k": k}) if decoding
+                                  else ("prefill", None))
         done = ctx.verifier.submit(job)
         ahead_s = 0.0
         if len(draft_ids):
             ahead_s = cost.draft(len(draft_ids), k, table.context(draft_ids))
+            began = env.now
             yield env.timeout(ahead_s)
+            if tl is not None:
+                tl.add(DRAFTER, f"draft B{not v:d}", ON_DRAFTER, began, env.now,
+                       sub_batch=int(not v), batch=len(draft_ids), k=k)
             self.has_proposals[draft_ids] = True
         drafted_at = env.now
         yield done
@@ -204,7 +216,12 @@ class ParallelSD(EngineMethod):
         sync_s = cost.draft_chunks(chunks)
         reject_s = cost.reject(tokens) if decoding else 0.0
         swap_s = cost.swap(plan.swap_blocks)
+        verified_at = env.now
         yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
+        if tl is not None:  # MineDraft's driver runs on the drafter GPU: it samples there
+            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, sync_s),
+                                            (DRAFTER, REJECT, ON_DRAFTER, reject_s),
+                                            *driver_parts(cost.overhead, swap_s)])
 
         self.has_proposals[verify_ids] = False
         if tetris is None:

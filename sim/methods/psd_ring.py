@@ -4,17 +4,20 @@ Beyond the paper (DESIGN §2). N x m requests run in N sub-batches; the verifier
 in turn, one per step, while D drafter GPUs draft the others in the background, one sub-batch
 each at a time, first come first served. A step verifies the next non-empty sub-batch in the
 ring: if its drafts are ready it goes at once; if they are still being drafted the verifier waits
-for them; if nobody drafted it (at the start, or after a sub-batch emptied) the driver drafts it
-first (not parallelised). At the start of every step each other non-empty sub-batch without
-drafts is queued for a drafter, so the sub-batch verified last step - which refills joined - is
-drafted next. In steady state a step costs max(V, drafting / D, drafting / (N - 1)): N = 3 and
-D = 2 hide drafting up to twice the verification time, where MineDraft's N = 2, D = 1 hides it up
-to once (sim/methods/psd.py keeps that case, with MineDraft's exact semantics).
+for them; if nobody drafted it (at the start, or after a sub-batch emptied) it is drafted first,
+ahead of any queued drafting, and the step waits (not parallelised). At the start of every step
+each other non-empty sub-batch without drafts is queued for a drafter, so the sub-batch verified
+last step - which refills joined - is drafted next. The driver's GPU work after a verification
+(the draft model's prefill of new prompts, rejection sampling) also takes a drafter GPU, ahead of
+queued drafting: a drafter GPU does one thing at a time. In steady state a step costs
+max(V, drafting / D, drafting / (N - 1)): N = 3 and D = 2 hide drafting up to twice the
+verification time, where MineDraft's N = 2, D = 1 hides it up to once (sim/methods/psd.py keeps
+that case, with MineDraft's exact semantics).
 
-Simplifications: rejection sampling and overheads do not delay the drafters' background work;
-every drafter GPU holds the draft KV of every request (sim/memory.py); KV is allocated for every
-running request at every step (no has_deferred patch). In the step table `batch0` is the
-verified sub-batch and `batch1` the others.
+Simplifications: the driver's GPU work runs on whichever drafter GPU is free first (in MineDraft
+it is the drafter GPU); every drafter GPU holds the draft KV of every request (sim/memory.py); KV
+is allocated for every running request at every step (no has_deferred patch). In the step table
+`batch0` is the verified sub-batch and `batch1` the others.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from sim.methods.common import (
 from sim.requests import DECODING
 from sim.scenario import Scenario
 from sim.scheduler import StepPlan
+from sim.timeline import DRAFT_PREFILL, ON_DRAFTER, REJECT, drafter_track, driver_parts
 
 EMPTY = np.empty(0, dtype=np.int64)
 
@@ -60,11 +64,15 @@ class RingPSD(EngineMethod):
         self.has_proposals = np.zeros(len(ctx.table), dtype=bool)
         self.ready = [False] * n
         self.drafting: dict[int, simpy.Event] = {}      # sub-batch -> its drafting is done
-        self.queue = simpy.Store(ctx.env)               # sub-batches awaiting a drafter (FIFO)
+        # Work awaiting a drafter GPU: urgent (the step waits on it) before background drafting,
+        # first come first served within each.
+        self.queue = simpy.PriorityStore(ctx.env)
+        self.queued = 0
+        self.draft_s = [0.0] * n                        # each sub-batch's last drafting time
         self.last_verified: int | None = None
         self.next = 0
-        for _ in range(ctx.scenario.drafters):
-            ctx.env.process(self._drafter())
+        for i in range(ctx.scenario.drafters):
+            ctx.env.process(self._drafter(i))
 
     # -- scheduler hooks ----------------------------------------------------------------
 
@@ -94,17 +102,44 @@ class RingPSD(EngineMethod):
 
     # -- the drafters -------------------------------------------------------------------
 
-    def _drafter(self) -> Generator[Any, Any, None]:
+    def _drafter(self, index: int) -> Generator[Any, Any, None]:
         ctx = self.ctx
+        tl = ctx.timeline
         while True:
-            b = yield self.queue.get()
-            ids = self.members[b]
-            seconds = ctx.cost.draft(len(ids), self.lookahead, ctx.table.context(ids))
-            yield ctx.env.timeout(seconds)
+            item = yield self.queue.get()
+            _, job = item.item
+            began = ctx.env.now
+            step = tl.step if tl is not None else 0  # drafting may outlast the step it began in
+            if isinstance(job, int):  # a sub-batch to draft
+                b = job
+                ids = self.members[b]
+                seconds = ctx.cost.draft(len(ids), self.lookahead, ctx.table.context(ids))
+                yield ctx.env.timeout(seconds)
+                if tl is not None:
+                    tl.add(drafter_track(index), f"draft B{b}", ON_DRAFTER, began, ctx.env.now, step=step,
+                           sub_batch=b, batch=len(ids), k=self.lookahead)
+                self.has_proposals[ids] = True
+                self.ready[b] = True
+                self.draft_s[b] = seconds
+                self.drafting.pop(b).succeed()
+            else:  # the driver's work: ((track name, seconds), ...) and the event the step waits on
+                parts, done = job
+                seconds = sum(t for _, t in parts)
+                yield ctx.env.timeout(seconds)
+                if tl is not None:
+                    tl.after(began, ctx.env.now, [(drafter_track(index), name, ON_DRAFTER, t)
+                                                  for name, t in parts])
+                done.succeed()
             ctx.drafter_busy_s += seconds
-            self.has_proposals[ids] = True
-            self.ready[b] = True
-            self.drafting.pop(b).succeed()
+
+    def _submit(self, job: Any, urgent: bool) -> None:
+        self.queued += 1
+        self.queue.put(simpy.PriorityItem(0 if urgent else 1, (self.queued, job)))
+
+    def _draft(self, b: int, urgent: bool = False) -> simpy.Event:
+        self.drafting[b] = self.ctx.env.event()
+        self._submit(b, urgent)
+        return self.drafting[b]
 
     def _queue_drafts(self, verified: int) -> int:
         """Queue every other non-empty sub-batch without drafts; returns the requests queued."""
@@ -112,8 +147,7 @@ class RingPSD(EngineMethod):
         for i in range(1, self.n):
             b = (verified + i) % self.n
             if len(self.members[b]) and not self.ready[b] and b not in self.drafting:
-                self.drafting[b] = self.ctx.env.event()
-                self.queue.put(b)
+                self._draft(b)
                 queued += len(self.members[b])
         return queued
 
@@ -128,7 +162,7 @@ class RingPSD(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
-        env, cost, table, k = ctx.env, ctx.cost, ctx.table, self.lookahead
+        env, cost, table, k, tl = ctx.env, ctx.cost, ctx.table, self.lookahead, ctx.timeline
         v = self._next_batch() if len(plan.decode) else None
         verify_ids = self.members[v] if v is not None else EMPTY
         chunks = chunk_work(ctx, plan)
@@ -142,11 +176,9 @@ class RingPSD(EngineMethod):
                 parallelised = True
             elif self.ready[v]:
                 parallelised = True
-            else:                            # nobody drafted it: draft it now, on the driver
-                draft_s = cost.draft(len(verify_ids), k, table.context(verify_ids))
-                yield env.timeout(draft_s)
-                ctx.drafter_busy_s += draft_s
-                self.has_proposals[verify_ids] = True
+            else:                            # nobody drafted it: draft it first, and wait
+                yield self._draft(v, urgent=True)
+                draft_s = self.draft_s[v]
             verify_ids = self.members[v]     # members left while waiting are gone
         context = table.context(verify_ids)
         proposed = draft_counts(plan, verify_ids, self.has_proposals[verify_ids] * k)
@@ -154,12 +186,21 @@ class RingPSD(EngineMethod):
         tokens = total_proposed + len(verify_ids)
         job = VerifyJob(cost.verify(len(verify_ids), tokens, context, chunks),
                         *link_bytes(ctx, len(verify_ids), tokens, context, chunks))
+        if tl is not None:
+            job.name, job.args = ((f"verify B{v}", {"sub_batch": v, "k": k}) if len(verify_ids)
+                                  else ("prefill", None))
         yield ctx.verifier.submit(job)
         sync_s = cost.draft_chunks(chunks)
         reject_s = cost.reject(tokens) if len(verify_ids) else 0.0
         swap_s = cost.swap(plan.swap_blocks)
-        yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
-        ctx.drafter_busy_s += sync_s + reject_s
+        if sync_s + reject_s:
+            done = env.event()
+            self._submit((((DRAFT_PREFILL, sync_s), (REJECT, reject_s)), done), urgent=True)
+            yield done
+        on_cpu = env.now
+        yield env.timeout(cost.overhead + swap_s)
+        if tl is not None:
+            tl.after(on_cpu, env.now, driver_parts(cost.overhead, swap_s))
         self.has_proposals[verify_ids] = False
         out = verify_outcome(ctx, verify_ids, proposed, total_proposed)
         if v is not None:

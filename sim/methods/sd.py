@@ -30,6 +30,7 @@ from sim.methods.common import (
 )
 from sim.scenario import Scenario
 from sim.scheduler import StepPlan
+from sim.timeline import DRAFT_PREFILL, DRAFTER, DRIVER, ON_DRAFTER, ON_DRIVER, REJECT, driver_parts
 
 
 class StandardSD(EngineMethod):
@@ -42,7 +43,7 @@ class StandardSD(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
-        env, cost, k = ctx.env, ctx.cost, ctx.scenario.k
+        env, cost, k, tl = ctx.env, ctx.cost, ctx.scenario.k, ctx.timeline
         ids = plan.decode
         batch = len(ids)
         context = ctx.table.context(ids)
@@ -52,16 +53,25 @@ class StandardSD(EngineMethod):
         draft_s = cost.draft(batch, int(proposed.max()), context) if batch else 0.0
         if draft_s:
             yield env.timeout(draft_s)
+            if tl is not None:
+                tl.add(DRAFTER, "draft", ON_DRAFTER, start, env.now, batch=batch, k=int(proposed.max()))
         total_proposed = int(proposed.sum())
         tokens = total_proposed + batch
         job = VerifyJob(cost.verify(batch, tokens, context, chunks))
         if self.over_link:
             job.send_bytes, job.return_bytes = link_bytes(ctx, batch, tokens, context, chunks)
+        if tl is not None:
+            job.name, job.args = ("verify", {"k": k}) if batch else ("prefill", None)
         yield ctx.verifier.submit(job)
         sync_s = cost.draft_chunks(chunks)
         reject_s = cost.reject(tokens) if batch else 0.0
         swap_s = cost.swap(plan.swap_blocks)
+        verified_at = env.now
         yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
+        if tl is not None:  # rejection sampling is not drafter time here (drafter_busy)
+            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, sync_s),
+                                            (DRIVER, REJECT, ON_DRIVER, reject_s),
+                                            *driver_parts(cost.overhead, swap_s)])
         ctx.drafter_busy_s += draft_s + sync_s
         out = verify_outcome(ctx, ids, proposed, total_proposed)
         record(ctx, plan, start, verified=batch, scored=tokens if batch else 0,
