@@ -20,6 +20,7 @@ from calibration.ranges import PRESETS as RANGE_PRESETS
 from calibration.report import fit_figure, report_lines
 from calibration.samples import sample_columns
 from calibration.trace_error import TraceError
+from psdsim.sweep_cli import add_sweep_parser, cmd_sweep
 from sim.catalog import CatalogError, load_catalog
 from sim.errors import ScenarioError
 from sim.paper import QUICK_REQUESTS, grid, improvements, run_grid
@@ -43,6 +44,7 @@ from sim.theory_report import (
     tail_lines,
     theory_json,
 )
+from sim.timeline import write_trace
 from theory.model import FrontierModel
 from theory.published import A0
 
@@ -92,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-write", action="store_true", help="do not write a results folder")
     run.add_argument("--plots", action="store_true",
                      help="add occupancy.png (sub-batches, queue, KV use over time) to the results")
+    run.add_argument("--trace", type=Path, metavar="FILE.json",
+                     help="also write the simulated timeline as Chrome trace-event JSON (open it in "
+                          "ui.perfetto.dev or chrome://tracing): drafter, verifier, link lanes, driver")
     cmp = sub.add_parser("compare", help="simulate ar, sd and psd on the same scenario and seed")
     _scenario_args(cmp)
     cmp.add_argument("--methods", default="ar,sd,psd",
@@ -117,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     _theory_args(sub)
     _calibrate_args(sub)
     _plan_args(sub)
+    add_sweep_parser(sub)
     return parser
 
 
@@ -189,18 +195,22 @@ def _default_out(s: Scenario, label: str) -> Path:
     return Path("results") / f"{s.name}-{label}-{s.digest()}"
 
 
-def _write(out: Path, write: Any) -> Path:
+def _write(out: Path, write: Any, option: str = "--out",
+           fix: str = "choose a writable folder with --out DIR") -> Path:
     try:
         return write()
     except OSError as exc:
-        raise ScenarioError("--out", f"cannot write {str(out)!r} ({exc.strerror or exc})",
-                            "choose a writable folder with --out DIR") from None
+        raise ScenarioError(option, f"cannot write {str(out)!r} ({exc.strerror or exc})", fix) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     s = load_scenario(args.scenario, _overrides(args), args.method, args.preset)
+    trace = args.trace
+    if trace is not None and not trace.parent.is_dir():  # checked first: a typo costs no run
+        raise ScenarioError("--trace", f"cannot write {str(trace)!r} (no folder {str(trace.parent)!r})",
+                            "choose a file in an existing folder with --trace FILE")
     progress = _Progress(not args.json)
-    result: Result = simulate(s, progress=lambda f: progress(s.method, f))
+    result: Result = simulate(s, progress=lambda f: progress(s.method, f), timeline=trace is not None)
     if not result.fits:
         if args.json:
             sys.stdout.write(summary_json(result.summary))
@@ -209,6 +219,9 @@ def cmd_run(args: argparse.Namespace) -> int:
               "gpu_memory_utilization or tensor_parallel_size, or choose a GPU with more memory",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+    if trace is not None:
+        _write(trace, lambda: write_trace(result, trace), "--trace",
+               "choose a writable file with --trace FILE")
     where = None
     if not args.no_write:
         out = args.out or _default_out(s, s.method)
@@ -217,6 +230,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.write(summary_json(result.summary))
     else:
         print(format_run(result.summary, s, where, result.wall_s))
+        if trace is not None:
+            print(f"  timeline: {trace} (open in ui.perfetto.dev or chrome://tracing)")
     return 0
 
 
@@ -468,7 +483,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "scenario": cmd_scenario, "catalog": cmd_catalog,
-            "theory": cmd_theory, "paper": cmd_paper, "calibrate": cmd_calibrate, "plan": cmd_plan}
+            "theory": cmd_theory, "paper": cmd_paper, "calibrate": cmd_calibrate, "plan": cmd_plan,
+            "sweep": cmd_sweep}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,376 @@
+"""Sweep designs: a SPEC file's `[base]`, `[grid]` and `[sample]` tables, expanded into scenarios.
+
+    [base]                     # scenario fields, flat or in the scenario's tables; optional
+    preset = "setting2"        #   `scenario = "file.toml"` and `preset` keys start from those
+    requests = 200
+    [grid]                     # each field a list: the cartesian product, last field fastest
+    method = ["sd", "psd"]
+    k = [2, 3, 4]
+    [sample]                   # random designs: n points, each field a range or a list of choices
+    method = "lhs"             # "random" (i.i.d. uniform) or "lhs" (Latin hypercube)
+    n = 8
+    seed = 0
+    rate = [0.5, 8.0]          # two numbers for a numeric field: a range (ints stay ints)
+    log = ["rate"]             # ranges sampled uniformly in log space
+    dataset = ["sharegpt", "arena"]   # anything else: choices (`{ choices = [2, 4] }` for two numbers)
+
+Grid and sample combine: every grid point is run at every sample. Every draw comes from
+`numpy.random.default_rng(seed)`. Paths resolve relative to the spec file. Every expanded
+scenario is validated before anything runs; the first bad one ends with a one-line ScenarioError.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import math
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import ScenarioError
+from sim.presets import PRESETS
+from sim.scenario import (
+    FIELDS,
+    PATH_FIELDS,
+    SECTIONS,
+    Scenario,
+    _coerce,
+    field_section,
+    load_scenario,
+    scenario_from_mapping,
+    scenario_to_toml,
+)
+
+TABLES = ("base", "grid", "sample")
+BASE_KEYS = ("scenario", "preset")
+SAMPLE_KEYS = ("method", "n", "seed", "log")
+SAMPLE_METHODS = ("random", "lhs")
+MAX_POINTS = 1_000_000
+NONE_WORDS = ("none", "null")
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One sampled field: a numeric range [lo, hi] (inclusive for ints), or a list of choices."""
+
+    name: str
+    lo: float | None = None
+    hi: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def value(self, u: float) -> Any:
+        """The value at the unit coordinate u in [0, 1)."""
+        if self.choices:
+            return self.choices[min(int(u * len(self.choices)), len(self.choices) - 1)]
+        assert self.lo is not None and self.hi is not None
+        integer = FIELDS[self.name].metadata["kind"] is int
+        hi = self.hi + 1 if integer else self.hi  # ints: [lo, hi + 1) floored, each value equally likely
+        if self.log:
+            x = math.exp(math.log(self.lo) + u * (math.log(hi) - math.log(self.lo)))
+        else:
+            x = self.lo + u * (hi - self.lo)
+        return min(math.floor(x), int(self.hi)) if integer else min(float(x), self.hi)
+
+
+@dataclass(frozen=True)
+class Sample:
+    method: str
+    n: int
+    seed: int
+    dims: tuple[Dimension, ...]
+
+    def units(self) -> np.ndarray:
+        """The n x d design in the unit cube."""
+        return unit_design(self.method, self.n, len(self.dims), np.random.default_rng(self.seed))
+
+    def points(self) -> list[dict[str, Any]]:
+        return [{d.name: d.value(float(u)) for d, u in zip(self.dims, row, strict=True)}
+                for row in self.units()]
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int                 # position in the design
+    inputs: dict[str, Any]     # the swept fields' values (grid, then sample)
+    scenario: Scenario
+    run_id: str                # stable hash of the scenario (and of the files it names)
+
+
+@dataclass(frozen=True)
+class Design:
+    path: Path
+    text: str                  # the spec file as written
+    grid: dict[str, list[Any]]
+    sample: Sample | None
+    points: list[Point]
+
+    @property
+    def swept(self) -> list[str]:
+        return [*self.grid, *(d.name for d in self.sample.dims)] if self.sample else list(self.grid)
+
+    @cached_property
+    def runs(self) -> list[Point]:
+        """One point per distinct run, in design order (duplicate design points run once)."""
+        seen: dict[str, Point] = {}
+        for p in self.points:
+            seen.setdefault(p.run_id, p)
+        return list(seen.values())
+
+    @cached_property
+    def digest(self) -> str:
+        """What identifies the sweep: its runs, in order (not the spec's comments or layout)."""
+        return hashlib.sha256("\n".join(p.run_id for p in self.points).encode()).hexdigest()[:16]
+
+
+def unit_design(method: str, n: int, d: int, rng: np.random.Generator) -> np.ndarray:
+    """n points in [0, 1)^d: i.i.d. uniform, or a Latin hypercube (each of the n equal strata of
+    every dimension holds exactly one point, jittered uniformly within it)."""
+    if method == "random":
+        return rng.random((n, d))
+    u = np.empty((n, d))
+    for j in range(d):
+        u[:, j] = (rng.permutation(n) + rng.random(n)) / n
+    return u
+
+
+def _bad(name: str, problem: str, fix: str) -> ScenarioError:
+    return ScenarioError(name, problem, fix)
+
+
+def _unknown(where: str, key: str, allowed: list[str]) -> ScenarioError:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    fix = f"did you mean {close[0]!r}?" if close else f"use one of: {', '.join(allowed)}"
+    return _bad(f"{where}.{key}", f"unknown key in [{where}]", fix)
+
+
+def _fields(table: Mapping[str, Any], where: str,
+            reserved: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
+    """(field, value) of a table holding flat field names or the scenario's sub-tables."""
+    for key, value in table.items():
+        if key in reserved:
+            continue
+        if key in SECTIONS and isinstance(value, dict) and key not in FIELDS:
+            for sub, subvalue in value.items():
+                if sub not in FIELDS:
+                    raise _unknown(f"{where}.{key}", sub, [n for n in FIELDS if field_section(n) == key])
+                if field_section(sub) != key:
+                    raise _bad(f"{where}.{key}.{sub}", f"belongs in [{field_section(sub)}]",
+                               f"move {sub} to [{where}.{field_section(sub)}] or write it flat")
+                yield sub, subvalue
+        elif key in FIELDS:
+            yield key, value
+        else:
+            raise _unknown(where, key, [*reserved, *FIELDS])
+
+
+def _value(name: str, value: Any, where: str, spec_dir: Path) -> Any:
+    """One field value, type-checked; "none" for an optional field; paths resolved."""
+    meta = FIELDS[name].metadata
+    if meta["optional"] and isinstance(value, str) and value.lower() in NONE_WORDS:
+        return None
+    try:
+        value = _coerce(name, value)
+    except ScenarioError as exc:
+        raise _bad(f"{where}.{name}", exc.problem, exc.fix) from None
+    if name in PATH_FIELDS and value:
+        value = str((spec_dir / value).resolve())
+    return value
+
+
+def _base(doc: Any, spec: Path) -> dict[str, Any]:
+    if isinstance(doc, str):
+        doc = {"scenario": doc}
+    if not isinstance(doc, dict):
+        raise _bad("base", f"must be a table of scenario fields or a scenario file name, got {doc!r}",
+                   'write [base] with fields, or base = "scenario.toml"')
+    file, preset = doc.get("scenario"), doc.get("preset")
+    if file is not None and not isinstance(file, str):
+        raise _bad("base.scenario", f"must be a file name, got {file!r}", 'write scenario = "my.toml"')
+    if preset is not None and preset not in PRESETS:
+        raise _bad("base.preset", f"unknown preset {preset!r}", f"use one of: {', '.join(PRESETS)}")
+    fields = {n: _value(n, v, "base", spec.parent) for n, v in _fields(doc, "base", BASE_KEYS)}
+    values = asdict(load_scenario(spec.parent / file if file else None, preset=preset))
+    if not file and not preset:
+        values["name"] = spec.stem
+    values.update(fields)
+    return values
+
+
+def _grid(doc: Any, spec_dir: Path) -> dict[str, list[Any]]:
+    if not isinstance(doc, dict):
+        raise _bad("grid", "must be a table of field = [values]", "write [grid] then e.g. k = [2, 3, 4]")
+    grid: dict[str, list[Any]] = {}
+    for name, values in _fields(doc, "grid"):
+        if not isinstance(values, list) or not values:
+            raise _bad(f"grid.{name}", f"must be a non-empty list of values, got {values!r}",
+                       f"write {name} = [{values!r}] or move {name} to [base]")
+        if name in grid:
+            raise _bad(f"grid.{name}", "given twice", "give each field once")
+        grid[name] = [_value(name, v, "grid", spec_dir) for v in values]
+    return grid
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _dimension(name: str, value: Any, log: bool, spec_dir: Path) -> Dimension:
+    kind = FIELDS[name].metadata["kind"]
+    where = f"sample.{name}"
+    if isinstance(value, dict):
+        extra = set(value) - {"range", "choices", "log"}
+        if extra or ("range" in value) == ("choices" in value):
+            raise _bad(where, "an inline table needs exactly one of range or choices (and maybe log)",
+                       f"write {name} = {{ choices = [...] }} or {name} = {{ range = [lo, hi] }}")
+        log = log or bool(value.get("log", False))
+        if "choices" in value:
+            return _choices(name, value["choices"], log, spec_dir)
+        value = value["range"]
+        if kind not in (int, float):
+            raise _bad(where, f"{name} is not numeric, it takes choices, not a range",
+                       f"write {name} = {{ choices = [...] }}")
+        if not (isinstance(value, list) and len(value) == 2 and all(map(_number, value))):
+            raise _bad(where, f"range must be [lo, hi], got {value!r}",
+                       f"write {name} = {{ range = [1, 8] }}")
+    if not isinstance(value, list) or not value:
+        raise _bad(where, f"must be a range [lo, hi] or a non-empty list of choices, got {value!r}",
+                   f"write {name} = [lo, hi] or move {name} to [base]")
+    if not (kind in (int, float) and len(value) == 2 and all(map(_number, value))):
+        return _choices(name, value, log, spec_dir)
+    lo, hi = value
+    if kind is int and not (isinstance(lo, int) and isinstance(hi, int)):
+        raise _bad(where, f"{name} is an integer field, its range must be integers, got {value!r}",
+                   f"write {name} = [{math.ceil(lo)}, {math.floor(hi)}]")
+    if not lo < hi:
+        raise _bad(where, f"range must have lo < hi, got {value!r}",
+                   f"write {name} = [{hi}, {lo}], or a constant in [base]")
+    if log and lo <= 0:
+        raise _bad(where, f"a log range needs lo > 0, got {lo!r}", f"raise lo or remove {name} from log")
+    for x in (lo, hi):
+        _value(name, x, "sample", spec_dir)
+    return Dimension(name, lo=float(lo) if kind is float else lo, hi=float(hi) if kind is float else hi,
+                     log=log)
+
+
+def _choices(name: str, values: Any, log: bool, spec_dir: Path) -> Dimension:
+    if not isinstance(values, list) or not values:
+        raise _bad(f"sample.{name}", f"choices must be a non-empty list, got {values!r}",
+                   f"write {name} = {{ choices = [a, b] }}")
+    if log:
+        raise _bad(f"sample.{name}", "log applies to ranges, not to a list of choices",
+                   f"remove {name} from log, or give a range [lo, hi]")
+    return Dimension(name, choices=tuple(_value(name, v, "sample", spec_dir) for v in values))
+
+
+def _sample(doc: Any, spec_dir: Path) -> Sample | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise _bad("sample", "must be a table", "write [sample] with method, n, seed and field ranges")
+    method = doc.get("method", "random")
+    if method not in SAMPLE_METHODS:
+        raise _bad("sample.method", f"unknown design {method!r}", f"use one of: {', '.join(SAMPLE_METHODS)}")
+    n, seed = doc.get("n"), doc.get("seed", 0)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise _bad("sample.n", f"must be an integer >= 1, got {n!r}", "write n = 16")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise _bad("sample.seed", f"must be an integer >= 0, got {seed!r}", "write seed = 0")
+    log = doc.get("log", [])
+    if not isinstance(log, list) or not all(isinstance(x, str) for x in log):
+        raise _bad("sample.log", f"must be a list of field names, got {log!r}", 'write log = ["rate"]')
+    dims: dict[str, Dimension] = {}
+    for name, value in _fields(doc, "sample", SAMPLE_KEYS):
+        if name in dims:
+            raise _bad(f"sample.{name}", "given twice", "give each field once")
+        dims[name] = _dimension(name, value, name in log, spec_dir)
+    for name in log:
+        if name not in dims:
+            raise _bad("sample.log", f"{name!r} is not a sampled field",
+                       f"add a range for {name} or remove it from log")
+    if not dims:
+        raise _bad("sample", "has no fields to sample", "add e.g. rate = [0.5, 8.0], or remove [sample]")
+    return Sample(method, n, seed, tuple(dims.values()))
+
+
+class _Hasher:
+    """run ids: the scenario's TOML, plus the content of the files it names (trace, catalog,
+    profile), so an edited trace is a new run."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def file(self, path: str) -> str:
+        if path not in self.files:
+            try:
+                self.files[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            except OSError:
+                self.files[path] = "unreadable"
+        return self.files[path]
+
+    def __call__(self, s: Scenario) -> str:
+        h = hashlib.sha256(scenario_to_toml(s).encode())
+        for name in PATH_FIELDS:
+            if getattr(s, name):
+                h.update(f"\n{name}:{self.file(getattr(s, name))}".encode())
+        return h.hexdigest()[:16]
+
+
+def _describe(inputs: Mapping[str, Any]) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in inputs.items())
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def load_design(path: str | Path) -> Design:
+    """Read, expand and validate a sweep SPEC (every point checked before anything runs)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        doc = tomllib.loads(text)
+    except (FileNotFoundError, IsADirectoryError):
+        raise _bad("spec", f"file {str(p)!r} not found", "give the path of a sweep SPEC.toml") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _bad("spec", f"{p.name} is not valid TOML ({exc})",
+                   "fix the TOML syntax at the position given") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _bad("spec", f"cannot read {str(p)!r} ({exc.__class__.__name__})",
+                   "give a readable UTF-8 TOML file") from None
+    for key in doc:
+        if key not in TABLES:
+            close = difflib.get_close_matches(key, TABLES, n=1)
+            raise _bad(f"[{key}]", f"unknown table in {p.name}",
+                       f"did you mean [{close[0]}]?" if close else "use [base], [grid] and [sample]")
+    spec_dir = p.parent
+    base_values = _base(doc.get("base", {}), p)
+    grid = _grid(doc.get("grid", {}), spec_dir)
+    sample = _sample(doc.get("sample"), spec_dir)
+    if sample is not None:
+        for d in sample.dims:
+            if d.name in grid:
+                raise _bad(f"sample.{d.name}", "is also in [grid]",
+                           f"keep {d.name} in one of [grid] and [sample]")
+    size = math.prod(len(v) for v in grid.values()) * (sample.n if sample else 1)
+    if size > MAX_POINTS:
+        raise _bad("grid", f"the design has {size:,} points (more than {MAX_POINTS:,})",
+                   "use fewer values, or a [sample] design")
+    samples = sample.points() if sample else [{}]
+    run_id = _Hasher()
+    points: list[Point] = []
+    for combo in itertools.product(*grid.values()):
+        for drawn in samples:
+            inputs = {**dict(zip(grid, combo, strict=True)), **drawn}
+            try:
+                s = scenario_from_mapping({**base_values, **inputs}, p.name)
+            except ScenarioError as exc:
+                at = f" at design point {len(points) + 1} of {size}"
+                at += f" ({_describe(inputs)})" if inputs else ""
+                raise _bad(exc.field, exc.problem + at, exc.fix) from None
+            points.append(Point(len(points), inputs, s, run_id(s)))
+    return Design(p, text, grid, sample, points)
