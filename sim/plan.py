@@ -12,7 +12,8 @@ objectives and a rate `tolerance` higher does not.
 The same seed draws the same requests at every rate (Poisson arrival times scale as 1/rate),
 so latency grows with rate as it should and the bisection is well posed.
 
-Then: throughput per GPU at each configuration's best rate, the Pareto front over (GPUs, rate,
+Then: throughput per GPU (and per dollar, given [price] in $ per GPU-hour) at each
+configuration's best rate, the Pareto front over (GPUs, rate,
 p99 latency), and for each PSD configuration beside its SD twin a verdict on whether the extra
 GPU pays off and in which regime, with the metric that shows it (sim/plan_verdict.py).
 """
@@ -52,6 +53,7 @@ class PlanSpec:
     rate_min: float = 0.05
     rate_max: float = 1000.0
     tolerance: float = 0.05
+    price: dict[str, float] = field(default_factory=dict)   # GPU catalog key -> $ per GPU-hour
 
 
 def _bad(field_name: str, problem: str, fix: str) -> ScenarioError:
@@ -69,8 +71,9 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
     except tomllib.TOMLDecodeError as exc:
         raise _bad("plan", f"{p.name} is not valid TOML ({exc})", "fix the TOML syntax") from None
     for key in doc:
-        if key not in ("base", "space", "slo", "search"):
-            raise _bad(f"[{key}]", f"unknown table in {p.name}", "use [base], [space], [slo] and [search]")
+        if key not in ("base", "space", "slo", "search", "price"):
+            raise _bad(f"[{key}]", f"unknown table in {p.name}",
+                       "use [base], [space], [slo], [search] and [price]")
     base_fields = dict(doc.get("base", {}))
     search = dict(doc.get("search", {}))
     for key in search:
@@ -81,7 +84,8 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
     base = _base_scenario(p, base_fields, overrides)
     space = _space(doc.get("space", {}))
     objectives = _objectives(doc.get("slo", {}))
-    spec = PlanSpec(base, space, objectives, **{k: float(v) for k, v in search.items()})
+    spec = PlanSpec(base, space, objectives, **{k: float(v) for k, v in search.items()},
+                    price=_prices(doc.get("price", {})))
     if not 0 < spec.rate_min < spec.rate_max:
         raise _bad("search.rate_min", f"need 0 < rate_min < rate_max, got {spec.rate_min}, {spec.rate_max}",
                    "set e.g. rate_min = 0.05 and rate_max = 1000")
@@ -125,6 +129,17 @@ def _space(table: Mapping[str, Any]) -> dict[str, list[Any]]:
 def _example(name: str) -> str:
     default = FIELDS[name].default
     return f'"{default}"' if isinstance(default, str) else str(default)
+
+
+def _prices(table: Mapping[str, Any]) -> dict[str, float]:
+    """[price]: dollars per GPU-hour by GPU catalog key (your prices: psdsim ships none)."""
+    out = {}
+    for gpu, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise _bad(f"price.{gpu}", f"must be a positive $ per GPU-hour, got {value!r}",
+                       f"write {gpu} = 2.5")
+        out[gpu] = float(value)
+    return out
 
 
 def _objectives(table: Mapping[str, Any]) -> dict[str, float]:

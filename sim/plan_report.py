@@ -35,15 +35,18 @@ def plan_lines(result: PlanResult) -> list[str]:
            f"{spec.base.requests} requests per run · rate to within {spec.tolerance:.0%}",
            f"  objectives: {goals}",
            "  (simulated with the analytic cost model unless the base names a profile: approximate)", ""]
-    ranked = sorted(range(len(result.rows)), key=lambda i: -(result.rows[i]["rate_req_s_per_gpu"] or 0))
-    out.append(f"  {'#':>2}  {'configuration':<44}{'GPUs':>5}{'req/s':>8}{'req/s/GPU':>10}{'tok/s/GPU':>10}"
+    priced = any(r["requests_per_usd"] for r in result.rows)
+    key = "requests_per_usd" if priced else "rate_req_s_per_gpu"
+    ranked = sorted(range(len(result.rows)), key=lambda i: -(result.rows[i][key] or 0))
+    last = ("req/$", "requests_per_usd", ",.0f") if priced else ("tok/s/GPU", "tok_s_per_gpu", ".0f")
+    out.append(f"  {'#':>2}  {'configuration':<44}{'GPUs':>5}{'req/s':>8}{'req/s/GPU':>10}{last[0]:>10}"
                f"{'p99 ms':>9}  limited by (next rate)")
     for n, i in enumerate(ranked[:TOP], 1):
         r = result.rows[i]
         front = "*" if i in result.front else " "
         out.append(f"  {n:>2}{front} {_label(result, r)[:44]:<44}{_f(r['gpus'], 'd'):>5}"
                    f"{_f(r['max_rate_req_s']):>8}{_f(r['rate_req_s_per_gpu']):>10}"
-                   f"{_f(r['tok_s_per_gpu'], '.0f'):>10}{_f(r['latency_p99_ms'], ',.0f'):>9}  {r['limit']}")
+                   f"{_f(r[last[1]], last[2]):>10}{_f(r['latency_p99_ms'], ',.0f'):>9}  {r['limit']}")
     if len(ranked) > TOP:
         out.append(f"  … {len(ranked) - TOP} more in plan.csv")
     out.append("  * on the Pareto front (fewer GPUs, higher rate, lower p99 latency)")

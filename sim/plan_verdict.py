@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.errors import ScenarioError
+from sim.layout import DEDICATED, layout_for
 from sim.plan import PlanSpec, RateSearch, configurations, search_all
 from sim.scenario import Scenario
 
@@ -39,9 +40,23 @@ def _p99(summary: dict[str, Any] | None, key: str) -> float | None:
     return (summary or {}).get(key, {}).get("p99") if summary else None
 
 
-def row(s: Scenario, search: RateSearch) -> dict[str, Any]:
-    """One configuration: its fields, best rate, per-GPU figures, and the metrics behind them."""
+def hourly_cost(s: Scenario, price: dict[str, float]) -> float | None:
+    """$ per hour of the configuration's GPUs (verifier group and dedicated drafters), or None
+    when a GPU it uses has no price."""
+    layout = layout_for(s)
+    gpus = [(s.gpu, layout.verifier_tp)]
+    if layout.drafter == DEDICATED:
+        gpus.append((s.drafter_gpu_key, layout.drafter_gpus))
+    if any(g not in price for g, _ in gpus):
+        return None
+    return sum(price[g] * n for g, n in gpus)
+
+
+def row(s: Scenario, search: RateSearch, price: dict[str, float] | None = None) -> dict[str, Any]:
+    """One configuration: its fields, best rate, per-GPU (and per-dollar) figures, and the
+    metrics behind them."""
     sm = search.summary or {}
+    usd = hourly_cost(s, price or {})
     gpus = sm.get("gpus")
     out = {key: getattr(s, key) for key in CONFIG_KEYS}
     out["drafter_gpu"] = s.drafter_gpu_key
@@ -52,6 +67,8 @@ def row(s: Scenario, search: RateSearch) -> dict[str, Any]:
         "max_rate_req_s": search.rate,
         "rate_req_s_per_gpu": search.rate / gpus if search.rate and gpus else None,
         "tok_s_per_gpu": sm["output_tok_s"] / gpus if sm.get("output_tok_s") and gpus else None,
+        "usd_per_hour": usd,
+        "requests_per_usd": search.rate * 3600 / usd if search.rate and usd else None,
         "latency_p99_ms": _p99(sm, "latency_ms"),
         "ttft_p99_ms": _p99(sm, "ttft_ms"),
         "tpot_p99_ms": _p99(sm, "tpot_ms"),
@@ -105,7 +122,8 @@ def _regimes(psd: dict[str, Any], sd: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def verdicts(configs: list[Scenario], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For each PSD configuration with an SD twin: rates, per-GPU gain, regimes and the verdict."""
+    """For each PSD configuration with an SD twin: rates, gain (per dollar where every GPU has a
+    price, else per GPU), regimes and the verdict."""
     by_digest = {s.digest(): i for i, s in enumerate(configs)}
     out = []
     for s, psd in zip(configs, rows, strict=True):
@@ -124,9 +142,12 @@ def verdicts(configs: list[Scenario], rows: list[dict[str, Any]]) -> list[dict[s
                   f"{psd['max_rate_req_s']:.3g} req/s"
         else:
             gain = psd["rate_req_s_per_gpu"] / sd["rate_req_s_per_gpu"]
-            pays = gain > 1
             why = (f"PSD sustains {psd['max_rate_req_s']:.3g} req/s on {psd['gpus']} GPUs, SD "
                    f"{sd['max_rate_req_s']:.3g} on {sd['gpus']}: {gain:.2f}x the rate per GPU")
+            if psd["requests_per_usd"] and sd["requests_per_usd"]:
+                gain = psd["requests_per_usd"] / sd["requests_per_usd"]
+                why += f", {gain:.2f}x per dollar"
+            pays = gain > 1
         both = psd["max_rate_req_s"] and sd["max_rate_req_s"]
         regimes = _regimes(psd, sd) if both else []
         costs = (f"PSD's link holds {psd['link_share'] or 0:.0%} of a step, "
@@ -159,5 +180,5 @@ def run_plan(spec: PlanSpec, workers: int = 1,
         reason = invalid[0][1] if invalid else "the space is empty"
         raise ScenarioError("space", f"no valid configuration ({reason})", "fix the [space] candidates")
     searches = search_all(configs, spec, workers, progress)
-    rows = [row(s, r) for s, r in zip(configs, searches, strict=True)]
+    rows = [row(s, r, spec.price) for s, r in zip(configs, searches, strict=True)]
     return PlanResult(spec, configs, searches, rows, pareto(rows), verdicts(configs, rows), invalid)

@@ -132,6 +132,19 @@ def test_cli_plan_writes_table_json_figures_and_verdicts(tmp_path: Path,
     assert json.loads(capsys.readouterr().out)["verdicts"][0]["why"].startswith("PSD sustains")
 
 
+def test_prices_rank_by_requests_per_dollar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = PLAN.replace("[space]", "[price]\nl40s = 2.0\n\n[space]")
+    assert main(["plan", str(_plan(tmp_path, text)), "--out", str(tmp_path / "o"), "--json",
+                 "--no-figures"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    for r in report["rows"]:
+        assert r["usd_per_hour"] == 2.0 * r["gpus"]
+        assert r["requests_per_usd"] == pytest.approx(r["max_rate_req_s"] * 3600 / r["usd_per_hour"])
+    assert all("per dollar" in v["why"] for v in report["verdicts"])
+    with pytest.raises(ScenarioError, match=r"^price\.l40s"):
+        load_plan(_plan(tmp_path, PLAN + "\n[price]\nl40s = -1\n"))
+
+
 def test_cli_plan_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(_plan(tmp_path, "[slo]\n")), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
