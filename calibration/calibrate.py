@@ -26,14 +26,17 @@ from calibration.trace_error import TraceError
 from sim.profile import TERMS, Profile
 
 GZIP_MAGIC = b"\x1f\x8b"
+SNIFF_BYTES = 1 << 20
+MINEDRAFT_KEYS = (b'"traces"', b'"start_us"', b'"is_prompt_run"')
 TIMINGS = ("busy", "span")
 
 
 def detect_format(path: Path) -> str:
-    """'nsys', 'kineto' or 'minedraft', from the file's first bytes."""
+    """'nsys', 'kineto' or 'minedraft', from the file's first bytes (a MineDraft bundle or a
+    compact Kineto trace is one long line, so keys are looked for, not whole lines parsed)."""
     try:
         with path.open("rb") as fh:
-            head = fh.read(4096)
+            head = fh.read(SNIFF_BYTES)
     except FileNotFoundError:
         raise TraceError(f"{path}: file not found") from None
     except OSError as exc:
@@ -45,15 +48,17 @@ def detect_format(path: Path) -> str:
     if head.startswith(GZIP_MAGIC):
         return "kineto"
     text = head.lstrip()
-    if text.startswith(b"["):
+    if text.startswith(b"[") or (text.startswith(b"{") and b'"traceEvents"' in head):
         return "kineto"
     if text.startswith(b"{"):
         first = text.split(b"\n", 1)[0]
+        if any(key in first for key in MINEDRAFT_KEYS):
+            return "minedraft"
         try:
-            doc = json.loads(first)
+            json.loads(first)
         except ValueError:
-            return "kineto"  # a multi-line JSON document
-        return "kineto" if isinstance(doc, dict) and "traceEvents" in doc else "minedraft"
+            return "kineto"  # a multi-line JSON document (whose traceEvents come later)
+        return "minedraft"
     raise TraceError(f"{path}: not a trace psdsim reads (nsys SQLite export, Kineto JSON, MineDraft JSONL)")
 
 

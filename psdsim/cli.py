@@ -123,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
     _calibrate_args(sub)
     _plan_args(sub)
     add_sweep_parser(sub)
+    eng = sub.add_parser("engine", help="run a real engine: `psdsim engine run --method psd --k 3 …` "
+                                        "(the PyTorch reference engine; `psdsim engine run --help`)")
+    eng.add_argument("action", choices=["run"], help="run: one reference-engine run")
+    eng.add_argument("engine_args", nargs=argparse.REMAINDER,
+                     help="--method --k --m --requests --output-len --trace-dir --profile --set --json")
     return parser
 
 
@@ -459,6 +464,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_engine(args: argparse.Namespace) -> int:
+    from engine.reference.__main__ import main as engine_main
+
+    return engine_main(args.engine_args)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ScenarioError("--workers", f"must be >= 1, got {args.workers}", "write --workers 2")
@@ -484,6 +495,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "scenario": cmd_scenario, "catalog": cmd_catalog,
             "theory": cmd_theory, "paper": cmd_paper, "calibrate": cmd_calibrate, "plan": cmd_plan,
+            "engine": cmd_engine,
             "sweep": cmd_sweep}
 
 

@@ -107,6 +107,11 @@ def test_formats_are_told_apart_by_content(tmp_path: Path) -> None:
     (tmp_path / "c.bin").write_text('{\n  "traceEvents": []\n}')
     (tmp_path / "d.bin").write_text('{"metadata": {}, "traces": []}\n')
     assert [detect_format(tmp_path / f"{c}.bin") for c in "abcd"] == ["nsys", "kineto", "kineto", "minedraft"]
+    # one long line each: a MineDraft bundle, and a compact Kineto trace with its events late
+    steps = [{"tid": f"Step:{i}", "type": "Step", "start_us": i} for i in range(400)]
+    (tmp_path / "f.bin").write_text(json.dumps({"metadata": {"x": 1}, "traces": steps}) + "\n")
+    (tmp_path / "g.bin").write_text(json.dumps({"deviceProperties": [{}] * 3000, "traceEvents": []}))
+    assert detect_format(tmp_path / "f.bin") == "minedraft" and detect_format(tmp_path / "g.bin") == "kineto"
     with pytest.raises(TraceError, match="empty file"):
         (tmp_path / "e.bin").write_text("  \n")
         detect_format(tmp_path / "e.bin")

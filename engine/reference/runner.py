@@ -1,0 +1,111 @@
+"""One engine run: pin the driver, start the verifier where the method has one, warm both models
+up, run the steps, write the traces, and put the calling process back as it was.
+
+Cores: with two or more CPUs available the driver (scheduler, draft model, rejection sampling)
+runs on the first and the verifier process on the second, one thread each; with one CPU both
+share it (PSD then cannot overlap, and its numbers say so).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from engine.reference.config import EngineConfig
+from engine.reference.methods import Engine
+from engine.reference.model import build_draft, build_target
+from engine.reference.result import EngineResult
+from engine.reference.schedule import Scheduler, workload
+from engine.reference.trace import write_jsonl
+from engine.reference.workers import (
+    Drafter,
+    LocalTarget,
+    RemoteTarget,
+    TargetWorker,
+    driver_device,
+    kineto_profiler,
+    pin,
+)
+
+
+def run(cfg: EngineConfig) -> EngineResult:
+    """Run the configured method over its workload; see EngineResult for what comes back."""
+    cfg.check()
+    cores = sorted(os.sched_getaffinity(0))
+    threads = torch.get_num_threads()
+    driver_core = cores[0] if len(cores) > 1 else None
+    verifier_core = cores[1] if len(cores) > 1 else None
+    name = f"reference_{cfg.method}_k{cfg.k}_m{cfg.m}"
+    kineto = [cfg.trace_dir / f"{name}_{side}.pt.trace.json" for side in ("driver", "verifier")] \
+        if cfg.profile and cfg.trace_dir is not None else []
+    if cfg.trace_dir is not None:
+        cfg.trace_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        pin(driver_core)
+        device = driver_device(cfg)
+        target = _target(cfg, verifier_core, kineto[1] if kineto else None)
+        try:
+            generator = torch.Generator(device).manual_seed(cfg.seed)  # every draw of the run, in order
+            drafter = None
+            if cfg.method != "ar":
+                draft = build_draft(cfg.model, cfg.max_len, device)
+                drafter = Drafter(draft, cfg.max_running, cfg.temperature, generator, cfg.profile)
+                drafter.warmup(cfg.warmup_passes)
+            requests = workload(cfg)
+            engine = Engine(cfg, Scheduler(requests, cfg.max_running, cfg.max_num_batched_tokens), target,
+                            drafter, generator, device)
+            start = _timed(engine, kineto[0] if kineto else None, device)
+        finally:
+            target.close()
+    finally:
+        os.sched_setaffinity(0, cores)
+        torch.set_num_threads(threads)
+    result = EngineResult(cfg, engine.steps, requests, start, os.getpid(), target.pid,
+                          kineto_paths=kineto)
+    if cfg.trace_dir is not None:
+        result.trace_path = cfg.trace_dir / f"{name}.jsonl"
+        write_jsonl(result.trace_path, _metadata(cfg, cores), engine.steps, requests, start)
+    return result
+
+
+def _timed(engine: Engine, kineto: Path | None, device: torch.device) -> float:
+    """Run the steps, under the profiler when asked, with the garbage collector paused (as
+    benchmarks do: a collection in the middle of a step is noise, not the method's cost).
+    Returns the run's start time."""
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        with kineto_profiler(device) if kineto is not None else nullcontext() as prof:
+            start = time.perf_counter()
+            engine.run()
+        if kineto is not None:
+            prof.export_chrome_trace(str(kineto))
+    finally:
+        if collecting:
+            gc.enable()
+    return start
+
+
+def _target(cfg: EngineConfig, core: int | None, kineto: Path | None) -> LocalTarget | RemoteTarget:
+    """The target in its own process, or in the driver's (co-located, as SD's drafter shares the
+    verifier GPUs)."""
+    if cfg.two_processes:
+        return RemoteTarget(cfg, core, driver_device(cfg), kineto)
+    model = build_target(cfg.model, cfg.max_len, driver_device(cfg))
+    worker = TargetWorker(model, cfg.max_running, cfg.temperature, cfg.profile)
+    worker.warmup(cfg.warmup_passes)
+    return LocalTarget(worker)
+
+
+def _metadata(cfg: EngineConfig, cores: list[int]) -> dict[str, object]:
+    doc = asdict(cfg)
+    doc["trace_dir"] = str(cfg.trace_dir) if cfg.trace_dir is not None else None
+    return {"engine": "psdsim-reference", "torch": torch.__version__, "config": doc,
+            "cpus": len(cores), "two_processes": cfg.two_processes}
