@@ -406,7 +406,7 @@ def read_minedraft(path: str | Path) -> tuple[Built, TraceInfo]:
     t0 = min(starts)
     samples: list[StepSample] = []
     roles: Counter[str] = Counter()
-    no_batch = parallelised = 0
+    no_batch = parallelised = timed_apart = 0
 
     for rec in trace.steps:
         d = rec.data
@@ -435,6 +435,14 @@ def read_minedraft(path: str | Path) -> tuple[Built, TraceInfo]:
             samples.append(StepSample(kind, start_s, end_s, seconds, seconds, mixed=mixed,
                                       source=f"{path.name}:{rec.line}:{key}").with_attrs(_known(attrs)))
 
+        if "psdsim_target_time" in d:   # psdsim's reference engine: every piece timed on its own
+            timed_apart += 1
+            for kind, seconds, attrs in _psdsim_parts(d, f):
+                if seconds > 0:
+                    samples.append(StepSample(kind, start_s, end_s, seconds, seconds,
+                                              source=f"{path.name}:{rec.line}:psdsim_{kind}")
+                                   .with_attrs(_known(attrs)))
+            continue
         overhead = {"batch": f.scheduled}
         if f.role == "prompt":
             add("prefill", "measured_target_time", _prefill_attrs(f))
@@ -460,7 +468,10 @@ def read_minedraft(path: str | Path) -> tuple[Built, TraceInfo]:
         notes.append("PSD/PEARL trace: verify samples time the target pass overlapped with drafting the "
                      "other sub-batch (an upper bound on the target pass); no draft samples from "
                      "parallelised steps")
-    if roles["prompt"]:
+    if timed_apart:
+        notes.append(f"{timed_apart} steps carry psdsim's fields: their target pass, drafting, channel "
+                     "and rejection sampling are timed apart")
+    if roles["prompt"] and timed_apart < sum(roles.values()):
         notes.append("prefill samples include the draft model's prefill of the same prompts "
                      "(MineDraft times both together)")
     if no_batch:
@@ -472,6 +483,36 @@ def read_minedraft(path: str | Path) -> tuple[Built, TraceInfo]:
         notes.append(f"{preempted} preemptions recorded")
     samples.sort(key=lambda s: (s.start_s, s.kind))
     return Built(samples, dropped, notes), TraceInfo("minedraft", "", notes=list(notes))
+
+
+def _psdsim_parts(d: dict[str, Any], f: _Facts) -> list[tuple[str, float, dict[str, float]]]:
+    """The samples of a step record written by psdsim's reference engine (engine/reference/
+    trace.py): the target pass alone, each drafting (before or overlapped with the pass), the
+    channel both ways, rejection sampling and the rest of the step, each with its batch and
+    context tokens."""
+    def t(key: str) -> float:
+        return _num(d.get(key, 0.0))
+
+    tokens = _num(d.get("batched_token_num"))
+    batch, ctx = _num(d.get("psdsim_verify_batch")), _num(d.get("psdsim_verify_context_tokens"))
+    parts: list[tuple[str, float, dict[str, float]]] = []
+    if f.role == "prompt":
+        draft_prefill = t("psdsim_draft_prefill_time")
+        parts.append(("prefill", t("psdsim_target_time"), {"batch": batch, "tokens": tokens, "pairs": f.pairs,
+                                                           "ctx": f.ctx}))
+        parts.append(("draft_prefill", draft_prefill, {"tokens": tokens, "pairs": f.pairs, "ctx": f.ctx}))
+    else:
+        parts.append(("verify", t("psdsim_target_time"), {"batch": batch, "tokens": tokens, "ctx": ctx,
+                                                          "k": f.k, "accepted": f.accepted}))
+        for when in ("sync", "ahead"):
+            parts.append(("draft", t(f"psdsim_draft_{when}_time"),
+                          {"batch": _num(d.get(f"psdsim_draft_{when}_batch")), "k": f.k,
+                           "ctx": _num(d.get(f"psdsim_draft_{when}_context_tokens"))}))
+        parts.append(("reject", t("psdsim_reject_time"), {"positions": tokens}))
+    parts.append(("broadcast", t("psdsim_send_time"), {"nbytes": _num(d.get("psdsim_send_bytes"))}))
+    parts.append(("comm", t("psdsim_return_time"), {"nbytes": _num(d.get("psdsim_return_bytes"))}))
+    parts.append(("overhead", t("measured_overhead_time") - t("psdsim_reject_time"), {"batch": f.scheduled}))
+    return parts
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def report_lines(c: Calibration) -> list[str]:
             out.append(f"  kernel time inside matched ranges: {_pct(info.attributed_s / info.kernel_s)} of "
                        f"{info.kernel_s:.3f} s (the rest is work the range rules do not name)")
     out.append(f"samples: {len(c.samples)} ({', '.join(f'{k} {v}' for k, v in _kinds(c).items())}); "
-               f"timing: {c.profile.source.get('timing', 'busy')} GPU time")
+               + _timing(c))
     out.append("")
     out.append(f"{'term':<14}{'samples':>8}{'dropped':>8}{'MAPE':>9}{'CV MAPE':>9}  coefficients")
     for name in TERMS:
@@ -66,6 +66,14 @@ def report_lines(c: Calibration) -> list[str]:
     if c.notes:
         out += ["", "notes:"] + [f"  {n}" for n in dict.fromkeys(c.notes)]
     return out
+
+
+def _timing(c: Calibration) -> str:
+    """What a sample's duration is: GPU time for GPU traces, the engine's own timers otherwise."""
+    if all(info.format == "minedraft" for _, info in c.traces):
+        return "times: the engine's own step timers"
+    span = c.profile.source.get("timing") == "span"
+    return "times: " + ("first to last GPU op" if span else "GPU busy time (union of a phase's ops)")
 
 
 def _kinds(c: Calibration) -> dict[str, int]:

@@ -329,3 +329,30 @@ def test_field_that_is_not_a_number(tmp_path):
 
 def test_missing_file(tmp_path):
     _raises(tmp_path / "nope.jsonl", "cannot read")
+
+
+def test_psdsim_fields_give_every_piece_of_the_step(tmp_path):
+    """psdsim's reference engine times each piece on its own: the target pass alone, drafting
+    before and overlapped with it (so parallelised steps give draft samples too), the channel,
+    rejection sampling; with batch and context tokens."""
+    step = {"tid": "Step:1", "type": "Step", "start_us": 0, "end_us": 20_000, "is_prompt_run": 0,
+            "batched_requests": ["Request:0", "Request:1", "Request:2", "Request:3"], "is_parallelised": True,
+            "proposed_len": 3, "verify_len": 6, "accepted_num": 4, "generated_num": 6, "batched_token_num": 8,
+            "measured_draft_time": 0.0, "measured_target_time": 0.012, "measured_overhead_time": 0.002,
+            "psdsim_verify_batch": 2, "psdsim_verify_context_tokens": 300, "psdsim_target_time": 0.008,
+            "psdsim_draft_sync_batch": 0, "psdsim_draft_sync_context_tokens": 0,
+            "psdsim_draft_sync_time": 0.0,
+            "psdsim_draft_ahead_batch": 2, "psdsim_draft_ahead_context_tokens": 280,
+            "psdsim_draft_ahead_time": 0.005, "psdsim_reject_time": 0.0008, "psdsim_send_time": 0.0002,
+            "psdsim_send_bytes": 900, "psdsim_return_time": 0.0003, "psdsim_return_bytes": 65_536}
+    path = tmp_path / "e.jsonl"
+    path.write_text(json.dumps({"metadata": {}, "traces": [step]}) + "\n")
+    got = {s.kind: s for s in read_minedraft(path)[0].samples}
+    assert set(got) == {"verify", "draft", "reject", "broadcast", "comm", "overhead"}
+    assert (got["verify"].duration_s, got["verify"].batch, got["verify"].ctx, got["verify"].tokens) == (
+        0.008, 2, 300, 8)
+    d = got["draft"]
+    assert (d.duration_s, d.batch, d.k, d.ctx) == (0.005, 2, 3, 280)
+    assert (got["comm"].nbytes, got["broadcast"].nbytes) == (65_536, 900)
+    assert got["overhead"].duration_s == pytest.approx(0.0012)
+    assert got["reject"].positions == 8
