@@ -495,6 +495,7 @@ def _psdsim_parts(d: dict[str, Any], f: _Facts) -> list[tuple[str, float, dict[s
 
     tokens = _num(d.get("batched_token_num"))
     batch, ctx = _num(d.get("psdsim_verify_batch")), _num(d.get("psdsim_verify_context_tokens"))
+    k = 0.0 if f.role == "nospec" else f.k   # a decode pass without speculation verifies no drafts
     parts: list[tuple[str, float, dict[str, float]]] = []
     if f.role == "prompt":
         draft_prefill = t("psdsim_draft_prefill_time")
@@ -503,10 +504,10 @@ def _psdsim_parts(d: dict[str, Any], f: _Facts) -> list[tuple[str, float, dict[s
         parts.append(("draft_prefill", draft_prefill, {"tokens": tokens, "pairs": f.pairs, "ctx": f.ctx}))
     else:
         parts.append(("verify", t("psdsim_target_time"), {"batch": batch, "tokens": tokens, "ctx": ctx,
-                                                          "k": f.k, "accepted": f.accepted}))
+                                                          "k": k, "accepted": f.accepted}))
         for when in ("sync", "ahead"):
             parts.append(("draft", t(f"psdsim_draft_{when}_time"),
-                          {"batch": _num(d.get(f"psdsim_draft_{when}_batch")), "k": f.k,
+                          {"batch": _num(d.get(f"psdsim_draft_{when}_batch")), "k": k,
                            "ctx": _num(d.get(f"psdsim_draft_{when}_context_tokens"))}))
         parts.append(("reject", t("psdsim_reject_time"), {"positions": tokens}))
     parts.append(("broadcast", t("psdsim_send_time"), {"nbytes": _num(d.get("psdsim_send_bytes"))}))
