@@ -46,7 +46,7 @@ def report_lines(c: Calibration) -> list[str]:
             continue
         t = fit.term
         coefs = ", ".join(f"{f} {_seconds(v)}{_PER.get(f, '')}"
-                          for f, v in zip(FEATURES[name], t.coef, strict=True) if f not in t.fixed_features)
+                          for f, v in zip(FEATURES[name], t.coef, strict=False) if f not in t.fixed_features)
         out.append(f"{name:<14}{t.samples:>8}{sum(t.dropped.values()):>8}{_pct(t.mape):>9}"
                    f"{_pct(t.cv_mape):>9}  {coefs}")
     dropped = c.dropped.copy()

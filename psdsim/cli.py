@@ -21,6 +21,7 @@ from calibration.report import fit_figure, report_lines
 from calibration.samples import sample_columns
 from calibration.trace_error import TraceError
 from psdsim.sweep_cli import add_sweep_parser, cmd_sweep
+from psdsim.validate_cli import add_validate_parser, cmd_validate
 from sim.catalog import CatalogError, load_catalog
 from sim.errors import ScenarioError
 from sim.paper import QUICK_REQUESTS, grid, improvements, run_grid
@@ -123,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     _calibrate_args(sub)
     _plan_args(sub)
     add_sweep_parser(sub)
+    add_validate_parser(sub)
     eng = sub.add_parser("engine", help="run a real engine: `psdsim engine run --method psd --k 3 …` "
                                         "(the PyTorch reference engine; `psdsim engine run --help`)")
     eng.add_argument("action", choices=["run"], help="run: one reference-engine run")
@@ -496,7 +498,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "scenario": cmd_scenario, "catalog": cmd_catalog,
             "theory": cmd_theory, "paper": cmd_paper, "calibrate": cmd_calibrate, "plan": cmd_plan,
             "engine": cmd_engine,
-            "sweep": cmd_sweep}
+            "sweep": cmd_sweep, "validate": cmd_validate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

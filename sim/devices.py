@@ -15,6 +15,7 @@ with its exact start and end; otherwise the only cost is a None check.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -69,9 +70,12 @@ class Verifier:
     env: simpy.Environment
     link: Link
     timeline: Timeline | None = None
+    # Slowdown of a pass after the verifier idled this long (sim/overlap.py); None: none.
+    after_idle: Callable[[float], float] | None = None
     busy_s: float = 0.0
     _queue: deque[VerifyJob] = field(default_factory=deque)
     _wakeup: simpy.Event | None = None
+    _last_end: float = -math.inf
 
     def __post_init__(self) -> None:
         self.env.process(self._serve())
@@ -96,7 +100,10 @@ class Verifier:
                 delay, hold = self.link.reserve(TO_VERIFIER, job.send_bytes)
                 job.transfer_s += hold
             began = self.env.now + delay
+            if self.after_idle is not None:
+                job.compute_s *= self.after_idle(began - self._last_end)
             yield self.env.timeout(delay + job.compute_s)
+            self._last_end = self.env.now
             self.busy_s += job.compute_s
             if self.timeline is not None:
                 self.timeline.target_pass(job.name, began, self.env.now, job.args)

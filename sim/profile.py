@@ -3,7 +3,8 @@
 A profile holds, per kind of work (a *term*), coefficients of the same terms the analytic model
 adds up (DESIGN §3), fitted to trace samples by calibration. Each term is linear in its features:
 
-    draft(batch, k, ctx)    = c·(k,  k·batch,  k·ctx + batch·k(k-1)/2)      k passes; cached tokens
+    draft(batch, k, ctx)    = c·(k,  k·batch,  k·ctx + batch·k(k-1)/2,  1)  k passes; cached tokens;
+                                                                         and once per drafting call
     verify(batch, tok, ctx) = c·(1,  tokens,   ctx)                         one target pass
     prefill(tok, pairs, ctx)= c·(1,  tokens,   pairs,  ctx)                 a prompt pass (target)
     draft_prefill           = the same, on the draft model
@@ -31,12 +32,13 @@ from typing import Any
 
 from sim.costs import NO_CHUNKS, Chunks, StepCost
 from sim.errors import ScenarioError
+from sim.overlap import idle_factor
 
 PROFILE_FORMAT = "psdsim-profile"
 PROFILE_VERSION = 1
 
 FEATURES: dict[str, tuple[str, ...]] = {
-    "draft": ("passes", "pass_tokens", "pass_ctx"),
+    "draft": ("passes", "pass_tokens", "pass_ctx", "call"),
     "verify": ("pass", "tokens", "ctx"),
     "prefill": ("pass", "tokens", "pairs", "ctx"),
     "draft_prefill": ("pass", "tokens", "pairs", "ctx"),
@@ -59,9 +61,11 @@ RANGE_VARIABLES: dict[str, tuple[str, ...]] = {
 }
 
 
-def draft_features(batch: float, k: float, ctx: float) -> tuple[float, float, float]:
-    """k autoregressive passes of `batch` tokens; pass j reads ctx + j*batch cached tokens."""
-    return (k, k * batch, k * ctx + batch * k * (k - 1) / 2)
+def draft_features(batch: float, k: float, ctx: float) -> tuple[float, float, float, float]:
+    """k autoregressive passes of `batch` tokens; pass j reads ctx + j*batch cached tokens; and
+    what a drafting call costs once whatever its k (an engine's per-call work: preparing the
+    batch, collecting the drafts; the first pass feeding the tokens the draft cache lacks)."""
+    return (k, k * batch, k * ctx + batch * k * (k - 1) / 2, 1.0)
 
 
 def verify_features(tokens: float, ctx: float) -> tuple[float, float, float]:
@@ -91,7 +95,8 @@ class Term:
     fixed_features: tuple[str, ...] = ()   # features the samples could not identify (coef 0)
 
     def __call__(self, features: Sequence[float]) -> float:
-        return sum(c * x for c, x in zip(self.coef, features, strict=True))
+        # A profile written before a feature was added has no coefficient for it: 0.
+        return sum(c * x for c, x in zip(self.coef, features, strict=False))
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,20 @@ class Profile:
     source: Mapping[str, Any] = field(default_factory=dict)
     acceptance: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # Measured slowdown of drafting and of a target pass while the other runs, and of each side's
+    # work after it idled (sim/overlap.py): {"draft": f, "verify": f, "after_idle": {"draft":
+    # [[idle_s, f], ...], "verify": [...]}, "source": {...how it was measured}}; empty = none.
+    contention: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def contention_factors(self) -> tuple[float, float]:
+        """(draft, verify) slowdown factors while overlapped; (1, 1) when not measured."""
+        return (float(self.contention.get("draft", 1.0)), float(self.contention.get("verify", 1.0)))
+
+    def idle_points(self, side: str) -> tuple[tuple[float, float], ...]:
+        """(idle seconds, slowdown) points of `side` ("draft" or "verify"), ascending; () = none."""
+        points = self.contention.get("after_idle", {}).get(side, ())
+        return tuple(sorted((float(x), float(y)) for x, y in points))
 
     def to_json(self) -> str:
         doc = {
@@ -109,7 +128,7 @@ class Profile:
             "version": PROFILE_VERSION,
             "source": dict(self.source),
             "terms": {name: {
-                "features": list(FEATURES[name]),
+                "features": list(FEATURES[name][:len(t.coef)]),
                 "coef": list(t.coef),
                 "samples": t.samples,
                 "mape": t.mape,
@@ -121,6 +140,8 @@ class Profile:
             "acceptance": dict(self.acceptance),
             "notes": list(self.notes),
         }
+        if self.contention:
+            doc["contention"] = dict(self.contention)
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
@@ -133,19 +154,25 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _idle_point(pt: Any) -> bool:
+    return isinstance(pt, list) and len(pt) == 2 and all(_number(v) for v in pt) and pt[0] >= 0 and pt[1] > 0
+
+
 def _term(name: str, doc: Any, path: str) -> Term:
     if name not in FEATURES:
         raise _bad(f"unknown term {name!r} (known: {', '.join(TERMS)})", path)
     if not isinstance(doc, dict):
         raise _bad(f"term {name!r} is not an object", path)
     coef = doc.get("coef")
-    want = len(FEATURES[name])
-    if not isinstance(coef, list) or len(coef) != want or not all(_number(c) for c in coef):
-        raise _bad(f"term {name!r}: coef must be a list of {want} finite numbers "
-                   f"({', '.join(FEATURES[name])})", path)
-    if doc.get("features", list(FEATURES[name])) != list(FEATURES[name]):
+    # A profile from an older psdsim may list fewer features (those added since count 0).
+    features = doc.get("features", list(FEATURES[name]))
+    if not isinstance(features, list) or not features or features != list(FEATURES[name][:len(features)]):
         raise _bad(f"term {name!r}: features {doc.get('features')} differ from this psdsim's "
                    f"{list(FEATURES[name])}", path)
+    want = len(features)
+    if not isinstance(coef, list) or len(coef) != want or not all(_number(c) for c in coef):
+        raise _bad(f"term {name!r}: coef must be a list of {want} finite numbers "
+                   f"({', '.join(features)})", path)
     ranges = doc.get("ranges", {})
     if not isinstance(ranges, dict) or not all(
             isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v) for v in ranges.values()):
@@ -170,9 +197,19 @@ def profile_from_json(text: str, path: str = "profile") -> Profile:
     terms = doc.get("terms")
     if not isinstance(terms, dict) or not terms:
         raise _bad("no fitted terms", path)
+    contention = doc.get("contention", {})
+    sides = ("draft", "verify")
+    if not isinstance(contention, dict) or not all(
+            _number(contention.get(side, 1.0)) and contention.get(side, 1.0) > 0 for side in sides):
+        raise _bad("contention must map draft and verify to positive slowdown factors", path)
+    idle = contention.get("after_idle", {})
+    if not isinstance(idle, dict) or not all(
+            isinstance(pts, list) and all(_idle_point(pt) for pt in pts) for pts in idle.values()):
+        raise _bad("contention.after_idle must map draft and verify to [idle seconds >= 0, factor > 0] "
+                   "points", path)
     return Profile({name: _term(name, t, path) for name, t in terms.items()},
                    dict(doc.get("source", {})), dict(doc.get("acceptance", {})),
-                   tuple(doc.get("notes", ())))
+                   tuple(doc.get("notes", ())), dict(contention))
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -216,7 +253,13 @@ class FittedCost:
         self._prefill, self._draft_prefill = t.get("prefill"), t.get("draft_prefill")
         self._comm, self._broadcast, self._reject = t.get("comm"), t.get("broadcast"), t.get("reject")
         self.overhead = max(0.0, t["overhead"].coef[0]) if "overhead" in t else fallback.overhead
+        self.contention = profile.contention_factors
+        self._idle = {side: profile.idle_points(side) for side in ("draft", "verify")}
         self.seen = {name: _Seen(len(RANGE_VARIABLES[name])) for name in TERMS}
+
+    def after_idle(self, side: str, idle_s: float) -> float:
+        """How much slower `side`'s work runs after it idled `idle_s` (1 when not measured)."""
+        return idle_factor(self._idle[side], idle_s)
 
     def draft(self, batch: int, k: int, ctx: int) -> float:
         if self._draft is None:

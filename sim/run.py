@@ -15,6 +15,7 @@ from sim.acceptance import AcceptanceSampler
 from sim.costs import AnalyticCost, StepCost
 from sim.devices import Link, Verifier
 from sim.kv import KVPools
+from sim.layout import layout_for
 from sim.memory import MemoryPlan, plan_memory
 from sim.methods import method_class
 from sim.methods.common import SimContext
@@ -113,7 +114,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
                           max_running=kind.running_cap(s), token_budget=s.max_num_batched_tokens)
     target = cat.models[s.target]
     ctx = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
-                     verifier=Verifier(env, link, tl), link=link, vocab=target.vocab,
+                     verifier=Verifier(env, link, tl, _verifier_idle(cost, s)), link=link, vocab=target.vocab,
                      acceptance=AcceptanceSampler(rng),
                      hidden=target.hidden if s.uses_draft and cat.models[s.draft].eagle else 0,
                      timeline=tl)
@@ -132,6 +133,15 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         progress(1.0)
     usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)
     return Result(s, summary, steps, requests, memory, usage, time.perf_counter() - began, tl)
+
+
+def _verifier_idle(cost: StepCost, s: Scenario) -> Callable[[float], float] | None:
+    """The verifier's slowdown after idling, where a profile measured one and the target runs in
+    a process (on a device) of its own (sim/overlap.py)."""
+    after_idle = getattr(cost, "after_idle", None)
+    if after_idle is None or not layout_for(s).over_link:
+        return None
+    return lambda idle_s: after_idle("verify", idle_s)
 
 
 def compare_methods(s: Scenario, methods: Sequence[str], *,

@@ -24,6 +24,7 @@ METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
 SCHEDULERS = ("vllm-v0", "vllm-v1")
 PREEMPTION_MODES = ("recompute", "swap")
 KV_PATCHES = ("has_deferred", "default")
+PEARL_VARIANTS = ("minedraft", "per-request")
 SECTIONS = ("run", "models", "hardware", "engine", "workload", "slo", "costs")
 
 
@@ -49,6 +50,9 @@ class Scenario:
     drafters: int = _field(1, "run", int, "PSD drafter GPUs (MineDraft: 1)")
     sd_5gpu_layout: str = _field("drafter", "run", str,
                                  "sd-5gpu: the 5th GPU as the draft's own GPU, or one more TP rank")
+    pearl_variant: str = _field("minedraft", "run", str,
+                                "pearl: minedraft (stale drafts scored batch-wide) | per-request "
+                                "(the reference engine's: k - 1 kept, first drafted ahead checked)")
     confidence_spread: float = _field(4.0, "run", float,
                                       "psd+tetris: Beta concentration of per-token draft confidence")
     sampler_output: str = _field("full", "run", str,
@@ -82,6 +86,9 @@ class Scenario:
     kv_patch: str = _field("has_deferred", "engine", str,
                            "PSD KV allocation: has_deferred (MineDraft) | default (vLLM)")
     swap_space_gb: float = _field(4.0, "engine", float, "CPU swap space per GPU (--swap-space)")
+    overlap_draft_prefill: bool = _field(False, "engine", bool,
+                                         "a drafter on its own GPU prefills prompts while the target "
+                                         "does (the reference engine), not after it")
     num_gpu_blocks_override: int | None = _field(None, "engine", int,
                                                  "cap every KV pool at this many blocks", optional=True)
     # [workload]
@@ -346,6 +353,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _need(s.drafters < s.sub_batches, "drafters", "more drafter GPUs than sub-batches to draft",
           f"set drafters to at most {s.sub_batches - 1}")
     _one_of(s, "sd_5gpu_layout", ("drafter", "tp"))
+    _one_of(s, "pearl_variant", PEARL_VARIANTS)
     _one_of(s, "sampler_output", ("full", "compact"))
     _positive(s, "confidence_spread")
     _need(s.seed >= 0, "seed", f"must be >= 0, got {s.seed}", "use a non-negative integer seed")

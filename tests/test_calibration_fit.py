@@ -16,7 +16,7 @@ def _draft(batch: float, k: float, ctx: float, seconds: float) -> StepSample:
     return StepSample("draft", 0.0, seconds, seconds, seconds, batch=batch, k=k, ctx=ctx)
 
 
-TRUE_DRAFT = (2e-3, 5e-6, 4e-9)   # per pass, per pass-token, per cached token read
+TRUE_DRAFT = (2e-3, 5e-6, 4e-9, 3e-4)   # per pass, per pass-token, per cached token read, per call
 
 
 def _draft_samples(rng: np.random.Generator, n: int, noise: float = 0.0) -> list[StepSample]:

@@ -113,3 +113,16 @@ def test_a_ring_drafter_gpu_does_one_thing_at_a_time():
     on_gpu = sorted((x.start_s, x.end_s) for x in r.timeline.slices if x.track.startswith("drafter"))
     assert len(on_gpu) > 3
     assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(on_gpu))
+
+
+def test_per_request_pearl_scores_no_stale_drafts_and_proposes_k_minus_1():
+    """The reference engine's PEARL (pearl_variant = per-request): a request proposes the k - 1
+    tokens drafted ahead after its first one passed at the bonus position, else nothing, so VSR
+    is that of k - 1 i.i.d. proposals; MineDraft's form scores stale drafts and sits below it."""
+    a = 0.8
+    s = Scenario(method="pearl", requests=200, m=8, k=3, output_len=64, prompt_len=32, seed=4,
+                 acceptance=a, acceptance_spread=1e6)
+    per_request = simulate(s.replace(pearl_variant="per-request")).summary
+    assert per_request["vsr"] == pytest.approx((a + a * a) / 2, abs=0.02)
+    assert simulate(s).summary["vsr"] < per_request["vsr"] - 0.05
+    assert simulate(s.replace(pearl_variant="per-request", k=1)).summary["vsr"] is None

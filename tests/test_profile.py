@@ -37,7 +37,7 @@ def test_the_json_form_round_trips() -> None:
     ('{"format": "other"}', "not a psdsim profile"),
     ('{"format": "psdsim-profile", "version": 9, "terms": {}}', "version 9"),
     ('{"format": "psdsim-profile", "version": 1, "terms": {}}', "no fitted terms"),
-    ('{"format": "psdsim-profile", "version": 1, "terms": {"draft": {"coef": [1, 2]}}}', "3 finite numbers"),
+    ('{"format": "psdsim-profile", "version": 1, "terms": {"draft": {"coef": [1, 2]}}}', "4 finite numbers"),
     ('{"format": "psdsim-profile", "version": 1, "terms": {"gpu": {"coef": [1]}}}', "unknown term 'gpu'"),
 ])
 def test_bad_profiles_are_one_line_errors(text: str, match: str) -> None:

@@ -21,6 +21,13 @@ from sim.scheduler import EngineHooks, Scheduler, StepPlan
 from sim.timeline import Timeline
 
 NO_IDS = np.empty(0, dtype=np.int64)
+NO_CONTENTION = (1.0, 1.0)
+
+
+def contention(cost: StepCost) -> tuple[float, float]:
+    """The (draft, verify) slowdown factors of overlapped work a fitted profile measured
+    (sim/overlap.py); (1, 1) for the analytic and idealised models."""
+    return getattr(cost, "contention", NO_CONTENTION)
 
 
 @dataclass
@@ -91,6 +98,26 @@ def link_bytes(ctx: SimContext, requests: int, scored: int, context: int,
     if ctx.hidden:
         back += hidden_state_bytes(scored + chunks.tokens, ctx.hidden)
     return send, back
+
+
+def driver_after_wait(ctx: SimContext, wait_s: float) -> float:
+    """How much slower the driver's work runs after it waited `wait_s` for the verifier, where a
+    profile measured it and the drafter has a device of its own (sim/overlap.py)."""
+    after_idle = getattr(ctx.cost, "after_idle", None)
+    if after_idle is None or not layout_for(ctx.scenario).over_link:
+        return 1.0
+    return after_idle("draft", wait_s)
+
+
+def draft_prefill_left(ctx: SimContext, draft_prefill_s: float, free_at: float) -> float:
+    """Seconds of the draft model's prompt pass still to run once the target pass is back: all
+    of it, or, where the drafter has a device of its own and the scenario overlaps the two
+    prefills (`overlap_draft_prefill`), what did not fit while the target computed, the drafter
+    being free from `free_at`."""
+    s = ctx.scenario
+    if not draft_prefill_s or not s.overlap_draft_prefill or not layout_for(s).over_link:
+        return draft_prefill_s
+    return max(0.0, free_at + draft_prefill_s - ctx.env.now)
 
 
 def emit_first_tokens(ctx: SimContext, plan: StepPlan) -> int:

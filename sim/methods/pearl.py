@@ -11,6 +11,13 @@ and accept nothing (modelled as zero acceptance); when none is valid, the whole 
 step without drafts. So the more requests share a step, the longer stale drafts linger before the
 batch resets, and each rejection costs a request a wasted speculation step.
 KV: each decode keeps 2k - 1 lookahead slots, as MineDraft's PEARL mode allocates.
+
+`pearl_variant = "per-request"` is the lossless per-request form the reference engine runs
+(engine/reference/methods.py): the first token drafted ahead sits at the position of the bonus
+token, so it is checked there (accepted with the request's acceptance rate) after the request's
+proposals; when it and every proposal pass, the other k - 1 drafted ahead are the request's next
+proposals, otherwise it has none next step. Nothing stale is ever scored, and at k = 1 nothing
+is ever proposed. MineDraft's form keeps k pre-drafted tokens without checking that position.
 """
 
 from __future__ import annotations
@@ -22,15 +29,20 @@ import numpy as np
 
 from sim.devices import VerifyJob
 from sim.methods.common import (
+    NO_CONTENTION,
     EngineMethod,
     SimContext,
     chunk_work,
+    contention,
     draft_counts,
+    draft_prefill_left,
+    driver_after_wait,
     emit_first_tokens,
     link_bytes,
     record,
     verify_outcome,
 )
+from sim.overlap import overlapped
 from sim.scheduler import StepPlan
 from sim.timeline import DRAFT_PREFILL, DRAFTER, ON_DRAFTER, REJECT, driver_parts
 
@@ -42,8 +54,10 @@ class PEARL(EngineMethod):
         super().__init__(ctx)
         n = len(ctx.table)
         self.lookahead = 2 * ctx.scenario.k - 1
+        self.per_request = ctx.scenario.pearl_variant == "per-request"
         self.drafted = np.zeros(n, dtype=bool)  # pre-drafted tokens exist (valid or stale)
         self.valid = np.zeros(n, dtype=bool)    # ... and continue the request's real prefix
+        self.after_wait = 1.0                   # driver: slowdown after its last wait (sim/overlap.py)
 
     def left(self, ids: np.ndarray) -> None:
         self.drafted[ids] = False
@@ -57,8 +71,12 @@ class PEARL(EngineMethod):
         chunks = chunk_work(ctx, plan)
         context = table.context(ids)
         start = env.now
-        use_drafts = batch > 0 and bool(self.valid[ids].any())
-        proposed = (self.drafted[ids] * k if use_drafts else np.zeros(batch, dtype=np.int64))
+        if self.per_request:
+            use_drafts = batch > 0
+            proposed = self.valid[ids] * (k - 1)
+        else:
+            use_drafts = batch > 0 and bool(self.valid[ids].any())
+            proposed = (self.drafted[ids] * k if use_drafts else np.zeros(batch, dtype=np.int64))
         proposed = draft_counts(plan, ids, proposed)
         total_proposed = int(proposed.sum())
         tokens = total_proposed + batch
@@ -67,10 +85,13 @@ class PEARL(EngineMethod):
         if tl is not None:
             job.name, job.args = (("verify", {"k": k, "drafts_used": use_drafts}) if batch
                                   else ("prefill", None))
+        # post-verify: draft the next k for everyone while the target verifies
+        ahead_s = cost.draft(batch, k, context + batch * k) * self.after_wait if batch else 0.0
+        if ahead_s and contention(cost) != NO_CONTENTION:  # the two slow each other while both run
+            ahead_s, job.compute_s = overlapped(ahead_s, job.compute_s, cost.broadcast(job.send_bytes),
+                                                *contention(cost))
         done = ctx.verifier.submit(job)
-        ahead_s = 0.0
-        if batch:  # post-verify: draft the next k for everyone while the target verifies
-            ahead_s = cost.draft(batch, k, context + batch * k)
+        if batch:
             yield env.timeout(ahead_s)
             if tl is not None:
                 tl.add(DRAFTER, "draft ahead", ON_DRAFTER, start, env.now, batch=batch, k=k)
@@ -78,23 +99,31 @@ class PEARL(EngineMethod):
         yield done
         wait_s = env.now - drafted_at
         sync_s = cost.draft_chunks(chunks)
-        reject_s = cost.reject(tokens) if batch else 0.0
+        self.after_wait = driver_after_wait(ctx, wait_s)  # the driver's work until it waits again
+        left_s = draft_prefill_left(ctx, sync_s, drafted_at) * self.after_wait
+        reject_s = cost.reject(tokens) * self.after_wait if batch else 0.0
         swap_s = cost.swap(plan.swap_blocks)
         verified_at = env.now
-        yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
+        yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
+        if tl is not None and left_s < sync_s:  # the overlapped part ran beside the target pass
+            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, drafted_at, drafted_at + sync_s - left_s)
         if tl is not None:
-            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, sync_s),
+            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s),
                                             (DRAFTER, REJECT, ON_DRAFTER, reject_s),
                                             *driver_parts(cost.overhead, swap_s)])
 
         # Stale drafts continue a rejected prefix: they are scored and accept nothing.
         valid = self.valid[ids]
-        out = verify_outcome(ctx, ids, proposed, total_proposed, acceptable=valid)
+        out = verify_outcome(ctx, ids, proposed, total_proposed,
+                             acceptable=None if self.per_request else valid)
         if batch:
-            all_accepted = valid & (table.last_accepted == proposed)
             first_match = ctx.acceptance.bernoulli(table.log_acceptance[ids])
-            self.valid[ids] = np.where(proposed > 0, all_accepted, first_match)
-            self.drafted[ids] = True
+            if self.per_request:  # every proposal passed, then the first token drafted ahead
+                self.valid[ids] = (table.last_accepted == proposed) & first_match
+            else:
+                all_accepted = valid & (table.last_accepted == proposed)
+                self.valid[ids] = np.where(proposed > 0, all_accepted, first_match)
+                self.drafted[ids] = True
         ctx.drafter_busy_s += ahead_s + sync_s + reject_s
         verifier_path = job.transfer_s + job.compute_s
         record(ctx, plan, start, parallelised=batch > 0, verified=batch, drafted=batch,

@@ -36,16 +36,21 @@ import numpy as np
 from sim.batches import BatchManager
 from sim.devices import VerifyJob
 from sim.methods.common import (
+    NO_CONTENTION,
     EngineMethod,
     SimContext,
     chunk_work,
+    contention,
     draft_counts,
+    draft_prefill_left,
+    driver_after_wait,
     emit_first_tokens,
     emit_outcome,
     link_bytes,
     record,
     verify_outcome,
 )
+from sim.overlap import overlapped
 from sim.requests import DECODING
 from sim.scenario import Scenario
 from sim.scheduler import StepPlan
@@ -75,6 +80,7 @@ class ParallelSD(EngineMethod):
         self.fresh: list[int] = []  # decoding requests not yet scheduled for a decode step
         self.send = True                         # worker: the sub-batch verified next
         self.have_previous = False               # worker: proposals drafted in the last step
+        self.after_wait = 1.0                    # driver: slowdown after its last wait (sim/overlap.py)
         self.deferred = s.kv_patch == "has_deferred"
         self.balanced_refills = s.rebalance
         # TETRIS drafts k + e per request and scores the best k x m when the batch is full.
@@ -174,7 +180,7 @@ class ParallelSD(EngineMethod):
         parallelised = decoding and self.have_previous
         draft_s = 0.0
         if decoding and not parallelised:  # init or fallback: draft the verified sub-batch first
-            draft_s = cost.draft(len(verify_ids), k, context)
+            draft_s = cost.draft(len(verify_ids), k, context) * self.after_wait
             yield env.timeout(draft_s)
             if tl is not None:
                 tl.add(DRAFTER, f"draft B{v:d}", ON_DRAFTER, start, env.now, sub_batch=int(v),
@@ -200,10 +206,13 @@ class ParallelSD(EngineMethod):
         if tl is not None:
             job.name, job.args = ((f"verify B{v:d}", {"sub_batch": int(v), "k": k}) if decoding
                                   else ("prefill", None))
+        ahead_s = (cost.draft(len(draft_ids), k, table.context(draft_ids)) * self.after_wait
+                   if len(draft_ids) else 0.0)
+        if ahead_s and contention(cost) != NO_CONTENTION:  # the two slow each other while both run
+            ahead_s, job.compute_s = overlapped(ahead_s, job.compute_s, cost.broadcast(job.send_bytes),
+                                                *contention(cost))
         done = ctx.verifier.submit(job)
-        ahead_s = 0.0
         if len(draft_ids):
-            ahead_s = cost.draft(len(draft_ids), k, table.context(draft_ids))
             began = env.now
             yield env.timeout(ahead_s)
             if tl is not None:
@@ -214,12 +223,16 @@ class ParallelSD(EngineMethod):
         yield done
         wait_s = env.now - drafted_at
         sync_s = cost.draft_chunks(chunks)
-        reject_s = cost.reject(tokens) if decoding else 0.0
+        self.after_wait = driver_after_wait(ctx, wait_s)  # the driver's work until it waits again
+        left_s = draft_prefill_left(ctx, sync_s, drafted_at) * self.after_wait
+        reject_s = cost.reject(tokens) * self.after_wait if decoding else 0.0
         swap_s = cost.swap(plan.swap_blocks)
         verified_at = env.now
-        yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
+        yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
+        if tl is not None and left_s < sync_s:  # the overlapped part ran beside the target pass
+            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, drafted_at, drafted_at + sync_s - left_s)
         if tl is not None:  # MineDraft's driver runs on the drafter GPU: it samples there
-            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, sync_s),
+            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s),
                                             (DRAFTER, REJECT, ON_DRAFTER, reject_s),
                                             *driver_parts(cost.overhead, swap_s)])
 

@@ -23,6 +23,8 @@ from sim.methods.common import (
     SimContext,
     chunk_work,
     draft_counts,
+    draft_prefill_left,
+    driver_after_wait,
     emit_first_tokens,
     link_bytes,
     record,
@@ -39,6 +41,7 @@ class StandardSD(EngineMethod):
     def __init__(self, ctx: SimContext) -> None:
         super().__init__(ctx)
         self.over_link = layout_for(ctx.scenario).over_link
+        self.after_wait = 1.0   # driver: slowdown after its last wait for the verifier (sim/overlap.py)
 
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
@@ -50,7 +53,7 @@ class StandardSD(EngineMethod):
         chunks = chunk_work(ctx, plan)
         start = env.now
         proposed = draft_counts(plan, ids, np.full(batch, k, dtype=np.int64))
-        draft_s = cost.draft(batch, int(proposed.max()), context) if batch else 0.0
+        draft_s = cost.draft(batch, int(proposed.max()), context) * self.after_wait if batch else 0.0
         if draft_s:
             yield env.timeout(draft_s)
             if tl is not None:
@@ -62,14 +65,20 @@ class StandardSD(EngineMethod):
             job.send_bytes, job.return_bytes = link_bytes(ctx, batch, tokens, context, chunks)
         if tl is not None:
             job.name, job.args = ("verify", {"k": k}) if batch else ("prefill", None)
+        submitted_at = env.now
         yield ctx.verifier.submit(job)
         sync_s = cost.draft_chunks(chunks)
-        reject_s = cost.reject(tokens) if batch else 0.0
+        # the driver waited for the verifier (a process of its own only in sd-5gpu's drafter layout)
+        self.after_wait = driver_after_wait(ctx, env.now - submitted_at)
+        left_s = draft_prefill_left(ctx, sync_s, submitted_at) * self.after_wait
+        reject_s = cost.reject(tokens) * self.after_wait if batch else 0.0
         swap_s = cost.swap(plan.swap_blocks)
         verified_at = env.now
-        yield env.timeout(sync_s + reject_s + cost.overhead + swap_s)
+        yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
+        if tl is not None and left_s < sync_s:  # the overlapped part ran beside the target pass
+            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, submitted_at, submitted_at + sync_s - left_s)
         if tl is not None:  # rejection sampling is not drafter time here (drafter_busy)
-            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, sync_s),
+            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s),
                                             (DRIVER, REJECT, ON_DRIVER, reject_s),
                                             *driver_parts(cost.overhead, swap_s)])
         ctx.drafter_busy_s += draft_s + sync_s

@@ -1,0 +1,156 @@
+"""The reference engine described to the simulator: a catalog, a request trace and scenarios.
+
+`psdsim validate` (engine/validate.py) simulates the engine it measured, so everything the
+simulator needs is written from the engine's own configuration, never guessed:
+
+- catalog.toml: the engine's target and draft models, their shapes from its ModelConfig (the
+  draft is the target's first `draft_layers` blocks with an LM head of its own; float32, so 4
+  bytes per parameter); a "device" for one CPU core with memory to spare (the engine gives every
+  running request its cache slot: KV never binds, nothing is preempted); a link for the
+  pipe + shared-memory channel between the driver and the verifier process. Bandwidth, FLOPS
+  and link speed are nominal: the fitted profile replaces every compute and channel term it has,
+  and the run's warnings name any term that fell back to them.
+- requests.jsonl: the engine's workload exactly (all requests at t = 0, each its prompt length
+  and output length; engine/reference/schedule.py draws them from the seed).
+- one scenario per (method, k): m as the engine uses it (max_num_seqs per verification batch;
+  PSD keeps 2m running in two sub-batches, as the simulator does), TP 1, vLLM V0 prefill-first
+  FCFS without chunked prefill (the engine's scheduler), the draft on its own device where the
+  engine runs the target in a second process (psd, pearl, and SD's two-process variant, which
+  the simulator calls sd-5gpu with the drafter layout), the fitted profile, and the acceptance
+  measured by the SD runs at that k (engine/validate_acceptance.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.reference.config import EngineConfig, ModelConfig
+from sim.scenario import Scenario, scenario_from_mapping
+
+TARGET_KEY = "reference-target"
+DRAFT_KEY = "reference-draft"
+DEVICE_KEY = "cpu-core"
+LINK_KEY = "cpu-channel"
+FLOAT32_BYTES = 4.0
+ACCEPTANCE_SPREAD = 20.0   # the simulator's default per-request Beta concentration (before a fit)
+
+# Engine runs (labels) and the simulator method each corresponds to.
+SIM_METHOD = {"ar": "ar", "sd": "sd", "sd-2proc": "sd-5gpu", "psd": "psd", "pearl": "pearl"}
+# The profile each is simulated with (engine/validate.py: assemble_profiles): by process layout.
+PROFILE_FILE = {"ar": "profile-ar.json", "sd": "profile-one-process.json",
+                "sd-2proc": "profile.json", "psd": "profile.json", "pearl": "profile.json"}
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One engine configuration of a validation: its label (a key of SIM_METHOD) and k."""
+
+    label: str
+    k: int
+
+    @property
+    def method(self) -> str:
+        return "sd" if self.label == "sd-2proc" else self.label
+
+    @property
+    def name(self) -> str:
+        return self.label if self.label == "ar" else f"{self.label}_k{self.k}"
+
+    def config(self, base: EngineConfig, trace_dir: Path | None) -> EngineConfig:
+        return base.with_changes(method=self.method, k=self.k, separate_verifier=self.label == "sd-2proc",
+                                 trace_dir=trace_dir)
+
+
+def _model_entry(m: ModelConfig, layers: int, role: str) -> dict[str, Any]:
+    return {
+        "hf_id": f"psdsim/reference-{role}",
+        "layers": layers, "hidden": m.hidden, "intermediate": m.mlp, "heads": m.heads,
+        "kv_heads": m.heads, "head_dim": m.hidden // m.heads, "vocab": m.vocab,
+        "tie_embeddings": False, "qk_norm": False, "bytes_per_param": FLOAT32_BYTES,
+        "source": (f"psdsim reference engine ModelConfig (seed {m.seed}): {role}, {layers} blocks of "
+                   "fused QKV + output projection + SwiGLU MLP, RMSNorm, untied embedding and LM head, "
+                   "float32 weights"),
+    }
+
+
+def catalog_doc(cfg: EngineConfig) -> dict[str, Any]:
+    """The catalog tables describing the engine's models, its CPU core and its channel."""
+    m = cfg.model
+    return {
+        "gpus": {DEVICE_KEY: {
+            "name": "one CPU core (reference engine: one pinned process, one thread)",
+            "memory_gb": 1000.0, "memory_bandwidth_gbps": 20.0, "bf16_tflops": 0.08, "nvlink": False,
+            "host_link": LINK_KEY,
+            "source": "nominal (a core's ~20 GB/s, ~80 GFLOPS float32 with AVX2 FMA); memory set large "
+                      "because the engine never runs out of cache slots. The fitted profile replaces "
+                      "the compute terms; warnings name any analytic fallback",
+        }},
+        "links": {LINK_KEY: {
+            "name": "driver <-> verifier process: pipe (inputs) + shared memory (outputs)",
+            "nvlink": False, "p2p_latency_us": 50.0, "p2p_bandwidth_gbps": 5.0,
+            "allreduce_latency_us": 50.0, "allreduce_busbw_gbps": 5.0,
+            "source": "nominal; the profile's comm and broadcast terms, fitted to the engine's "
+                      "two-process SD traces, replace it",
+        }},
+        "models": {TARGET_KEY: _model_entry(m, m.layers, "target"),
+                   DRAFT_KEY: _model_entry(m, m.draft_layers, "draft")},
+    }
+
+
+def catalog_toml(cfg: EngineConfig) -> str:
+    lines = ["# The reference engine as the simulator sees it (written by `psdsim validate`)."]
+    for table, entries in catalog_doc(cfg).items():
+        for key, fields in entries.items():
+            lines += ["", f'[{table}."{key}"]']
+            lines += [f"{name} = {_toml(value)}" for name, value in fields.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    return repr(value)
+
+
+def requests_jsonl(prompt_lens: list[int], output_len: int) -> str:
+    """The engine's offline workload as a request trace (arrival 0 for all)."""
+    return "".join(json.dumps({"arrival_s": 0.0, "prompt_tokens": n, "output_tokens": output_len}) + "\n"
+                   for n in prompt_lens)
+
+
+def scenario_values(run: EngineRun, cfg: EngineConfig, requests: int, folder: Path,
+                    acceptance: Mapping[int, float], spread: float = ACCEPTANCE_SPREAD) -> dict[str, Any]:
+    """The scenario fields of one engine run (paths absolute, inside `folder`)."""
+    max_len = cfg.longest_prompt + cfg.output_len + 2 * run.k + 2   # the engine's cache length
+    values: dict[str, Any] = {
+        "name": f"reference-{run.name}", "method": SIM_METHOD[run.label], "k": run.k, "m": cfg.m,
+        "seed": cfg.seed, "catalog": str(folder / "catalog.toml"),
+        "target": TARGET_KEY, "draft": DRAFT_KEY, "acceptance_spread": spread,
+        "gpu": DEVICE_KEY, "drafter_gpu": DEVICE_KEY, "link": LINK_KEY, "tensor_parallel_size": 1,
+        "sd_5gpu_layout": "drafter",
+        "gpu_memory_utilization": 0.9, "max_model_len": max_len,
+        "max_num_batched_tokens": max(cfg.max_num_batched_tokens, max_len),
+        "scheduler": "vllm-v0", "enable_chunked_prefill": False, "overlap_draft_prefill": True,
+        # prompt_len only satisfies the checks: the trace gives every request's prompt length.
+        "requests": requests, "output_len": cfg.output_len, "prompt_len": cfg.longest_prompt,
+        "trace": str(folder / "requests.jsonl"),
+        "profile": str(folder / PROFILE_FILE[run.label]),
+    }
+    if run.label != "ar":
+        values["acceptance"] = acceptance[run.k]
+    if run.label == "pearl":   # the engine's PEARL is the lossless per-request form
+        values["pearl_variant"] = "per-request"
+    return values
+
+
+def scenario_for(run: EngineRun, cfg: EngineConfig, requests: int, folder: Path,
+                 acceptance: Mapping[int, float], spread: float = ACCEPTANCE_SPREAD) -> Scenario:
+    return scenario_from_mapping(scenario_values(run, cfg, requests, folder, acceptance, spread),
+                                 f"validate {run.name}")
+

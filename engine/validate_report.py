@@ -1,0 +1,182 @@
+"""Measured against predicted: the rows of `psdsim validate`, its table and its figure.
+
+Both sides use the same definitions (engine/reference/result.py mirrors sim/metrics.py):
+throughput = tokens kept by decode steps / time of decode steps (prefill-only steps excluded,
+tokens past a request's output length not counted, each step from its start to its end);
+E2EL = makespan / requests; latency from arrival (t = 0) to the last token; parallelization
+rate = parallelised decode steps / decode steps; VSR = accepted / verified draft tokens.
+Relative error = (predicted − measured) / measured.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from engine.validate_describe import SIM_METHOD, EngineRun
+
+METRICS: tuple[tuple[str, str], ...] = (
+    ("throughput_tok_s", "tok/s"), ("e2el_ms", "E2EL ms"), ("latency_ms.p50", "p50 ms"),
+    ("latency_ms.p99", "p99 ms"), ("parallelization_rate", "par. rate"), ("vsr", "VSR"),
+)
+# The issue's targets: PSD throughput within 5% and p50 latency within 8% after calibrating on SD
+# and AR only.
+TARGETS = {"throughput_tok_s": 0.05, "latency_ms.p50": 0.08}
+
+
+def _get(summary: Mapping[str, Any], key: str) -> float | None:
+    value: Any = summary
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _error(measured: float | None, predicted: float | None) -> float | None:
+    if measured is None or predicted is None or measured == 0:
+        return None
+    return (predicted - measured) / measured
+
+
+def build_rows(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, Any]],
+               predicted: Mapping[str, Mapping[str, Any]], in_sample: Iterable[str],
+               repeats: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[dict[str, Any]]:
+    """Per run and metric: measured (the mean over repeats), predicted, the relative error, and
+    (with repeats) each repeat's value and its own error, which show the machine's noise."""
+    calib = set(in_sample)
+    rows = []
+    for r in runs:
+        m, p = measured[r.name], predicted[r.name]
+        metrics = {}
+        for key, _ in METRICS:
+            a, b = _get(m, key), _get(p, key)
+            metrics[key] = {"measured": a, "predicted": b, "error": _error(a, b)}
+            if repeats is not None and len(repeats[r.name]) > 1:
+                each = [_get(x, key) for x in repeats[r.name]]
+                metrics[key]["repeats"] = each
+                metrics[key]["repeat_errors"] = [_error(x, b) for x in each]
+        rows.append({"run": r.name, "engine_method": r.method, "label": r.label,
+                     "sim_method": SIM_METHOD[r.label], "k": None if r.label == "ar" else r.k,
+                     "in_sample": r.label in calib, "metrics": metrics,
+                     "decode_steps": {"measured": m.get("decode_steps"), "predicted": p.get("decode_steps")},
+                     "sim_warnings": list(p.get("warnings", []))})
+    return rows
+
+
+def target_check(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The issue's targets on the PSD rows: each |error| against its bound."""
+    out: dict[str, Any] = {"bounds": dict(TARGETS), "psd": {}}
+    met = True
+    for row in rows:
+        if row["label"] != "psd":
+            continue
+        errs = {key: row["metrics"][key]["error"] for key in TARGETS}
+        ok = all(e is not None and abs(e) <= TARGETS[key] for key, e in errs.items())
+        met &= ok
+        out["psd"][str(row["k"])] = {**errs, "met": ok}
+    out["met"] = met and bool(out["psd"])
+    return out
+
+
+def build_report(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, Any]],
+                 predicted: Mapping[str, Mapping[str, Any]], in_sample: Iterable[str],
+                 meta: Mapping[str, Any], repeats: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
+                 ) -> tuple[dict[str, Any], bytes]:
+    rows = build_rows(runs, measured, predicted, in_sample, repeats)
+    report = {**meta, "rows": rows, "targets": target_check(rows),
+              "measured": {r.name: _plain(measured[r.name]) for r in runs},
+              "predicted": {r.name: _plain(predicted[r.name]) for r in runs}}
+    return report, figure(rows)
+
+
+def _plain(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary without NaN/inf (JSON) and without the per-run paths and pids."""
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        if key in ("driver_pid", "verifier_pid", "trace"):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        elif isinstance(value, Mapping):
+            value = _plain(value)
+        out[key] = value
+    return out
+
+
+def _fmt(x: float | None, key: str) -> str:
+    if x is None:
+        return "–"
+    if key in ("parallelization_rate", "vsr"):
+        return f"{x:.3f}"
+    return f"{x:.4g}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}%"
+
+
+def table_lines(report: Mapping[str, Any]) -> list[str]:
+    """The side-by-side table: per run, each metric measured / predicted (error)."""
+    rows = report["rows"]
+    head = f"  {'run':<13}{'sim':<9}" + "".join(f"{label:>26}" for _, label in METRICS)
+    out = [head, "  " + "-" * (len(head) - 2)]
+    for row in rows:
+        cells = []
+        for key, _ in METRICS:
+            c = row["metrics"][key]
+            cells.append(f"{_fmt(c['measured'], key):>8} {_fmt(c['predicted'], key):>8} "
+                         f"{_pct(c['error']):>8}")
+        tag = "*" if row["in_sample"] else " "
+        out.append(f"  {row['run'] + tag:<13}{row['sim_method']:<9}" + "".join(f"{c:>26}" for c in cells))
+    out.append("  each cell: measured, predicted, error = (predicted − measured) / measured; "
+               "* = in-sample (its traces made the profile)")
+    for row in rows:
+        if row["label"] == "psd" and "repeat_errors" in row["metrics"]["throughput_tok_s"]:
+            each = {key: ", ".join(_pct(e) for e in row["metrics"][key]["repeat_errors"])
+                    for key in TARGETS}
+            out.append(f"  {row['run']} each repeat against the prediction: throughput "
+                       f"{each['throughput_tok_s']}; p50 latency {each['latency_ms.p50']}")
+    t = report["targets"]
+    for k, errs in t["psd"].items():
+        out.append(f"  target psd k={k}: throughput {_pct(errs['throughput_tok_s'])} (within ±5%), "
+                   f"p50 latency {_pct(errs['latency_ms.p50'])} (within ±8%): "
+                   f"{'met' if errs['met'] else 'missed'}")
+    return out
+
+
+def figure(rows: Sequence[Mapping[str, Any]]) -> bytes:
+    """Measured (filled) against predicted (hollow, dashed) per k, one panel per metric."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    colors = {lab: f"C{i}" for i, lab in enumerate(labels)}
+    for ax, (key, title) in zip(axes.flat, METRICS, strict=True):
+        for lab in labels:
+            mine = [r for r in rows if r["label"] == lab]
+            ks = [r["k"] if r["k"] is not None else 0 for r in mine]
+            meas = [r["metrics"][key]["measured"] for r in mine]
+            pred = [r["metrics"][key]["predicted"] for r in mine]
+            if all(v is None for v in meas):
+                continue
+            kw = {"color": colors[lab]}
+            if len(ks) == 1:  # AR: one point, drawn across the panel
+                ax.axhline(meas[0], lw=1, **kw, label=f"{lab} measured")
+                if pred[0] is not None:
+                    ax.axhline(pred[0], lw=1, ls="--", **kw, label=f"{lab} predicted")
+                continue
+            ax.plot(ks, meas, "o-", **kw, label=f"{lab} measured")
+            ax.plot(ks, pred, "o--", mfc="none", **kw, label=f"{lab} predicted")
+        ax.set_title(title)
+        ax.set_xlabel("k")
+    axes.flat[0].legend(fontsize=7, ncol=2)
+    fig.suptitle("psdsim validate: reference engine measured (filled) vs simulated (hollow, dashed)")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()

@@ -1,0 +1,149 @@
+"""`psdsim validate [SCENARIO] --engine reference`: argument parsing and reporting for engine/validate.py.
+
+The engine configuration comes from the flags (and, where given, a scenario's workload fields:
+k, m, requests, output_len, prompt_len, seed, max_num_batched_tokens); the models are the
+reference engine's (`--set model.NAME=VALUE`). Bad input is one line on stderr and exit code 2,
+before any engine runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ScenarioError
+
+ENGINES = ("reference", "vllm")
+# EngineConfig fields validate sets itself, per run.
+RESERVED = ("method", "k", "separate_verifier", "trace_dir", "profile")
+
+
+def add_validate_parser(sub: Any) -> None:
+    v = sub.add_parser("validate", help="run a real engine in AR and SD, calibrate on those runs only, "
+                                        "simulate every method, run PSD and PEARL, compare measured "
+                                        "with predicted")
+    v.add_argument("scenario", nargs="?", type=Path,
+                   help="scenario TOML whose workload fields (k, m, requests, output_len, prompt_len, "
+                        "seed, max_num_batched_tokens) the engine runs; flags override them")
+    v.add_argument("--engine", choices=ENGINES, default="reference",
+                   help="reference: the PyTorch reference engine (vllm: not built yet)")
+    v.add_argument("--k", help="comma-separated k to validate (default: 1,3,5)")
+    v.add_argument("--m", type=int, help="requests per verification batch (default 4; PSD runs 2m)")
+    v.add_argument("--requests", type=int, help="requests per run (default 32)")
+    v.add_argument("--output-len", type=int, help="output tokens per request (default 64)")
+    v.add_argument("--methods", default="psd,pearl",
+                   help="methods measured against their prediction (default: psd,pearl)")
+    v.add_argument("--repeats", type=int, default=1,
+                   help="engine runs per configuration, in rounds; measured = their mean (default 1)")
+    v.add_argument("--no-contention", action="store_true",
+                   help="skip the contention microbenchmark (model no slowdown of overlapped work)")
+    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="engine field, or model.NAME for the models, e.g. --set model.draft_noise=0.3")
+    v.add_argument("--out", type=Path, help="report folder (default: results/validate-reference-…)")
+    v.add_argument("--json", action="store_true", help="print the report as JSON on stdout only")
+
+
+def _bad(option: str, problem: str, fix: str) -> ScenarioError:
+    return ScenarioError(option, problem, fix)
+
+
+def _ks(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        ks = ()
+    if not ks or min(ks) < 1 or max(ks) > 16 or len(set(ks)) != len(ks):
+        raise _bad("--k", f"expected distinct k in 1..16, got {text!r}", "write e.g. --k 1,3,5")
+    return ks
+
+
+def _from_scenario(path: Path) -> dict[str, Any]:
+    from sim.scenario import load_scenario
+
+    s = load_scenario(path)
+    out: dict[str, Any] = {"k": str(s.k), "m": s.m, "requests": s.requests, "output_len": s.output_len,
+                           "seed": s.seed, "max_num_batched_tokens": s.max_num_batched_tokens}
+    if s.prompt_len:
+        out["prompt_len"] = s.prompt_len
+    return out
+
+
+def validate_config(args: argparse.Namespace) -> Any:
+    """The ValidateConfig the arguments ask for; ScenarioError (one line) when they are wrong."""
+    from engine.reference.__main__ import _parse_value
+    from engine.reference.config import EngineConfig, EngineConfigError, ModelConfig
+    from engine.validate import MEASURED_LABELS, ValidateConfig
+
+    base = {"k": "1,3,5", "m": 4, "requests": 32, "output_len": 64}
+    if args.scenario is not None:
+        base.update(_from_scenario(args.scenario))
+    for name in ("k", "m", "requests", "output_len"):
+        if getattr(args, name) is not None:
+            base[name] = getattr(args, name)
+    ks = _ks(str(base.pop("k")))
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    if not methods or not set(methods) <= set(MEASURED_LABELS) or len(set(methods)) != len(methods):
+        raise _bad("--methods", f"expected distinct methods among {','.join(MEASURED_LABELS)}, got "
+                                f"{args.methods!r}", "write e.g. --methods psd")
+    if args.repeats < 1:
+        raise _bad("--repeats", f"must be >= 1, got {args.repeats}", "write e.g. --repeats 3")
+    changes: dict[str, Any] = dict(base)
+    try:
+        for item in args.overrides:
+            name, sep, value = item.partition("=")
+            name = name.strip()
+            if not sep or not name:
+                raise _bad("--set", f"expected FIELD=VALUE, got {item!r}",
+                           "write e.g. --set model.draft_noise=0.3")
+            if name in RESERVED:
+                raise _bad("--set", f"{name} is set by validate itself", f"remove --set {name}=…")
+            cls = ModelConfig if name.startswith("model.") else EngineConfig
+            changes[name] = _parse_value(cls, name.removeprefix("model."), value.strip())
+        engine = EngineConfig().with_changes(**changes)
+        for k in ks:
+            engine.with_changes(method="psd", k=k).check()
+    except EngineConfigError as exc:
+        raise _bad("--set" if args.overrides else "engine", str(exc), "fix the value named") from None
+    out = args.out or Path("results") / (f"validate-{args.engine}-m{engine.m}-k{'-'.join(map(str, ks))}"
+                                         f"-r{engine.requests}x{engine.output_len}")
+    return ValidateConfig(engine, out, ks, methods, contention=not args.no_contention, repeats=args.repeats)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":
+        raise _bad("--engine", "the vLLM runner is not built yet", "use --engine reference")
+    cfg = validate_config(args)
+    if importlib.util.find_spec("torch") is None:
+        raise _bad("--engine", "the reference engine needs PyTorch",
+                   "pip install 'psdsim[engine]' (CPU only: pip install torch==2.13.0)")
+    try:
+        cfg.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _bad("--out", f"cannot write {str(cfg.out)!r} ({exc.strerror or exc})",
+                   "choose a writable folder with --out DIR") from None
+    from engine.validate import report_json, run_validate
+    from engine.validate_report import table_lines
+
+    def log(line: str) -> None:
+        print(f"  {line}", file=sys.stderr, flush=True)
+
+    report = run_validate(cfg, log=log)
+    if args.json:
+        sys.stdout.write(report_json(report))
+        return 0
+    m = report["machine"]
+    print(f"psdsim validate · reference engine · m={cfg.engine.m}, {cfg.engine.requests} requests × "
+          f"{cfg.engine.output_len} tokens, k={','.join(map(str, cfg.ks))}, {cfg.repeats} repeat(s) · "
+          f"{m['cpus']} CPUs, torch {m['torch']}")
+    c = report.get("contention") or {}
+    if c:
+        print(f"  contention (measured): drafting ×{c['draft']:.3f}, target pass ×{c['verify']:.3f} "
+              "while the other side computes")
+    print(f"  acceptance spread (fitted on SD): {report['acceptance']['spread']:g}")
+    print("\n".join(table_lines(report)))
+    print(f"\n  report: {cfg.out / 'validate.json'}, {cfg.out / 'validate.png'}")
+    return 0
+
