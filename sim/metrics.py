@@ -25,7 +25,9 @@ from sim.scenario import Scenario
 PERCENTILES = {"mean": None, "p50": 50, "p90": 90, "p99": 99}
 
 
-def _ms_stats(seconds: np.ndarray) -> dict[str, float | None]:
+def ms_stats(seconds: np.ndarray) -> dict[str, float | None]:
+    """Mean and percentiles in ms of the finite values (None each where there are none); the
+    engines' results use it too, so measured and simulated summaries share one definition."""
     values = seconds[np.isfinite(seconds)] * 1e3
     if len(values) == 0:
         return dict.fromkeys(PERCENTILES)
@@ -37,13 +39,15 @@ def _mean_ms(seconds: np.ndarray) -> float | None:
     return float(seconds.mean() * 1e3) if len(seconds) else None
 
 
-def _ratio(num: float, den: float) -> float | None:
+def ratio(num: float, den: float) -> float | None:
+    """num / den, or None where nothing was counted (den = 0)."""
     return float(num / den) if den > 0 else None
 
 
-def _throughput(generated: np.ndarray, durations: np.ndarray, fraction: float) -> float | None:
+def step_throughput(generated: np.ndarray, durations: np.ndarray, fraction: float) -> float | None:
+    """Tokens per second over the first `fraction` of the steps (at least one)."""
     n = max(1, int(len(generated) * fraction)) if len(generated) else 0
-    return _ratio(generated[:n].sum(), durations[:n].sum())
+    return ratio(generated[:n].sum(), durations[:n].sum())
 
 
 def _tpot(requests: dict[str, np.ndarray]) -> np.ndarray:
@@ -70,8 +74,8 @@ def goodput(s: Scenario, requests: dict[str, np.ndarray], makespan: float) -> di
             value = measured[name] * 1e3
             ok &= ~(value > limit)  # NaN (no later tokens, for TPOT) counts as met
     n = len(ok)
-    return {"slo_attainment": float(ok.sum() / n), "goodput_req_s": _ratio(ok.sum(), makespan),
-            "goodput_tok_s": _ratio(requests["output_len"][ok].sum(), makespan)}
+    return {"slo_attainment": float(ok.sum() / n), "goodput_req_s": ratio(ok.sum(), makespan),
+            "goodput_tok_s": ratio(requests["output_len"][ok].sum(), makespan)}
 
 
 def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.ndarray], *,
@@ -83,7 +87,7 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
     makespan = float(np.nanmax(requests["end_s"]) - requests["arrival_s"].min())
     n = len(requests["request"])
     linked = layout_for(s).over_link
-    throughput = _throughput(gen, dur, 1.0)
+    throughput = step_throughput(gen, dur, 1.0)
     imbalance = np.abs(steps["batch1"] - steps["batch0"])[decode] if s.sub_batched else None
     summary: dict[str, Any] = {
         "method": s.method,
@@ -93,23 +97,23 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "gpus": gpus,
         "makespan_s": makespan,
         "throughput_tok_s": throughput,
-        "throughput_tok_s_trim80": _throughput(gen, dur, 0.8),
-        "throughput_tok_s_trim70": _throughput(gen, dur, 0.7),
+        "throughput_tok_s_trim80": step_throughput(gen, dur, 0.8),
+        "throughput_tok_s_trim70": step_throughput(gen, dur, 0.7),
         "throughput_tok_s_per_gpu": throughput / gpus if throughput is not None else None,
-        "output_tok_s": _ratio(requests["generated"].sum(), makespan),
+        "output_tok_s": ratio(requests["generated"].sum(), makespan),
         "e2el_ms": makespan / n * 1e3,
-        "latency_ms": _ms_stats(requests["finish_s"] - requests["arrival_s"]),
-        "ttft_ms": _ms_stats(requests["first_token_s"] - requests["arrival_s"]),
-        "tpot_ms": _ms_stats(_tpot(requests)),
-        "queue_ms": _ms_stats(requests["admitted_s"] - requests["arrival_s"]),
-        "vsr": _ratio(steps["accepted"].sum(), steps["proposed"].sum()) if uses_drafter else None,
-        "parallelization_rate": (_ratio(steps["parallelised"][decode].sum(), decode.sum())
+        "latency_ms": ms_stats(requests["finish_s"] - requests["arrival_s"]),
+        "ttft_ms": ms_stats(requests["first_token_s"] - requests["arrival_s"]),
+        "tpot_ms": ms_stats(_tpot(requests)),
+        "queue_ms": ms_stats(requests["admitted_s"] - requests["arrival_s"]),
+        "vsr": ratio(steps["accepted"].sum(), steps["proposed"].sum()) if uses_drafter else None,
+        "parallelization_rate": (ratio(steps["parallelised"][decode].sum(), decode.sum())
                                  if uses_drafter else None),
-        "comm_share": _ratio(steps["wait_s"][decode].sum(), dur.sum()) if linked else None,
-        "link_share": _ratio(steps["link_critical_s"][decode].sum(), dur.sum()) if linked else None,
-        "drafter_busy": (_ratio(drafter_busy_s, makespan * max(1, layout_for(s).drafter_gpus))
+        "comm_share": ratio(steps["wait_s"][decode].sum(), dur.sum()) if linked else None,
+        "link_share": ratio(steps["link_critical_s"][decode].sum(), dur.sum()) if linked else None,
+        "drafter_busy": (ratio(drafter_busy_s, makespan * max(1, layout_for(s).drafter_gpus))
                          if uses_drafter else None),
-        "verifier_busy": _ratio(verifier_busy_s, makespan),
+        "verifier_busy": ratio(verifier_busy_s, makespan),
         "decode_steps": int(decode.sum()),
         "prefill_steps": int((~decode).sum()),
         "preemptions": int(requests["preemptions"].sum()),

@@ -20,8 +20,7 @@ import numpy as np
 from engine.reference.config import EngineConfig
 from engine.reference.schedule import Request
 from engine.reference.trace import StepRecord
-
-PERCENTILES = {"mean": None, "p50": 50, "p90": 90, "p99": 99}
+from sim.metrics import ms_stats, ratio, step_throughput
 
 
 @dataclass
@@ -64,20 +63,20 @@ class EngineResult:
             "m": cfg.m,
             "requests": len(self.requests),
             "makespan_s": makespan,
-            "throughput_tok_s": _throughput(kept, dur, 1.0),
-            "throughput_tok_s_trim80": _throughput(kept, dur, 0.8),
-            "throughput_tok_s_trim70": _throughput(kept, dur, 0.7),
-            "output_tok_s": _ratio(out_len.sum(), makespan),
+            "throughput_tok_s": step_throughput(kept, dur, 1.0),
+            "throughput_tok_s_trim80": step_throughput(kept, dur, 0.8),
+            "throughput_tok_s_trim70": step_throughput(kept, dur, 0.7),
+            "output_tok_s": ratio(out_len.sum(), makespan),
             "e2el_ms": makespan / len(self.requests) * 1e3,
-            "latency_ms": _ms_stats(end - self.start_s),
-            "ttft_ms": _ms_stats(first - self.start_s),
-            "tpot_ms": _ms_stats(tpot),
-            "vsr": _ratio(sum(s.accepted for s in decode), proposed) if speculative else None,
-            "parallelization_rate": (_ratio(sum(s.parallelised for s in decode), len(decode))
+            "latency_ms": ms_stats(end - self.start_s),
+            "ttft_ms": ms_stats(first - self.start_s),
+            "tpot_ms": ms_stats(tpot),
+            "vsr": ratio(sum(s.accepted for s in decode), proposed) if speculative else None,
+            "parallelization_rate": (ratio(sum(s.parallelised for s in decode), len(decode))
                                      if speculative else None),
-            "comm_share": _ratio(sum(s.wait_s for s in decode), dur.sum()) if two else None,
-            "drafter_busy": _ratio(drafter_s, makespan) if speculative else None,
-            "verifier_busy": _ratio(sum(s.target_compute_s for s in self.steps), makespan),
+            "comm_share": ratio(sum(s.wait_s for s in decode), dur.sum()) if two else None,
+            "drafter_busy": ratio(drafter_s, makespan) if speculative else None,
+            "verifier_busy": ratio(sum(s.target_compute_s for s in self.steps), makespan),
             "decode_steps": len(decode),
             "prefill_steps": len(self.steps) - len(decode),
             "mean_draft_ms": float(draft_s.mean() * 1e3) if speculative and len(decode) else None,
@@ -89,20 +88,3 @@ class EngineResult:
             "verifier_pid": self.verifier_pid,
             "trace": str(self.trace_path) if self.trace_path else None,
         }
-
-
-def _ratio(num: float, den: float) -> float | None:
-    return float(num / den) if den > 0 else None
-
-
-def _throughput(kept: np.ndarray, dur: np.ndarray, fraction: float) -> float | None:
-    n = max(1, int(len(kept) * fraction)) if len(kept) else 0
-    return _ratio(kept[:n].sum(), dur[:n].sum())
-
-
-def _ms_stats(seconds: np.ndarray) -> dict[str, float | None]:
-    values = seconds[np.isfinite(seconds)] * 1e3
-    if len(values) == 0:
-        return dict.fromkeys(PERCENTILES)
-    return {name: float(values.mean() if q is None else np.percentile(values, q))
-            for name, q in PERCENTILES.items()}
