@@ -77,9 +77,10 @@ def _model_entry(m: ModelConfig, layers: int, role: str) -> dict[str, Any]:
     }
 
 
-def catalog_doc(cfg: EngineConfig) -> dict[str, Any]:
-    """The catalog tables describing the engine's models, its CPU core and its channel."""
-    m = cfg.model
+def cpu_hardware() -> dict[str, Any]:
+    """The catalog's `gpus` and `links` for an engine on CPU cores: one core as the device, the
+    driver <-> verifier process channel as the link (nominal numbers: a fitted profile replaces
+    every term it has, and a run's warnings name any that fell back to them)."""
     return {
         "gpus": {DEVICE_KEY: {
             "name": "one CPU core (reference engine: one pinned process, one thread)",
@@ -96,14 +97,25 @@ def catalog_doc(cfg: EngineConfig) -> dict[str, Any]:
             "source": "nominal; the profile's comm and broadcast terms, fitted to the engine's "
                       "two-process SD traces, replace it",
         }},
-        "models": {TARGET_KEY: _model_entry(m, m.layers, "target"),
-                   DRAFT_KEY: _model_entry(m, m.draft_layers, "draft")},
     }
 
 
+def catalog_doc(cfg: EngineConfig) -> dict[str, Any]:
+    """The catalog tables describing the engine's models, its CPU core and its channel."""
+    m = cfg.model
+    return {**cpu_hardware(),
+            "models": {TARGET_KEY: _model_entry(m, m.layers, "target"),
+                       DRAFT_KEY: _model_entry(m, m.draft_layers, "draft")}}
+
+
 def catalog_toml(cfg: EngineConfig) -> str:
-    lines = ["# The reference engine as the simulator sees it (written by `psdsim validate`)."]
-    for table, entries in catalog_doc(cfg).items():
+    return catalog_text(catalog_doc(cfg))
+
+
+def catalog_text(doc: dict[str, Any]) -> str:
+    """A catalog document as the TOML a scenario's `catalog` field reads."""
+    lines = ["# The engine as the simulator sees it (written by `psdsim validate`)."]
+    for table, entries in doc.items():
         for key, fields in entries.items():
             lines += ["", f'[{table}."{key}"]']
             lines += [f"{name} = {_toml(value)}" for name, value in fields.items()]

@@ -26,14 +26,16 @@ METRICS: tuple[tuple[str, str], ...] = (
 TARGETS = {"throughput_tok_s": 0.05, "latency_ms.p50": 0.08}
 
 
-def _get(summary: Mapping[str, Any], key: str) -> float | None:
+def metric(summary: Mapping[str, Any], key: str) -> float | None:
+    """summary[key], with dots for nested keys (latency_ms.p50); None unless a finite number."""
     value: Any = summary
     for part in key.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def _error(measured: float | None, predicted: float | None) -> float | None:
+def relative_error(measured: float | None, predicted: float | None) -> float | None:
+    """(predicted − measured) / measured; None where either is missing or measured is 0."""
     if measured is None or predicted is None or measured == 0:
         return None
     return (predicted - measured) / measured
@@ -50,12 +52,12 @@ def build_rows(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, An
         m, p = measured[r.name], predicted[r.name]
         metrics = {}
         for key, _ in METRICS:
-            a, b = _get(m, key), _get(p, key)
-            metrics[key] = {"measured": a, "predicted": b, "error": _error(a, b)}
+            a, b = metric(m, key), metric(p, key)
+            metrics[key] = {"measured": a, "predicted": b, "error": relative_error(a, b)}
             if repeats is not None and len(repeats[r.name]) > 1:
-                each = [_get(x, key) for x in repeats[r.name]]
+                each = [metric(x, key) for x in repeats[r.name]]
                 metrics[key]["repeats"] = each
-                metrics[key]["repeat_errors"] = [_error(x, b) for x in each]
+                metrics[key]["repeat_errors"] = [relative_error(x, b) for x in each]
         rows.append({"run": r.name, "engine_method": r.method, "label": r.label,
                      "sim_method": SIM_METHOD[r.label], "k": None if r.label == "ar" else r.k,
                      "in_sample": r.label in calib, "metrics": metrics,
@@ -104,7 +106,8 @@ def _plain(summary: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _fmt(x: float | None, key: str) -> str:
+def format_value(x: float | None, key: str) -> str:
+    """A metric for the table: ratios to 3 decimals, others to 4 significant digits."""
     if x is None:
         return "–"
     if key in ("parallelization_rate", "vsr"):
@@ -112,7 +115,8 @@ def _fmt(x: float | None, key: str) -> str:
     return f"{x:.4g}" if abs(x) < 100 else f"{x:.0f}"
 
 
-def _pct(x: float | None) -> str:
+def format_error(x: float | None) -> str:
+    """A relative error as a signed percentage."""
     return "–" if x is None else f"{100 * x:+.1f}%"
 
 
@@ -125,22 +129,22 @@ def table_lines(report: Mapping[str, Any]) -> list[str]:
         cells = []
         for key, _ in METRICS:
             c = row["metrics"][key]
-            cells.append(f"{_fmt(c['measured'], key):>8} {_fmt(c['predicted'], key):>8} "
-                         f"{_pct(c['error']):>8}")
+            cells.append(f"{format_value(c['measured'], key):>8} {format_value(c['predicted'], key):>8} "
+                         f"{format_error(c['error']):>8}")
         tag = "*" if row["in_sample"] else " "
         out.append(f"  {row['run'] + tag:<13}{row['sim_method']:<9}" + "".join(f"{c:>26}" for c in cells))
     out.append("  each cell: measured, predicted, error = (predicted − measured) / measured; "
                "* = in-sample (its traces made the profile)")
     for row in rows:
         if row["label"] == "psd" and "repeat_errors" in row["metrics"]["throughput_tok_s"]:
-            each = {key: ", ".join(_pct(e) for e in row["metrics"][key]["repeat_errors"])
+            each = {key: ", ".join(format_error(e) for e in row["metrics"][key]["repeat_errors"])
                     for key in TARGETS}
             out.append(f"  {row['run']} each repeat against the prediction: throughput "
                        f"{each['throughput_tok_s']}; p50 latency {each['latency_ms.p50']}")
     t = report["targets"]
     for k, errs in t["psd"].items():
-        out.append(f"  target psd k={k}: throughput {_pct(errs['throughput_tok_s'])} (within ±5%), "
-                   f"p50 latency {_pct(errs['latency_ms.p50'])} (within ±8%): "
+        out.append(f"  target psd k={k}: throughput {format_error(errs['throughput_tok_s'])} (within ±5%), "
+                   f"p50 latency {format_error(errs['latency_ms.p50'])} (within ±8%): "
                    f"{'met' if errs['met'] else 'missed'}")
     return out
 

@@ -125,11 +125,13 @@ def _parser() -> argparse.ArgumentParser:
     _plan_args(sub)
     add_sweep_parser(sub)
     add_validate_parser(sub)
-    eng = sub.add_parser("engine", help="run a real engine: `psdsim engine run --method psd --k 3 …` "
-                                        "(the PyTorch reference engine; `psdsim engine run --help`)")
-    eng.add_argument("action", choices=["run"], help="run: one reference-engine run")
+    eng = sub.add_parser("engine", help="run a real engine: `psdsim engine run [--engine reference|vllm] "
+                                        "--method psd --k 3 …` (default: the PyTorch reference engine; "
+                                        "`psdsim engine run [--engine vllm] --help`)")
+    eng.add_argument("action", choices=["run"], help="run: one engine run")
     eng.add_argument("engine_args", nargs=argparse.REMAINDER,
-                     help="--method --k --m --requests --output-len --trace-dir --profile --set --json")
+                     help="--engine reference|vllm (default reference), then that engine's flags: "
+                          "--method --k --m --requests --output-len … --json")
     return parser
 
 
@@ -466,10 +468,35 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+ENGINES = ("reference", "vllm")
+
+
+def _pick_engine(argv: list[str]) -> tuple[str | None, list[str]]:
+    """`--engine NAME` / `--engine=NAME` taken out of the engine's own arguments (default reference)."""
+    rest, name = [], "reference"
+    it = iter(argv)
+    for item in it:
+        if item == "--engine":
+            name = next(it, "")
+        elif item.startswith("--engine="):
+            name = item.partition("=")[2]
+        else:
+            rest.append(item)
+    return (name if name in ENGINES else None), rest
+
+
 def cmd_engine(args: argparse.Namespace) -> int:
+    name, rest = _pick_engine(list(args.engine_args))
+    if name is None:
+        print(f"psdsim: error: --engine: use one of {', '.join(ENGINES)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if name == "vllm":
+        from engine.vllm.__main__ import main as vllm_main
+
+        return vllm_main(rest)
     from engine.reference.__main__ import main as engine_main
 
-    return engine_main(args.engine_args)
+    return engine_main(rest)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -1,9 +1,12 @@
-"""`psdsim validate [SCENARIO] --engine reference`: argument parsing and reporting for engine/validate.py.
+"""`psdsim validate [SCENARIO] --engine reference|vllm`: argument parsing and reporting for
+engine/validate.py (the reference engine: SD and AR calibrate, PSD and PEARL are predicted) and
+engine/validate_vllm.py (vLLM: AR runs calibrate, SD is predicted).
 
 The engine configuration comes from the flags (and, where given, a scenario's workload fields:
 k, m, requests, output_len, prompt_len, seed, max_num_batched_tokens); the models are the
-reference engine's (`--set model.NAME=VALUE`). Bad input is one line on stderr and exit code 2,
-before any engine runs.
+engine's own (`--set model.NAME=VALUE` for the reference engine, `--set FIELD=VALUE` or
+`tiny.NAME=VALUE` for vLLM's). Bad input is one line on stderr and exit code 2, before any engine
+runs.
 """
 
 from __future__ import annotations
@@ -29,15 +32,17 @@ def add_validate_parser(sub: Any) -> None:
                    help="scenario TOML whose workload fields (k, m, requests, output_len, prompt_len, "
                         "seed, max_num_batched_tokens) the engine runs; flags override them")
     v.add_argument("--engine", choices=ENGINES, default="reference",
-                   help="reference: the PyTorch reference engine (vllm: not built yet)")
-    v.add_argument("--k", help="comma-separated k to validate (default: 1,3,5)")
+                   help="reference: the PyTorch reference engine; vllm: vLLM's SD predicted from its AR runs "
+                        "(needs vLLM: README, The vLLM runner)")
+    v.add_argument("--k", help="comma-separated k to validate (default: 1,3,5; vllm: 1,2,3,4,5)")
     v.add_argument("--m", type=int, help="requests per verification batch (default 4; PSD runs 2m)")
-    v.add_argument("--requests", type=int, help="requests per run (default 32)")
+    v.add_argument("--requests", type=int, help="requests per run (default 32; vllm: 16)")
     v.add_argument("--output-len", type=int, help="output tokens per request (default 64)")
-    v.add_argument("--methods", default="psd,pearl",
-                   help="methods measured against their prediction (default: psd,pearl)")
+    v.add_argument("--methods",
+                   help="reference engine: methods measured against their prediction (default: psd,pearl)")
     v.add_argument("--repeats", type=int, default=1,
-                   help="engine runs per configuration, in rounds; measured = their mean (default 1)")
+                   help="engine runs per configuration, in rounds; measured = their mean (default 1); "
+                        "vllm: repeats of the AR timings")
     v.add_argument("--no-contention", action="store_true",
                    help="skip the contention microbenchmark (model no slowdown of overlapped work)")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
@@ -84,12 +89,12 @@ def validate_config(args: argparse.Namespace) -> Any:
         if getattr(args, name) is not None:
             base[name] = getattr(args, name)
     ks = _ks(str(base.pop("k")))
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    text = args.methods if args.methods is not None else ",".join(MEASURED_LABELS)
+    methods = tuple(m.strip() for m in text.split(",") if m.strip())
     if not methods or not set(methods) <= set(MEASURED_LABELS) or len(set(methods)) != len(methods):
         raise _bad("--methods", f"expected distinct methods among {','.join(MEASURED_LABELS)}, got "
-                                f"{args.methods!r}", "write e.g. --methods psd")
-    if args.repeats < 1:
-        raise _bad("--repeats", f"must be >= 1, got {args.repeats}", "write e.g. --repeats 3")
+                                f"{text!r}", "write e.g. --methods psd")
+    _check_repeats(args)
     changes: dict[str, Any] = dict(base)
     try:
         for item in args.overrides:
@@ -112,25 +117,94 @@ def validate_config(args: argparse.Namespace) -> Any:
     return ValidateConfig(engine, out, ks, methods, contention=not args.no_contention, repeats=args.repeats)
 
 
+def _check_repeats(args: argparse.Namespace) -> None:
+    if args.repeats < 1:
+        raise _bad("--repeats", f"must be >= 1, got {args.repeats}", "write e.g. --repeats 3")
+
+
+def vllm_validate_config(args: argparse.Namespace) -> Any:
+    """The VllmValidateConfig the arguments ask for; ScenarioError (one line) when they are wrong."""
+    from engine.validate_vllm import VllmValidateConfig
+    from engine.vllm.config import EngineConfigError, VllmConfig, option_changes
+
+    if args.methods is not None:
+        raise _bad("--methods", "vLLM validation predicts standard SD only (PSD runs on vLLM only through "
+                                "the MineDraft plugin)", "remove --methods, or use --engine reference")
+    base: dict[str, Any] = {"m": 4, "requests": 16, "output_len": 64}
+    if args.scenario is not None:
+        base.update(_from_scenario(args.scenario))
+        base.pop("max_num_batched_tokens", None)
+    base.update({name: getattr(args, name) for name in ("m", "requests", "output_len")
+                 if getattr(args, name) is not None})
+    k_text = args.k if args.k is not None else str(base.get("k", "1,2,3,4,5"))
+    base.pop("k", None)
+    ks = _ks(k_text)
+    if args.no_contention:
+        raise _bad("--no-contention", "applies to the reference engine only (vLLM's SD runs in one process)",
+                   "remove --no-contention")
+    _check_repeats(args)
+    try:
+        changes = {**base, **option_changes(args.overrides)}
+        engine = VllmConfig(method="sd").with_changes(**changes)
+        for k in ks:
+            engine.with_changes(k=k).check()
+    except EngineConfigError as exc:
+        raise _bad("--set" if args.overrides else "engine", str(exc), "fix the value named") from None
+    out = args.out or Path("results") / (f"validate-vllm-m{engine.m}-k{'-'.join(map(str, ks))}"
+                                         f"-r{engine.requests}x{engine.output_len}")
+    return VllmValidateConfig(engine, out, ks, repeats=args.repeats)
+
+
+def cmd_validate_vllm(args: argparse.Namespace) -> int:
+    cfg = vllm_validate_config(args)
+    from engine.vllm.runner import VllmUnavailable, require_vllm
+
+    try:
+        require_vllm(cfg.base)
+    except VllmUnavailable as exc:
+        raise _bad("--engine", str(exc), "install vLLM as described, or use --engine reference") from None
+    _make_folder(cfg.out)
+    from engine.validate import report_json
+    from engine.validate_vllm import run_validate, table_lines
+    from engine.vllm.__main__ import stdout_to_stderr
+
+    with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report goes there alone
+        report = run_validate(cfg, log=_log)
+    if args.json:
+        sys.stdout.write(report_json(report))
+        return 0
+    print(f"psdsim validate · vLLM {report['rows'][0].get('engine_version', '')}· m={cfg.base.m}, "
+          f"{cfg.base.requests} requests × {cfg.base.output_len} tokens, k={','.join(map(str, cfg.ks))}; "
+          "profile from AR runs of the target and the draft only")
+    print("\n".join(table_lines(report)))
+    print(f"\n  report: {cfg.out / 'validate.json'}, {cfg.out / 'validate.png'}")
+    return 0
+
+
+def _make_folder(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _bad("--out", f"cannot write {str(out)!r} ({exc.strerror or exc})",
+                   "choose a writable folder with --out DIR") from None
+
+
+def _log(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
-        raise _bad("--engine", "the vLLM runner is not built yet", "use --engine reference")
+        return cmd_validate_vllm(args)
     cfg = validate_config(args)
     if importlib.util.find_spec("torch") is None:
         raise _bad("--engine", "the reference engine needs PyTorch",
                    "pip install 'psdsim[engine]' (CPU only: pip install torch==2.13.0)")
-    try:
-        cfg.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _bad("--out", f"cannot write {str(cfg.out)!r} ({exc.strerror or exc})",
-                   "choose a writable folder with --out DIR") from None
+    _make_folder(cfg.out)
     from engine.validate import report_json, run_validate
     from engine.validate_report import table_lines
 
-    def log(line: str) -> None:
-        print(f"  {line}", file=sys.stderr, flush=True)
-
-    report = run_validate(cfg, log=log)
+    report = run_validate(cfg, log=_log)
     if args.json:
         sys.stdout.write(report_json(report))
         return 0

@@ -177,7 +177,6 @@ def test_scenarios_run_the_engines_workload_and_layout(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "field"), [
-    (["--engine", "vllm"], "--engine: the vLLM runner is not built yet"),
     (["--k", "1,x"], "--k"),
     (["--k", "3,3"], "--k"),
     (["--set", "k=2"], "--set"),
