@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import io
 import math
 
 from calibration.calibrate import Calibration
+from sim.plots import figure_bytes
 from sim.profile import FEATURES, TERMS
 
 # What a coefficient is per (features without an entry are seconds per pass, message or step).
@@ -108,7 +108,4 @@ def fit_figure(c: Calibration, fmt: str = "png") -> bytes:
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_bytes(fig, fmt, dpi=110)

@@ -10,12 +10,12 @@ Relative error = (predicted − measured) / measured.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.validate_describe import SIM_METHOD, EngineRun
+from sim.plots import figure_bytes
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("throughput_tok_s", "tok/s"), ("e2el_ms", "E2EL ms"), ("latency_ms.p50", "p50 ms"),
@@ -180,7 +180,4 @@ def figure(rows: Sequence[Mapping[str, Any]]) -> bytes:
     axes.flat[0].legend(fontsize=7, ncol=2)
     fig.suptitle("psdsim validate: reference engine measured (filled) vs simulated (hollow, dashed)")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_bytes(fig)

@@ -48,6 +48,7 @@ from engine.validate_acceptance import acceptance_mean
 from engine.validate_describe import DEVICE_KEY, LINK_KEY, catalog_text, cpu_hardware, requests_jsonl
 from engine.validate_report import format_error, format_value, metric, relative_error
 from engine.vllm.config import TinySpec, VllmConfig
+from sim.plots import figure_bytes
 from sim.profile import Profile, Term
 from sim.results import write_file
 from sim.run import simulate
@@ -298,8 +299,6 @@ def table_lines(report: dict[str, Any]) -> list[str]:
 
 def figure(rows: list[dict[str, Any]]) -> bytes:
     """Measured and predicted output tokens/s and p50 latency against k (AR as a line)."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -322,10 +321,7 @@ def figure(rows: list[dict[str, Any]]) -> bytes:
     axes[0].legend(fontsize=8)
     fig.suptitle("psdsim validate --engine vllm: measured (filled) vs simulated from AR runs (hollow)")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_bytes(fig)
 
 
 def _config_doc(cfg: VllmValidateConfig) -> dict[str, Any]:

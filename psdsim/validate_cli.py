@@ -78,8 +78,7 @@ def _from_scenario(path: Path) -> dict[str, Any]:
 
 def validate_config(args: argparse.Namespace) -> Any:
     """The ValidateConfig the arguments ask for; ScenarioError (one line) when they are wrong."""
-    from engine.reference.__main__ import _parse_value
-    from engine.reference.config import EngineConfig, EngineConfigError, ModelConfig
+    from engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
     from engine.validate import MEASURED_LABELS, ValidateConfig
 
     base = {"k": "1,3,5", "m": 4, "requests": 32, "output_len": 64}
@@ -106,7 +105,7 @@ def validate_config(args: argparse.Namespace) -> Any:
             if name in RESERVED:
                 raise _bad("--set", f"{name} is set by validate itself", f"remove --set {name}=…")
             cls = ModelConfig if name.startswith("model.") else EngineConfig
-            changes[name] = _parse_value(cls, name.removeprefix("model."), value.strip())
+            changes[name] = parse_field(cls, name.removeprefix("model."), value.strip())
         engine = EngineConfig().with_changes(**changes)
         for k in ks:
             engine.with_changes(method="psd", k=k).check()

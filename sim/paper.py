@@ -11,7 +11,6 @@ throughput divides by the GPUs a method occupies.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 
 from sim.catalog import Catalog
 from sim.parallel import map_in_order
+from sim.plots import figure_formats
 from sim.presets import PRESETS
 from sim.run import simulate
 from sim.scenario import Scenario, catalog_for
@@ -134,11 +134,7 @@ def figures(rows: list[dict[str, Any]], title: str) -> dict[str, bytes]:
         fig.suptitle(title + ("" if key != "throughput_tok_s_per_gpu" else
                               "  (per GPU: PSD/PEARL/sd-5gpu ÷ 5, SD/sd-2m ÷ 4)"), fontsize=9)
         fig.tight_layout()
-        for fmt in ("png", "svg"):
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format=fmt, dpi=120)
-            out[f"{name}.{fmt}"] = buffer.getvalue()
-        plt.close(fig)
+        out.update({f"{name}.{fmt}": data for fmt, data in figure_formats(fig, dpi=120).items()})
     return out
 
 

@@ -4,13 +4,13 @@ best rate, and a regime map over (k, m)) as PNG and SVG."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
 
 from sim.plan import OBJECTIVES
 from sim.plan_verdict import PlanResult
+from sim.plots import figure_formats
 from sim.results import table_csv
 from sim.run import simulate
 
@@ -70,15 +70,7 @@ def plan_table(rows: list[dict[str, Any]]) -> str:
 
 
 def _save(fig: Any) -> dict[str, bytes]:
-    import matplotlib.pyplot as plt
-
-    out = {}
-    for fmt in ("png", "svg"):
-        buf = io.BytesIO()
-        fig.savefig(buf, format=fmt, dpi=110)
-        out[fmt] = buf.getvalue()
-    plt.close(fig)
-    return out
+    return figure_formats(fig, dpi=110)
 
 
 def _best_per_method(result: PlanResult) -> dict[str, int]:

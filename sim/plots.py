@@ -48,8 +48,24 @@ def occupancy_png(result: Any) -> bytes:
     bottom.set_ylabel("KV blocks in use (fraction)")
     bottom.set_xlabel("simulated time (s)")
     bottom.legend(fontsize=8, loc="lower right")
-    buffer = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=120)
+    return figure_bytes(fig, dpi=120)
+
+
+def figure_formats(fig: Any, formats: tuple[str, ...] = ("png", "svg"), dpi: int = 110) -> dict[str, bytes]:
+    """The figure as bytes in each format, closed afterwards (SVG without its date, so that the
+    same figure always gives the same bytes)."""
+    import matplotlib.pyplot as plt
+
+    out = {}
+    for fmt in formats:
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata={"Date": None} if fmt == "svg" else None)
+        out[fmt] = buffer.getvalue()
     plt.close(fig)
-    return buffer.getvalue()
+    return out
+
+
+def figure_bytes(fig: Any, fmt: str = "png", dpi: int = 110) -> bytes:
+    """The figure as `fmt` bytes, closed afterwards."""
+    return figure_formats(fig, (fmt,), dpi)[fmt]

@@ -3,11 +3,12 @@ a metric over (k, m) when both vary (one panel per method; other swept fields av
 
 from __future__ import annotations
 
-import io
 import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
+
+from sim.plots import figure_formats
 
 MAX_LINES = 12
 IGNORED = ("rate", "seed", "name")  # not a line of their own in throughput vs rate
@@ -20,13 +21,7 @@ def _num(v: Any) -> float | None:
 
 
 def _save(fig: Any, name: str, out: dict[str, bytes]) -> None:
-    import matplotlib.pyplot as plt
-
-    for fmt in ("png", "svg"):
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format=fmt, dpi=120, metadata={"Date": None} if fmt == "svg" else None)
-        out[f"{name}.{fmt}"] = buffer.getvalue()
-    plt.close(fig)
+    out.update({f"{name}.{fmt}": data for fmt, data in figure_formats(fig, dpi=120).items()})
 
 
 def _label(row: dict[str, Any], fields: Sequence[str]) -> str:

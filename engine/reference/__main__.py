@@ -13,36 +13,10 @@ import argparse
 import importlib.util
 import json
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from engine.reference.config import EngineConfig, EngineConfigError, ModelConfig
-
-
-def _parse_value(cls: type, name: str, text: str) -> Any:
-    """A --set value in the type of the field it sets."""
-    kinds = {f.name: f.type for f in fields(cls)}
-    if name not in kinds:
-        raise EngineConfigError(f"--set {name}: no such field")
-    kind = str(kinds[name])
-    if kind.startswith("bool"):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise EngineConfigError(f"--set {name}={text}: write true or false")
-        return text.lower() in ("true", "1")
-    if text.lower() == "none" and "None" in kind:
-        return None
-    try:
-        if kind.startswith("int"):
-            return int(text)
-        if kind.startswith("float"):
-            return float(text)
-    except ValueError:
-        what = "an integer" if kind.startswith("int") else "a number"
-        raise EngineConfigError(f"--set {name}={text}: not {what}") from None
-    if kind.startswith("Path"):
-        return Path(text)
-    return text
+from engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
 
 
 def config_from_args(argv: list[str]) -> tuple[EngineConfig, bool]:
@@ -64,7 +38,7 @@ def config_from_args(argv: list[str]) -> tuple[EngineConfig, bool]:
         if not sep:
             raise EngineConfigError(f"--set {item}: write FIELD=VALUE")
         cls = ModelConfig if name.startswith("model.") else EngineConfig
-        changes[name] = _parse_value(cls, name.removeprefix("model."), value)
+        changes[name] = parse_field(cls, name.removeprefix("model."), value)
     return EngineConfig().with_changes(**changes), a.json
 
 
@@ -81,13 +55,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from engine.reference.runner import run
 
-    summary = run(cfg).summary()
+    print_summary(run(cfg).summary(), as_json)
+    return 0
+
+
+def print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    """An engine run's summary on stdout: one JSON line, or `key: value` lines."""
     if as_json:
         print(json.dumps(summary))
     else:
         for key, value in summary.items():
             print(f"{key}: {value}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -151,3 +151,31 @@ def _positive(obj: object, *names: str) -> None:
         value = getattr(obj, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise EngineConfigError(f"{prefix}{name} = {value!r} must be an integer >= 1")
+
+
+def typed_value(label: str, kind: str, text: str) -> Any:
+    """`text` in the type a dataclass field's annotation `kind` names (int, float, bool as
+    true/false/1/0, Path, `none` where the field may be None, else str); errors name `label`."""
+    if text.lower() == "none" and "None" in kind:
+        return None
+    if kind.startswith("bool"):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise EngineConfigError(f"{label}={text}: write true or false")
+        return text.lower() in ("true", "1")
+    try:
+        if kind.startswith("int"):
+            return int(text)
+        if kind.startswith("float"):
+            return float(text)
+    except ValueError:
+        what = "an integer" if kind.startswith("int") else "a number"
+        raise EngineConfigError(f"{label}={text}: not {what}") from None
+    return Path(text) if kind.startswith("Path") else text
+
+
+def parse_field(cls: type, name: str, text: str) -> Any:
+    """A `--set NAME=VALUE` value in the type of the field of `cls` it sets."""
+    kinds = {f.name: str(f.type) for f in fields(cls)}
+    if name not in kinds:
+        raise EngineConfigError(f"--set {name}: no such field")
+    return typed_value(f"--set {name}", kinds[name], text)

@@ -14,7 +14,6 @@ goes to stderr then, so stdout holds the JSON only), else as `key: value` lines.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
+from engine.reference.__main__ import print_summary
 from engine.vllm.config import EngineConfigError, VllmConfig, option_changes
 from sim.errors import ScenarioError
 
@@ -121,11 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     with stdout_to_stderr(as_json):
         summary = run(cfg)
-    if as_json:
-        print(json.dumps(summary))
-    else:
-        for key, value in summary.items():
-            print(f"{key}: {value}")
+    print_summary(summary, as_json)
     return 0
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from engine.reference.config import EngineConfigError
+from engine.reference.config import EngineConfigError, typed_value
 
 METHODS = ("ar", "sd", "psd")
 TEMPERATURE_FIX = ("auto", "on", "off")
@@ -191,23 +191,5 @@ def option_changes(items: list[str]) -> dict[str, Any]:
         kinds = {f.name: str(f.type) for f in fields(cls)}
         if short not in kinds or short in ("prompt_lens", "tiny"):
             raise EngineConfigError(f"{name}: no such settable field")
-        changes[name] = _typed(name, kinds[short], text)
+        changes[name] = typed_value(name, kinds[short], text)
     return changes
-
-
-def _typed(name: str, kind: str, text: str) -> Any:
-    if text.lower() == "none" and "None" in kind:
-        return None
-    if kind.startswith("bool"):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise EngineConfigError(f"{name}={text}: write true or false")
-        return text.lower() in ("true", "1")
-    try:
-        if kind.startswith("int"):
-            return int(text)
-        if kind.startswith("float"):
-            return float(text)
-    except ValueError:
-        what = "an integer" if kind.startswith("int") else "a number"
-        raise EngineConfigError(f"{name}={text}: not {what}") from None
-    return Path(text) if kind.startswith("Path") else text

@@ -3,8 +3,9 @@ and the step record."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -18,7 +19,7 @@ from sim.records import DECODE, PREFILL, StepRecord
 from sim.requests import PREFILLING, RequestTable
 from sim.scenario import Scenario
 from sim.scheduler import EngineHooks, Scheduler, StepPlan
-from sim.timeline import Timeline
+from sim.timeline import DRAFT_PREFILL, DRAFTER, DRIVER, ON_DRAFTER, ON_DRIVER, REJECT, Timeline, driver_parts
 
 NO_IDS = np.empty(0, dtype=np.int64)
 NO_CONTENTION = (1.0, 1.0)
@@ -118,6 +119,41 @@ def draft_prefill_left(ctx: SimContext, draft_prefill_s: float, free_at: float) 
     if not draft_prefill_s or not s.overlap_draft_prefill or not layout_for(s).over_link:
         return draft_prefill_s
     return max(0.0, free_at + draft_prefill_s - ctx.env.now)
+
+
+class AfterVerify(NamedTuple):
+    """What the driver's work after a target pass cost: the draft model's prompt pass (all of
+    it, including any part that overlapped the target pass), rejection sampling, swaps, and the
+    slowdown of the driver's work until it next waits (sim/overlap.py)."""
+
+    sync_s: float
+    reject_s: float
+    swap_s: float
+    after_wait: float
+
+
+def after_verify(ctx: SimContext, plan: StepPlan, chunks: Chunks, tokens: int, scored: bool,
+                 waited_from: float, reject_on_drafter: bool) -> Generator[Any, Any, AfterVerify]:
+    """The driver's work once the target pass is back (it waited from `waited_from`): what is
+    left of the draft model's prompt pass, rejection sampling of the `tokens` scored positions
+    (if `scored`), the step overhead and swaps, slowed by that wait where a profile measured it;
+    drawn on the timeline, rejection sampling on the drafter's GPU (MineDraft's driver runs
+    there) or on the driver's."""
+    env, cost, tl = ctx.env, ctx.cost, ctx.timeline
+    sync_s = cost.draft_chunks(chunks)
+    after_wait = driver_after_wait(ctx, env.now - waited_from)
+    left_s = draft_prefill_left(ctx, sync_s, waited_from) * after_wait
+    reject_s = cost.reject(tokens) * after_wait if scored else 0.0
+    swap_s = cost.swap(plan.swap_blocks)
+    verified_at = env.now
+    yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
+    if tl is not None:
+        if left_s < sync_s:  # the overlapped part ran beside the target pass
+            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, waited_from, waited_from + sync_s - left_s)
+        reject = (DRAFTER, REJECT, ON_DRAFTER) if reject_on_drafter else (DRIVER, REJECT, ON_DRIVER)
+        tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s), (*reject, reject_s),
+                                        *driver_parts(cost.overhead, swap_s)])
+    return AfterVerify(sync_s, reject_s, swap_s, after_wait)
 
 
 def emit_first_tokens(ctx: SimContext, plan: StepPlan) -> int:

@@ -32,11 +32,10 @@ from sim.methods.common import (
     NO_CONTENTION,
     EngineMethod,
     SimContext,
+    after_verify,
     chunk_work,
     contention,
     draft_counts,
-    draft_prefill_left,
-    driver_after_wait,
     emit_first_tokens,
     link_bytes,
     record,
@@ -44,7 +43,7 @@ from sim.methods.common import (
 )
 from sim.overlap import overlapped
 from sim.scheduler import StepPlan
-from sim.timeline import DRAFT_PREFILL, DRAFTER, ON_DRAFTER, REJECT, driver_parts
+from sim.timeline import DRAFTER, ON_DRAFTER
 
 
 class PEARL(EngineMethod):
@@ -98,19 +97,8 @@ class PEARL(EngineMethod):
         drafted_at = env.now
         yield done
         wait_s = env.now - drafted_at
-        sync_s = cost.draft_chunks(chunks)
-        self.after_wait = driver_after_wait(ctx, wait_s)  # the driver's work until it waits again
-        left_s = draft_prefill_left(ctx, sync_s, drafted_at) * self.after_wait
-        reject_s = cost.reject(tokens) * self.after_wait if batch else 0.0
-        swap_s = cost.swap(plan.swap_blocks)
-        verified_at = env.now
-        yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
-        if tl is not None and left_s < sync_s:  # the overlapped part ran beside the target pass
-            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, drafted_at, drafted_at + sync_s - left_s)
-        if tl is not None:
-            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s),
-                                            (DRAFTER, REJECT, ON_DRAFTER, reject_s),
-                                            *driver_parts(cost.overhead, swap_s)])
+        sync_s, reject_s, swap_s, self.after_wait = yield from after_verify(
+            ctx, plan, chunks, tokens, bool(batch), drafted_at, reject_on_drafter=True)
 
         # Stale drafts continue a rejected prefix: they are scored and accept nothing.
         valid = self.valid[ids]

@@ -39,11 +39,10 @@ from sim.methods.common import (
     NO_CONTENTION,
     EngineMethod,
     SimContext,
+    after_verify,
     chunk_work,
     contention,
     draft_counts,
-    draft_prefill_left,
-    driver_after_wait,
     emit_first_tokens,
     emit_outcome,
     link_bytes,
@@ -55,7 +54,7 @@ from sim.requests import DECODING
 from sim.scenario import Scenario
 from sim.scheduler import StepPlan
 from sim.tetris import draft_positions, leading_accepted, select_prefixes
-from sim.timeline import DRAFT_PREFILL, DRAFTER, ON_DRAFTER, REJECT, driver_parts
+from sim.timeline import DRAFTER, ON_DRAFTER
 
 EMPTY = np.empty(0, dtype=np.int64)
 
@@ -222,19 +221,8 @@ class ParallelSD(EngineMethod):
         drafted_at = env.now
         yield done
         wait_s = env.now - drafted_at
-        sync_s = cost.draft_chunks(chunks)
-        self.after_wait = driver_after_wait(ctx, wait_s)  # the driver's work until it waits again
-        left_s = draft_prefill_left(ctx, sync_s, drafted_at) * self.after_wait
-        reject_s = cost.reject(tokens) * self.after_wait if decoding else 0.0
-        swap_s = cost.swap(plan.swap_blocks)
-        verified_at = env.now
-        yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
-        if tl is not None and left_s < sync_s:  # the overlapped part ran beside the target pass
-            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, drafted_at, drafted_at + sync_s - left_s)
-        if tl is not None:  # MineDraft's driver runs on the drafter GPU: it samples there
-            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s),
-                                            (DRAFTER, REJECT, ON_DRAFTER, reject_s),
-                                            *driver_parts(cost.overhead, swap_s)])
+        sync_s, reject_s, swap_s, self.after_wait = yield from after_verify(
+            ctx, plan, chunks, tokens, decoding, drafted_at, reject_on_drafter=True)
 
         self.has_proposals[verify_ids] = False
         if tetris is None:

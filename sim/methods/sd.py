@@ -21,10 +21,9 @@ from sim.layout import layout_for
 from sim.methods.common import (
     EngineMethod,
     SimContext,
+    after_verify,
     chunk_work,
     draft_counts,
-    draft_prefill_left,
-    driver_after_wait,
     emit_first_tokens,
     link_bytes,
     record,
@@ -32,7 +31,7 @@ from sim.methods.common import (
 )
 from sim.scenario import Scenario
 from sim.scheduler import StepPlan
-from sim.timeline import DRAFT_PREFILL, DRAFTER, DRIVER, ON_DRAFTER, ON_DRIVER, REJECT, driver_parts
+from sim.timeline import DRAFTER, ON_DRAFTER
 
 
 class StandardSD(EngineMethod):
@@ -67,20 +66,10 @@ class StandardSD(EngineMethod):
             job.name, job.args = ("verify", {"k": k}) if batch else ("prefill", None)
         submitted_at = env.now
         yield ctx.verifier.submit(job)
-        sync_s = cost.draft_chunks(chunks)
-        # the driver waited for the verifier (a process of its own only in sd-5gpu's drafter layout)
-        self.after_wait = driver_after_wait(ctx, env.now - submitted_at)
-        left_s = draft_prefill_left(ctx, sync_s, submitted_at) * self.after_wait
-        reject_s = cost.reject(tokens) * self.after_wait if batch else 0.0
-        swap_s = cost.swap(plan.swap_blocks)
-        verified_at = env.now
-        yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
-        if tl is not None and left_s < sync_s:  # the overlapped part ran beside the target pass
-            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, submitted_at, submitted_at + sync_s - left_s)
-        if tl is not None:  # rejection sampling is not drafter time here (drafter_busy)
-            tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s),
-                                            (DRIVER, REJECT, ON_DRIVER, reject_s),
-                                            *driver_parts(cost.overhead, swap_s)])
+        # the driver waited for the verifier (a process of its own only in sd-5gpu's drafter layout);
+        # rejection sampling is not drafter time here (drafter_busy)
+        sync_s, _, swap_s, self.after_wait = yield from after_verify(
+            ctx, plan, chunks, tokens, bool(batch), submitted_at, reject_on_drafter=False)
         ctx.drafter_busy_s += draft_s + sync_s
         out = verify_outcome(ctx, ids, proposed, total_proposed)
         record(ctx, plan, start, verified=batch, scored=tokens if batch else 0,
