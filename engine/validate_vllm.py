@@ -262,7 +262,8 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
         predicted = mean_summary([simulate(s.replace(seed=seed)).summary
                                   for seed in range(PREDICTION_SEEDS)])
         rows.append(_row(name, method, k, summary, predicted))
-    report = {"engine": "vllm", "config": _config_doc(cfg), "rows": rows,
+    report = {"engine": "vllm", "engine_version": source["engine_version"], "config": _config_doc(cfg),
+              "rows": rows,
               "profile": {n: {"coef": list(t.coef), "mape": t.mape, "cv_mape": t.cv_mape,
                               "samples": t.samples} for n, t in profile.terms.items()},
               "prediction_seeds": PREDICTION_SEEDS, "acceptance_spread": ACCEPTANCE_SPREAD}

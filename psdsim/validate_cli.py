@@ -172,7 +172,7 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(report_json(report))
         return 0
-    print(f"psdsim validate · vLLM {report['rows'][0].get('engine_version', '')}· m={cfg.base.m}, "
+    print(f"psdsim validate · vLLM {report.get('engine_version') or ''} · m={cfg.base.m}, "
           f"{cfg.base.requests} requests × {cfg.base.output_len} tokens, k={','.join(map(str, cfg.ks))}; "
           "profile from AR runs of the target and the draft only")
     print("\n".join(table_lines(report)))

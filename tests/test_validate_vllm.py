@@ -74,6 +74,7 @@ def test_the_prediction_runs_the_fitted_steps(tmp_path: Path):
     assert ar["predicted"] == pytest.approx(4 * 32 / makespan, rel=0.02)
     assert ar["error"] == pytest.approx((ar["predicted"] - 500.0) / 500.0)
     assert rows["ar"]["in_sample"] and not rows["sd_k3"]["in_sample"]
+    assert report["engine_version"] == "test"
     for name in ("validate.json", "validate.png", "profile.json", "catalog.toml", "requests.jsonl",
                  "scenarios/sd_k3.toml"):
         assert (tmp_path / "v" / name).is_file(), name
