@@ -27,7 +27,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +257,3 @@ def _torch_version() -> str:
 def _machine() -> dict[str, Any]:
     return {"cpus": len(os.sched_getaffinity(0)), "processor": platform.processor() or platform.machine(),
             "python": sys.version.split()[0], "torch": _torch_version(), "platform": platform.platform()}
-
-
-__all__ = ["ValidateConfig", "field", "run_validate"]

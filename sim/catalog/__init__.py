@@ -173,11 +173,6 @@ class Model:
         return self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
 
     @property
-    def streamed_weight_bytes(self) -> float:
-        """Weights read by a one-token forward pass."""
-        return self.dense_streamed_bytes + self.layers * self.experts_touched(1) * self.expert_bytes_per_layer
-
-    @property
     def body_flops_per_token(self) -> float:
         return 2.0 * (self.active_params - self.embedding_params)
 

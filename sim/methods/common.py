@@ -21,7 +21,6 @@ from sim.scenario import Scenario
 from sim.scheduler import EngineHooks, Scheduler, StepPlan
 from sim.timeline import DRAFT_PREFILL, DRAFTER, DRIVER, ON_DRAFTER, ON_DRIVER, REJECT, Timeline, driver_parts
 
-NO_IDS = np.empty(0, dtype=np.int64)
 NO_CONTENTION = (1.0, 1.0)
 
 
@@ -78,6 +77,10 @@ class EngineMethod(EngineHooks):
     @staticmethod
     def gpus(s: Scenario) -> int:
         return layout_for(s).gpus
+
+    def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
+        """Execute one planned engine step in simulated time (each method its own)."""
+        raise NotImplementedError
 
 
 def chunk_work(ctx: SimContext, plan: StepPlan) -> Chunks:
