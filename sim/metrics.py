@@ -78,6 +78,17 @@ def goodput(s: Scenario, requests: dict[str, np.ndarray], makespan: float) -> di
             "goodput_tok_s": ratio(requests["output_len"][ok].sum(), makespan)}
 
 
+def _per_prompt(s: Scenario, requests: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(latency, TTFT) in seconds per prompt: with n samples a prompt is answered when its last
+    sample finishes (NaN unless all finished) and starts answering with its first sample's
+    first token, as vLLM reports a request with n > 1; with n = 1, per request."""
+    latency = requests["finish_s"] - requests["arrival_s"]
+    ttft = requests["first_token_s"] - requests["arrival_s"]
+    if s.n == 1:
+        return latency, ttft
+    return latency.reshape(-1, s.n).max(axis=1), np.fmin.reduce(ttft.reshape(-1, s.n), axis=1)
+
+
 def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.ndarray], *,
               gpus: int, uses_drafter: bool, drafter_busy_s: float, verifier_busy_s: float,
               kv: KVPools) -> dict[str, Any]:
@@ -86,6 +97,8 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
     gen = steps["generated"][decode]
     makespan = float(np.nanmax(requests["end_s"]) - requests["arrival_s"].min())
     n = len(requests["request"])
+    prompts = n // s.n
+    latency_s, ttft_s = _per_prompt(s, requests)
     linked = layout_for(s).over_link
     throughput = step_throughput(gen, dur, 1.0)
     imbalance = np.abs(steps["batch1"] - steps["batch0"])[decode] if s.sub_batched else None
@@ -93,7 +106,8 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "method": s.method,
         "k": s.k if uses_drafter else None,
         "m": s.m,
-        "requests": n,
+        "requests": prompts,
+        "sequences": n,
         "gpus": gpus,
         "makespan_s": makespan,
         "throughput_tok_s": throughput,
@@ -101,9 +115,9 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "throughput_tok_s_trim70": step_throughput(gen, dur, 0.7),
         "throughput_tok_s_per_gpu": throughput / gpus if throughput is not None else None,
         "output_tok_s": ratio(requests["generated"].sum(), makespan),
-        "e2el_ms": makespan / n * 1e3,
-        "latency_ms": ms_stats(requests["finish_s"] - requests["arrival_s"]),
-        "ttft_ms": ms_stats(requests["first_token_s"] - requests["arrival_s"]),
+        "e2el_ms": makespan / prompts * 1e3,
+        "latency_ms": ms_stats(latency_s),
+        "ttft_ms": ms_stats(ttft_s),
         "tpot_ms": ms_stats(_tpot(requests)),
         "queue_ms": ms_stats(requests["admitted_s"] - requests["arrival_s"]),
         "vsr": ratio(steps["accepted"].sum(), steps["proposed"].sum()) if uses_drafter else None,

@@ -31,6 +31,7 @@ class RequestTable:
         with np.errstate(invalid="ignore"):
             self.log_acceptance = np.log(w.acceptance)  # NaN without a draft model
         self.abort_delay_s = w.abort_delay_s
+        self.prompt = w.prompt if w.prompt is not None else np.arange(n)
         self.cancels: list[tuple[float, int]] = []  # heap of (cancel time, request), see emit_first
         self.state = np.full(n, WAITING, dtype=np.int8)
         self.remaining = w.output_len.copy()  # output tokens still to generate
@@ -111,6 +112,7 @@ class RequestTable:
     def columns(self) -> dict[str, np.ndarray]:
         return {
             "request": np.arange(len(self)),
+            "prompt": self.prompt,
             "arrival_s": self.arrival_s,
             "prompt_len": self.prompt_len,
             "output_len": self.output_len,

@@ -93,7 +93,10 @@ class Scenario:
                                                  "cap every KV pool at this many blocks", optional=True)
     # [workload]
     dataset: str = _field("sharegpt", "workload", str, "sharegpt | arena | spec-bench | tough")
-    requests: int = _field(1000, "workload", int, "number of requests")
+    requests: int = _field(1000, "workload", int, "number of requests (prompts)")
+    n: int = _field(1, "workload", int,
+                    "samples per prompt (SamplingParams.n): a prompt fans out into n requests with "
+                    "its prompt, arrival and acceptance, as vLLM does; latency and TTFT per prompt")
     output_len: int = _field(256, "workload", int, "output tokens per request (EOS ignored)")
     prompt_len: int = _field(0, "workload", int, "fixed prompt length; 0 = dataset distribution")
     rate: float | None = _field(None, "workload", float,
@@ -424,6 +427,7 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
     _in_catalog("dataset", s.dataset, cat.datasets, "dataset")
     ds = cat.datasets[s.dataset]
     _need(s.requests >= 1, "requests", f"must be >= 1, got {s.requests}", "set requests=1000")
+    _need(s.n >= 1, "n", f"must be >= 1, got {s.n}", "set n=1 (one sample per prompt) or more")
     if ds.max_requests:
         _need(s.requests <= ds.max_requests, "requests",
               f"{s.dataset} has only {ds.max_requests} prompts, got {s.requests}",

@@ -1,4 +1,5 @@
-"""Requests: prompt lengths from a dataset profile (or a trace), arrivals, acceptance, aborts.
+"""Requests: prompt lengths from a dataset profile (or a trace), arrivals, acceptance, aborts,
+and the fan-out of a prompt into n samples (SamplingParams.n).
 
 Draws happen in a fixed order (prompts, arrivals, acceptance, cancellations) from the run's one
 Generator, so every method simulated with the same scenario and seed sees exactly the same
@@ -28,6 +29,7 @@ class Workload:
     output_len: np.ndarray  # int64
     acceptance: np.ndarray  # float64 per-token acceptance per request (NaN when no draft model)
     abort_delay_s: np.ndarray  # float64 seconds after the first token the client cancels; NaN = never
+    prompt: np.ndarray | None = None  # int64 prompt each request samples from (n > 1); None: its own
 
     def __len__(self) -> int:
         return len(self.prompt_len)
@@ -81,4 +83,9 @@ def make_workload(s: Scenario, cat: Catalog, rng: np.random.Generator) -> Worklo
         cancels = rng.random(n) < s.abort_fraction
         delay = rng.uniform(0.0, s.abort_window_s, size=n)
         abort_delay = np.where(cancels, delay, np.nan)
-    return Workload(arrivals, prompts, outputs, acceptance, abort_delay)
+    if s.n == 1:
+        return Workload(arrivals, prompts, outputs, acceptance, abort_delay)
+    # SamplingParams.n: vLLM fans a prompt out into n requests that share its prompt and arrival
+    # (and here its acceptance rate and its client's cancellation), each generating on its own.
+    fan = [np.repeat(a, s.n) for a in (arrivals, prompts, outputs, acceptance, abort_delay)]
+    return Workload(*fan, prompt=np.repeat(np.arange(len(prompts)), s.n))

@@ -31,6 +31,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         k=draw(st.integers(1, 8)),
         m=draw(st.integers(1, 8)),
         requests=draw(st.integers(1, 50)),
+        n=draw(st.sampled_from([1, 1, 2, 3])),
         output_len=output_len,
         max_model_len=max_model_len,
         max_num_batched_tokens=draw(st.sampled_from([max_model_len, 2048, 4096])) if not chunked
@@ -110,6 +111,10 @@ def test_invariants_hold(s: Scenario):
                 "verifier_busy"):
         if sm[key] is not None:
             assert 0.0 <= sm[key] <= 1.0 + 1e-9, key
-    assert sm["requests"] == n
+    assert sm["requests"] == n and sm["sequences"] == n * s.n == len(state)
+    # A prompt's n samples share its prompt and arrival (SamplingParams.n fans it out).
+    assert (req["prompt"] == np.arange(len(state)) // s.n).all()
+    for column in ("prompt_len", "arrival_s", "output_len"):
+        assert (req[column].reshape(-1, s.n) == req[column][::s.n, None]).all(), column
     assert sm["decode_steps"] + sm["prefill_steps"] == len(steps["kind"])
     json.dumps(sm, allow_nan=False)  # no NaN or infinity leaks into the summary

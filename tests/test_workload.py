@@ -7,7 +7,9 @@ import pytest
 
 from sim.acceptance import AcceptanceSampler
 from sim.catalog import builtin_catalog
-from sim.scenario import Scenario
+from sim.errors import ScenarioError
+from sim.run import simulate
+from sim.scenario import Scenario, validate
 from sim.workload import make_workload, sample_prompt_lengths
 
 CAT = builtin_catalog()
@@ -55,3 +57,24 @@ def test_accepted_counts_follow_the_capped_geometric_law():
     assert observed == pytest.approx(expected, abs=0.005)
     # Zero proposals accept nothing.
     assert (sampler.accepted(np.full(10, np.log(a)), np.zeros(10)) == 0).all()
+
+
+def test_n_samples_per_prompt_fan_out_and_report_per_prompt():
+    """SamplingParams.n: each prompt becomes n requests with its prompt, arrival and acceptance;
+    the summary counts prompts, and a prompt's latency ends with its last sample, its TTFT with
+    its first sample's first token."""
+    s = Scenario(requests=30, n=3, output_len=24, seed=5, rate=2.0)
+    r = simulate(s)
+    req, sm = r.requests, r.summary
+    assert sm["requests"] == 30 and sm["sequences"] == 90
+    assert req["generated"].sum() == 90 * 24
+    for column in ("prompt_len", "arrival_s", "acceptance"):
+        grouped = req[column].reshape(30, 3)
+        assert (grouped == grouped[:, :1]).all(), column
+    latency = (req["finish_s"] - req["arrival_s"]).reshape(30, 3).max(axis=1) * 1e3
+    ttft = (req["first_token_s"] - req["arrival_s"]).reshape(30, 3).min(axis=1) * 1e3
+    assert sm["latency_ms"]["p50"] == pytest.approx(np.percentile(latency, 50))
+    assert sm["ttft_ms"]["mean"] == pytest.approx(ttft.mean())
+    assert sm["e2el_ms"] == pytest.approx(sm["makespan_s"] / 30 * 1e3)
+    with pytest.raises(ScenarioError, match=r"^n: "):
+        validate(s.replace(n=0))
