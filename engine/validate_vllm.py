@@ -219,7 +219,7 @@ def scenario_for(base: VllmConfig, method: str, k: int, folder: Path, prompt_len
     against the token budget), the run's m and k, its exact prompts, the AR-fitted profile."""
     values: dict[str, Any] = {
         "name": f"vllm-{method}" + (f"-k{k}" if method == "sd" else ""), "method": method, "k": k,
-        "m": base.m, "seed": base.seed, "catalog": str(folder / "catalog.toml"),
+        "m": base.m, "n": base.n, "seed": base.seed, "catalog": str(folder / "catalog.toml"),
         "target": TARGET_KEY, "draft": DRAFT_KEY, "gpu": DEVICE_KEY, "drafter_gpu": DEVICE_KEY,
         "link": LINK_KEY, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.9,
         "max_model_len": base.model_len,

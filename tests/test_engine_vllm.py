@@ -88,6 +88,10 @@ def test_scenario_workload_feeds_the_config():
     assert again.prompt_lens == cfg.prompt_lens                 # the simulator's draws, reproducibly
     cut, _ = config_from_args(["--set", "requests=5", "--requests", "3"])
     assert cut.requests == 3 and cut.prompt_lens == cfg.prompt_lens[:3]
+    # n samples per prompt: vLLM takes n, the prompts stay one per request, the simulator's draws
+    fanned, _ = config_from_args(["--set", "requests=5", "--set", "output_len=16", "--set", "k=2",
+                                  "--set", "n=3"])
+    assert (fanned.requests, fanned.n) == (5, 3) and fanned.prompt_lens == cfg.prompt_lens
 
 
 def test_engine_flag_defaults_to_the_reference_engine():

@@ -82,6 +82,7 @@ class VllmConfig:
     prompt_len_max: int | None = None
     prompt_lens: tuple[int, ...] | None = None
     output_len: int = 64
+    n: int = 1                      # SamplingParams.n: completions per prompt
     temperature: float = 1.0
     seed: int = 0
     target: str | None = None
@@ -103,7 +104,7 @@ class VllmConfig:
     def check(self) -> None:
         if self.method not in METHODS:
             raise EngineConfigError(f"method = {self.method!r}: use one of {', '.join(METHODS)}")
-        for name in ("k", "m", "requests", "prompt_len", "output_len", "tensor_parallel_size"):
+        for name in ("k", "m", "requests", "prompt_len", "output_len", "n", "tensor_parallel_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise EngineConfigError(f"{name} = {value!r} must be an integer >= 1")

@@ -148,7 +148,7 @@ def run(cfg: VllmConfig) -> dict[str, Any]:
     llm = LLM(**engine_args(cfg, target, draft))
     init_s = time.perf_counter() - began - import_s   # engine start: processes, weights, KV cache
     fix = _fix_temperature(llm, cfg) if needs_fix else None
-    params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.output_len, ignore_eos=True)
+    params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.output_len, ignore_eos=True, n=cfg.n)
     prompts = [{"prompt_token_ids": ids} for ids in prompt_token_ids(cfg, vocab)]
     if cfg.warmup:
         warm = SamplingParams(temperature=cfg.temperature, max_tokens=min(8, cfg.output_len), ignore_eos=True)

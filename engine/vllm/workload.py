@@ -35,17 +35,19 @@ def prompt_token_ids(cfg: VllmConfig, vocab: int) -> list[list[int]]:
 
 def from_scenario(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     """VllmConfig fields taken from a psdsim scenario (file or built-in default, with --set
-    overrides): k, m, requests, output_len, seed, and the prompt lengths the simulator would draw
-    for it (same generator, same order). A simulated method other than ar/sd/psd is kept out (the
-    caller keeps its own); arrivals (`rate`) are not replayed: this runner is offline, every
-    request arrives at the start."""
+    overrides): k, m, requests (prompts), n, output_len, seed, and the prompt lengths the
+    simulator would draw for it (same generator, same order; one per prompt). A simulated method
+    other than ar/sd/psd is kept out (the caller keeps its own); arrivals (`rate`) are not
+    replayed: this runner is offline, every request arrives at the start."""
     from sim.scenario import catalog_for, load_scenario, validate
     from sim.workload import make_workload
 
     s = validate(load_scenario(path, overrides))
     work = make_workload(s, catalog_for(s), np.random.default_rng(s.seed))
-    fields: dict[str, Any] = {"k": s.k, "m": s.m, "requests": len(work), "output_len": int(s.output_len),
-                              "seed": s.seed, "prompt_lens": tuple(int(n) for n in work.prompt_len)}
+    lens = work.prompt_len[::s.n]   # the simulator fans a prompt out into n requests; vLLM takes n
+    fields: dict[str, Any] = {"k": s.k, "m": s.m, "requests": len(lens), "n": s.n,
+                              "output_len": int(s.output_len), "seed": s.seed,
+                              "prompt_lens": tuple(int(x) for x in lens)}
     if s.method in ("ar", "sd", "psd"):
         fields["method"] = s.method
     return fields
