@@ -33,6 +33,11 @@ def sm_requests(summary: dict[str, Any], s: Scenario) -> int:
     return int(summary.get("requests", s.requests))
 
 
+def requests_text(count: int, s: Scenario) -> str:
+    """`N requests`, or `N prompts × n samples` when each prompt fans out (SamplingParams.n)."""
+    return f"{count} requests" if s.n == 1 else f"{count} prompts × {s.n} samples"
+
+
 def _pools(usage: dict[str, float]) -> str:
     return ", ".join(f"{pool} {value:.0%}" for pool, value in usage.items())
 
@@ -54,8 +59,9 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
                wall_s: float | None = None) -> str:
     workload = f"trace {s.trace.rsplit('/', 1)[-1]}" if s.trace else s.dataset
     prefill = "chunked prefill" if s.chunked_prefill else "prefill steps"
-    head = (f"psdsim run · {s.name} · {s.method} (k={s.k}, m={s.m}) · {sm_requests(summary, s)} "
-            f"requests · {workload} · {s.scheduler}, {prefill} · seed {s.seed}")
+    head = (f"psdsim run · {s.name} · {s.method} (k={s.k}, m={s.m}) · "
+            f"{requests_text(sm_requests(summary, s), s)} · {workload} · {s.scheduler}, {prefill} · "
+            f"seed {s.seed}")
     lines = [head, "  " + describe_hardware(s)]
     lines += [f"  note: {w}" for w in summary.get("warnings", [])]
     if not summary["fits"]:
@@ -150,7 +156,7 @@ def ratios(summaries: dict[str, dict[str, Any]],
 def format_compare(summaries: dict[str, dict[str, Any]], s: Scenario,
                    pairs: Sequence[tuple[str, str]]) -> str:
     methods = list(summaries)
-    head = (f"psdsim compare · {s.name} · k={s.k} m={s.m} · {s.requests} requests · "
+    head = (f"psdsim compare · {s.name} · k={s.k} m={s.m} · {requests_text(s.requests, s)} · "
             f"{s.dataset} · seed {s.seed}")
     cat = catalog_for(s)
     lines = [head, f"  target {cat.models[s.target].hf_id} on {s.tensor_parallel_size}×{s.gpu}, "

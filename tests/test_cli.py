@@ -52,6 +52,7 @@ def test_json_prints_only_the_summary(capsys):
 
 @pytest.mark.parametrize("args, field", [
     (["--set", "k=0"], "k:"),
+    (["--set", "n=0"], "n:"),
     (["--set", "gpu=h900"], "gpu:"),
     (["--set", "bogus=1"], "bogus:"),
     (["missing.toml"], "scenario:"),
@@ -62,6 +63,12 @@ def test_bad_input_is_one_line_exit_2_nothing_written(capsys, args, field):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("psdsim: error: " + field) and "fix:" in err
     assert not Path("results").exists()
+
+
+def test_the_header_names_prompts_and_samples_when_prompts_fan_out(capsys, tmp_path):
+    assert main(["run", *FAST, "--set", "n=2", "--out", str(tmp_path / "r")]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "prompts × 2 samples" in head
 
 
 def test_unwritable_out_is_a_clear_error(capsys, tmp_path):
