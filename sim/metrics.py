@@ -121,6 +121,8 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "tpot_ms": ms_stats(_tpot(requests)),
         "queue_ms": ms_stats(requests["admitted_s"] - requests["arrival_s"]),
         "vsr": ratio(steps["accepted"].sum(), steps["proposed"].sum()) if uses_drafter else None,
+        "drafts_per_verification": (ratio(steps["proposed"][decode].sum(), steps["verified"][decode].sum())
+                                    if uses_drafter else None),
         "parallelization_rate": (ratio(steps["parallelised"][decode].sum(), decode.sum())
                                  if uses_drafter else None),
         "comm_share": ratio(steps["wait_s"][decode].sum(), dur.sum()) if linked else None,

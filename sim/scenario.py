@@ -43,6 +43,9 @@ class Scenario:
     k: int = _field(3, "run", int, "draft tokens per request per step (num_speculative_tokens)")
     m: int = _field(16, "run", int, "requests per verification batch (max_num_seqs); PSD keeps 2m")
     seed: int = _field(0, "run", int, "seed of the one numpy Generator every random draw uses")
+    k_policy: str = _field("fixed", "run", str,
+                           "fixed | adaptive (sd, sd-2m, sd-5gpu: each step drafts the k' in 0..k with the "
+                           "most expected tokens/s; 0 = no speculation that step)")
     rebalance: bool = _field(False, "run", bool,
                              "PSD: keep assign() balancing after decoding starts (costs wasted steps)")
     extra: int = _field(0, "run", int, "psd+tetris: extra draft tokens per request (e)")
@@ -357,6 +360,9 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           f"set drafters to at most {s.sub_batches - 1}")
     _one_of(s, "sd_5gpu_layout", ("drafter", "tp"))
     _one_of(s, "pearl_variant", PEARL_VARIANTS)
+    _one_of(s, "k_policy", ("fixed", "adaptive"))
+    _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu"), "k_policy",
+          f"adaptive k is built for sd, sd-2m and sd-5gpu, not {s.method}", "set k_policy=fixed")
     _one_of(s, "sampler_output", ("full", "compact"))
     _positive(s, "confidence_spread")
     _need(s.seed >= 0, "seed", f"must be >= 0, got {s.seed}", "use a non-negative integer seed")

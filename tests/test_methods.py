@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from sim.costs import ConstantCost
+from sim.errors import ScenarioError
 from sim.run import simulate
-from sim.scenario import Scenario
+from sim.scenario import Scenario, validate
 
 SMALL = dict(requests=320, output_len=128, seed=4)
 
@@ -126,3 +127,26 @@ def test_per_request_pearl_scores_no_stale_drafts_and_proposes_k_minus_1():
     assert per_request["vsr"] == pytest.approx((a + a * a) / 2, abs=0.02)
     assert simulate(s).summary["vsr"] < per_request["vsr"] - 0.05
     assert simulate(s.replace(pearl_variant="per-request", k=1)).summary["vsr"] is None
+
+
+def test_adaptive_k_turns_speculation_off_when_drafts_are_poor_and_tracks_the_best_k():
+    """k_policy = adaptive (SD): each step picks k' in 0..k for the most expected tokens/s with
+    the acceptance measured so far. Poor drafts: it stops drafting and runs as fast as AR, ahead
+    of every fixed k; good drafts: within 2% of the best fixed k, found without being told."""
+    base = Scenario(method="sd", requests=200, output_len=64, seed=3)
+    ar = _thr(simulate(base.replace(method="ar")))
+    for acceptance in (0.1, 0.6, 0.9):
+        s = base.replace(acceptance=acceptance)
+        fixed = [_thr(simulate(s.replace(k=k))) for k in range(1, 7)]
+        adaptive = simulate(s.replace(k=6, k_policy="adaptive")).summary
+        assert adaptive["throughput_tok_s"] >= 0.98 * max(fixed)
+        if acceptance == 0.1:
+            assert adaptive["drafts_per_verification"] < 0.05
+            assert adaptive["throughput_tok_s"] == pytest.approx(ar, rel=0.02) and ar > max(fixed)
+        if acceptance == 0.9:
+            assert adaptive["drafts_per_verification"] > 4
+
+
+def test_adaptive_k_is_refused_where_it_is_not_built():
+    with pytest.raises(ScenarioError, match=r"^k_policy: "):
+        validate(Scenario(method="psd", k_policy="adaptive"))

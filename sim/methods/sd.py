@@ -4,6 +4,8 @@
 (MineDraft's sequential baseline): each step drafts k tokens for every decoding request, then one
 target pass scores them (with any prefill chunks), then the draft model fills its KV for the
 step's prompt tokens, then rejection sampling; m requests run.
+With `k_policy = "adaptive"` each step drafts k' in 0..k tokens, chosen for the most expected
+tokens per second (sim/methods/adaptive.py); 0 skips speculation for the step.
 `sd-2m` (memory-fair) runs 2m requests, as many as PSD keeps in flight.
 `sd-5gpu` (GPU-fair) gets PSD's extra GPU: as the draft's own GPU (steps stay sequential, and the
 inputs and sampler output cross the link as in PSD), or as one more TP rank for the target.
@@ -18,6 +20,7 @@ import numpy as np
 
 from sim.devices import VerifyJob
 from sim.layout import layout_for
+from sim.methods.adaptive import AcceptanceEstimate, best_k
 from sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -34,6 +37,12 @@ from sim.scheduler import StepPlan
 from sim.timeline import DRAFTER, ON_DRAFTER
 
 
+def _mean_acceptance(rates: np.ndarray) -> float:
+    """The workload's mean per-token acceptance (0.5 where no request has one)."""
+    known = rates[np.isfinite(rates)]
+    return float(known.mean()) if len(known) else 0.5
+
+
 class StandardSD(EngineMethod):
     uses_drafter = True
 
@@ -41,6 +50,9 @@ class StandardSD(EngineMethod):
         super().__init__(ctx)
         self.over_link = layout_for(ctx.scenario).over_link
         self.after_wait = 1.0   # driver: slowdown after its last wait for the verifier (sim/overlap.py)
+        # k_policy = adaptive: the acceptance seen so far prices each step's choice of k
+        self.estimate = (AcceptanceEstimate(_mean_acceptance(ctx.table.acceptance))
+                         if ctx.scenario.k_policy == "adaptive" else None)
 
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
@@ -51,8 +63,10 @@ class StandardSD(EngineMethod):
         context = ctx.table.context(ids)
         chunks = chunk_work(ctx, plan)
         start = env.now
+        if self.estimate is not None and batch:
+            k = best_k(cost, batch, context, chunks, k, self.estimate.rate)
         proposed = draft_counts(plan, ids, np.full(batch, k, dtype=np.int64))
-        draft_s = cost.draft(batch, int(proposed.max()), context) * self.after_wait if batch else 0.0
+        draft_s = cost.draft(batch, int(proposed.max()), context) * self.after_wait if batch and k else 0.0
         if draft_s:
             yield env.timeout(draft_s)
             if tl is not None:
@@ -69,9 +83,11 @@ class StandardSD(EngineMethod):
         # the driver waited for the verifier (a process of its own only in sd-5gpu's drafter layout);
         # rejection sampling is not drafter time here (drafter_busy)
         sync_s, _, swap_s, self.after_wait = yield from after_verify(
-            ctx, plan, chunks, tokens, bool(batch), submitted_at, reject_on_drafter=False)
+            ctx, plan, chunks, tokens, bool(batch) and k > 0, submitted_at, reject_on_drafter=False)
         ctx.drafter_busy_s += draft_s + sync_s
         out = verify_outcome(ctx, ids, proposed, total_proposed)
+        if self.estimate is not None and total_proposed:
+            self.estimate.update(proposed, ctx.table.last_accepted)
         record(ctx, plan, start, verified=batch, scored=tokens if batch else 0,
                out=out, first_tokens=emit_first_tokens(ctx, plan), draft_s=draft_s + sync_s,
                verify_s=job.compute_s, comm_s=job.transfer_s, link_critical_s=job.transfer_s,

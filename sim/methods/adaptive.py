@@ -1,0 +1,56 @@
+"""Adaptive k for standard SD (`k_policy = "adaptive"`; DESIGN §2, beyond the paper).
+
+Before each decode step the engine picks how many tokens to draft, k' in 0..k, for the most
+expected tokens per second of that step: with this step's batch, context and prefill chunks, the
+cost model's prices, and the acceptance rate measured so far. k' = 0 turns speculation off for
+the step (one target pass, no drafting, no rejection sampling), which pays when the verifier is
+compute-bound or the drafts are poor.
+
+A request verifying k' drafts at per-token acceptance a emits 1 + a + ... + a^k' tokens on
+average (i.i.d. leading successes, then the bonus or resampled token). The step costs k' draft
+passes, a target pass over batch·(k' + 1) tokens (plus the step's prefill chunks), rejection
+sampling when k' > 0, and the fixed overhead. The rate a is estimated online, as a real engine
+could: accepted drafts / (accepted drafts + verifications that rejected one) — the
+maximum-likelihood rate of i.i.d. leading successes — starting from the workload's mean
+acceptance with the weight of PRIOR_POSITIONS observed positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.costs import Chunks, StepCost
+
+PRIOR_POSITIONS = 20.0
+
+
+class AcceptanceEstimate:
+    """The per-token acceptance rate seen so far (see the module docstring)."""
+
+    def __init__(self, prior: float) -> None:
+        self.accepted = PRIOR_POSITIONS * prior
+        self.rejected = PRIOR_POSITIONS * (1.0 - prior)
+
+    def update(self, proposed: np.ndarray, accepted: np.ndarray) -> None:
+        self.accepted += float(accepted.sum())
+        self.rejected += float(np.count_nonzero(accepted < proposed))
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+
+def best_k(cost: StepCost, batch: int, ctx: int, chunks: Chunks, k_max: int, rate: float) -> int:
+    """The k' in 0..k_max with the most expected tokens per second of step time."""
+    best, best_speed = 0, -1.0
+    expected = 0.0
+    for k in range(k_max + 1):
+        expected += rate ** k                      # 1 + a + ... + a^k
+        tokens = batch * (k + 1)
+        seconds = cost.verify(batch, tokens, ctx, chunks) + cost.overhead
+        if k:
+            seconds += cost.draft(batch, k, ctx) + cost.reject(tokens)
+        speed = batch * expected / seconds
+        if speed > best_speed:
+            best, best_speed = k, speed
+    return best
