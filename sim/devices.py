@@ -39,6 +39,10 @@ class Link:
         self._free_at = {TO_VERIFIER: 0.0, TO_DRAFTER: 0.0}
         self.busy_s = 0.0
 
+    def seconds(self, lane: str, nbytes: int) -> float:
+        """How long `nbytes` hold `lane` (latency + bytes / bandwidth), queueing aside."""
+        return self._seconds[lane](nbytes)
+
     def reserve(self, lane: str, nbytes: int) -> tuple[float, float]:
         """Queue a transfer on `lane` now: returns (seconds until it completes, seconds it holds
         the lane: latency + nbytes / bandwidth). The caller waits the first."""

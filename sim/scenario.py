@@ -44,8 +44,8 @@ class Scenario:
     m: int = _field(16, "run", int, "requests per verification batch (max_num_seqs); PSD keeps 2m")
     seed: int = _field(0, "run", int, "seed of the one numpy Generator every random draw uses")
     k_policy: str = _field("fixed", "run", str,
-                           "fixed | adaptive (sd, sd-2m, sd-5gpu: each step drafts the k' in 0..k with the "
-                           "most expected tokens/s; 0 = no speculation that step)")
+                           "fixed | adaptive (sd, sd-2m, sd-5gpu, psd: each drafting picks the k' in 0..k "
+                           "with the most expected tokens/s; 0 = no speculation)")
     rebalance: bool = _field(False, "run", bool,
                              "PSD: keep assign() balancing after decoding starts (costs wasted steps)")
     extra: int = _field(0, "run", int, "psd+tetris: extra draft tokens per request (e)")
@@ -361,8 +361,10 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _one_of(s, "sd_5gpu_layout", ("drafter", "tp"))
     _one_of(s, "pearl_variant", PEARL_VARIANTS)
     _one_of(s, "k_policy", ("fixed", "adaptive"))
-    _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu"), "k_policy",
-          f"adaptive k is built for sd, sd-2m and sd-5gpu, not {s.method}", "set k_policy=fixed")
+    _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu")
+          or (s.method == "psd" and s.sub_batched), "k_policy",
+          f"adaptive k is built for sd, sd-2m, sd-5gpu and two-sub-batch psd, not {s.method}"
+          + (" as a ring" if s.method == "psd" else ""), "set k_policy=fixed")
     _one_of(s, "sampler_output", ("full", "compact"))
     _positive(s, "confidence_spread")
     _need(s.seed >= 0, "seed", f"must be >= 0, got {s.seed}", "use a non-negative integer seed")

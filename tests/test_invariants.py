@@ -32,8 +32,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         m=draw(st.integers(1, 8)),
         requests=draw(st.integers(1, 50)),
         n=draw(st.sampled_from([1, 1, 2, 3])),
-        k_policy=draw(st.sampled_from(["fixed", "adaptive"])) if method in ("sd", "sd-2m", "sd-5gpu")
-        else "fixed",
+        k_policy=draw(st.sampled_from(["fixed", "adaptive"]))
+        if method in ("sd", "sd-2m", "sd-5gpu") or (method == "psd" and not ring) else "fixed",
         output_len=output_len,
         max_model_len=max_model_len,
         max_num_batched_tokens=draw(st.sampled_from([max_model_len, 2048, 4096])) if not chunked

@@ -147,6 +147,19 @@ def test_adaptive_k_turns_speculation_off_when_drafts_are_poor_and_tracks_the_be
             assert adaptive["drafts_per_verification"] > 4
 
 
+def test_adaptive_k_in_psd_tracks_the_best_fixed_k():
+    """PSD with k_policy = adaptive prices each drafting ahead as max(draft, link + verify):
+    within 3% of the best fixed k, which it is not told, from poor to good drafts."""
+    base = Scenario(method="psd", requests=200, output_len=64, seed=3)
+    for acceptance in (0.1, 0.6, 0.9):
+        s = base.replace(acceptance=acceptance)
+        best = max(_thr(simulate(s.replace(k=k))) for k in range(1, 7))
+        assert _thr(simulate(s.replace(k=6, k_policy="adaptive"))) >= 0.97 * best
+
+
 def test_adaptive_k_is_refused_where_it_is_not_built():
-    with pytest.raises(ScenarioError, match=r"^k_policy: "):
-        validate(Scenario(method="psd", k_policy="adaptive"))
+    for s in (Scenario(method="pearl", k_policy="adaptive"),
+              Scenario(method="psd+tetris", extra=1, k_policy="adaptive"),
+              Scenario(method="psd", sub_batches=3, k_policy="adaptive")):
+        with pytest.raises(ScenarioError, match=r"^k_policy: "):
+            validate(s)

@@ -1,10 +1,12 @@
-"""Adaptive k for standard SD (`k_policy = "adaptive"`; DESIGN §2, beyond the paper).
+"""Adaptive k for SD and PSD (`k_policy = "adaptive"`; DESIGN §2, beyond the paper).
 
 Before each decode step the engine picks how many tokens to draft, k' in 0..k, for the most
 expected tokens per second of that step: with this step's batch, context and prefill chunks, the
 cost model's prices, and the acceptance rate measured so far. k' = 0 turns speculation off for
 the step (one target pass, no drafting, no rejection sampling), which pays when the verifier is
-compute-bound or the drafts are poor.
+compute-bound or the drafts are poor. PSD picks k' for the sub-batch it drafts ahead (and for
+the verified one in its init and fallback steps), pricing its step as the overlap of drafting
+with a target pass of the same batch.
 
 A request verifying k' drafts at per-token acceptance a emits 1 + a + ... + a^k' tokens on
 average (i.i.d. leading successes, then the bonus or resampled token). The step costs k' draft
@@ -16,6 +18,8 @@ acceptance with the weight of PRIOR_POSITIONS observed positions.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -40,16 +44,29 @@ class AcceptanceEstimate:
         return self.accepted / (self.accepted + self.rejected)
 
 
-def best_k(cost: StepCost, batch: int, ctx: int, chunks: Chunks, k_max: int, rate: float) -> int:
-    """The k' in 0..k_max with the most expected tokens per second of step time."""
+def mean_acceptance(rates: np.ndarray) -> float:
+    """The workload's mean per-token acceptance (0.5 where no request has one): the prior."""
+    known = rates[np.isfinite(rates)]
+    return float(known.mean()) if len(known) else 0.5
+
+
+def best_k(cost: StepCost, batch: int, ctx: int, chunks: Chunks, k_max: int, rate: float,
+           parallel: bool = False, link_s: Callable[[int], float] | None = None) -> int:
+    """The k' in 0..k_max with the most expected tokens per second of step time: drafting then
+    the target pass (SD), or the longer of the two when they overlap (`parallel`: PSD, whose
+    steady step is max(draft, verify), the theory's max(t, V) — DESIGN §5). `link_s(tokens)`:
+    the messages' time on the link, on the verifier's side, where the drafter has a device of
+    its own."""
     best, best_speed = 0, -1.0
     expected = 0.0
     for k in range(k_max + 1):
         expected += rate ** k                      # 1 + a + ... + a^k
         tokens = batch * (k + 1)
-        seconds = cost.verify(batch, tokens, ctx, chunks) + cost.overhead
+        verify = cost.verify(batch, tokens, ctx, chunks) + (link_s(tokens) if link_s is not None else 0.0)
+        draft = cost.draft(batch, k, ctx) if k else 0.0
+        seconds = (max(draft, verify) if parallel else draft + verify) + cost.overhead
         if k:
-            seconds += cost.draft(batch, k, ctx) + cost.reject(tokens)
+            seconds += cost.reject(tokens)
         speed = batch * expected / seconds
         if speed > best_speed:
             best, best_speed = k, speed

@@ -3,7 +3,7 @@ and the step record."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -12,7 +12,7 @@ import simpy
 
 from sim.acceptance import AcceptanceSampler
 from sim.costs import NO_CHUNKS, Chunks, StepCost
-from sim.devices import Link, Verifier
+from sim.devices import TO_DRAFTER, TO_VERIFIER, Link, Verifier
 from sim.layout import layout_for
 from sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from sim.records import DECODE, PREFILL, StepRecord
@@ -102,6 +102,16 @@ def link_bytes(ctx: SimContext, requests: int, scored: int, context: int,
     if ctx.hidden:
         back += hidden_state_bytes(scored + chunks.tokens, ctx.hidden)
     return send, back
+
+
+def link_seconds(ctx: SimContext, requests: int, context: int, chunks: Chunks) -> Callable[[int], float]:
+    """Seconds the step's messages hold the link, both ways, as a function of the positions
+    the target pass scores (adaptive k prices each choice with it)."""
+    def seconds(scored: int) -> float:
+        send, back = link_bytes(ctx, requests, scored, context, chunks)
+        return ctx.link.seconds(TO_VERIFIER, send) + ctx.link.seconds(TO_DRAFTER, back)
+
+    return seconds
 
 
 def driver_after_wait(ctx: SimContext, wait_s: float) -> float:

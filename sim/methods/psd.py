@@ -34,7 +34,9 @@ from typing import Any
 import numpy as np
 
 from sim.batches import BatchManager
+from sim.costs import NO_CHUNKS, Chunks
 from sim.devices import VerifyJob
+from sim.methods.adaptive import AcceptanceEstimate, best_k, mean_acceptance
 from sim.methods.common import (
     NO_CONTENTION,
     EngineMethod,
@@ -46,6 +48,7 @@ from sim.methods.common import (
     emit_first_tokens,
     emit_outcome,
     link_bytes,
+    link_seconds,
     record,
     verify_outcome,
 )
@@ -75,7 +78,7 @@ class ParallelSD(EngineMethod):
         # The decoding requests of each sub-batch, in admission order. The verified set is always
         # exactly one of them, so a step needs no masking of the running set.
         self.members = {False: EMPTY.copy(), True: EMPTY.copy()}
-        self.has_proposals = np.zeros(n, dtype=bool)
+        self.proposals = np.zeros(n, dtype=np.int64)  # drafts each request holds (0: none)
         self.fresh: list[int] = []  # decoding requests not yet scheduled for a decode step
         self.send = True                         # worker: the sub-batch verified next
         self.have_previous = False               # worker: proposals drafted in the last step
@@ -86,6 +89,9 @@ class ParallelSD(EngineMethod):
         self.tetris = s.method == "psd+tetris"
         self.width = s.k + (s.extra if self.tetris else 0)
         self.lookahead = self.width
+        # k_policy = adaptive: each drafting picks its k' in 0..k (sim/methods/adaptive.py)
+        self.estimate = (AcceptanceEstimate(mean_acceptance(ctx.table.acceptance))
+                         if s.k_policy == "adaptive" else None)
 
     # -- the split of the coming step -------------------------------------------------------
 
@@ -117,7 +123,7 @@ class ParallelSD(EngineMethod):
             self.batches.reset()
         balanced = mixed or self.balanced_refills
         self.flag[ids] = [self.batches.assign(balanced) for _ in range(len(ids))]
-        self.has_proposals[ids] = False
+        self.proposals[ids] = 0
 
     def graduated(self, ids: np.ndarray) -> None:
         flags = self.flag[ids]
@@ -127,14 +133,14 @@ class ParallelSD(EngineMethod):
 
     def resumed(self, ids: np.ndarray) -> None:
         self.flag[ids] = [self.batches.assign(self.balanced_refills) for _ in range(len(ids))]
-        self.has_proposals[ids] = False
+        self.proposals[ids] = 0
         self.graduated(ids)
 
     def left(self, ids: np.ndarray) -> None:
         flags = self.flag[ids]
         for flag in flags.tolist():
             self.batches.recycle(flag)
-        self.has_proposals[ids] = False
+        self.proposals[ids] = 0
         state = self.ctx.table.state
         for flag in set(flags.tolist()):  # the request states already say who left
             members = self.members[flag]
@@ -156,6 +162,16 @@ class ParallelSD(EngineMethod):
         if len(ids) >= s.m:
             lengths = np.minimum(select_prefixes(log_q, s.k * s.m), drafted)
         return lengths, accepted
+
+    def _k(self, ids: np.ndarray, context: int, chunks: Chunks, parallel: bool) -> int:
+        """Drafts per request for a drafting of `ids`: k (the width), or with k_policy =
+        adaptive the k' in 0..k with the most expected tokens/s of a step that overlaps it with
+        a target pass (parallel) or runs the two in turn (init and fallback steps)."""
+        if self.estimate is None:
+            return self.width
+        ctx = self.ctx
+        return best_k(ctx.cost, len(ids), context, chunks, self.width, self.estimate.rate, parallel,
+                      link_seconds(ctx, len(ids), context, chunks))
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
@@ -179,18 +195,15 @@ class ParallelSD(EngineMethod):
         parallelised = decoding and self.have_previous
         draft_s = 0.0
         if decoding and not parallelised:  # init or fallback: draft the verified sub-batch first
-            draft_s = cost.draft(len(verify_ids), k, context) * self.after_wait
+            k_now = self._k(verify_ids, context, chunks, parallel=False)
+            draft_s = cost.draft(len(verify_ids), k_now, context) * self.after_wait if k_now else 0.0
             yield env.timeout(draft_s)
-            if tl is not None:
+            if tl is not None and k_now:
                 tl.add(DRAFTER, f"draft B{v:d}", ON_DRAFTER, start, env.now, sub_batch=int(v),
-                       batch=len(verify_ids), k=k)
-            self.has_proposals[verify_ids] = True
-            proposed = np.full(len(verify_ids), k, dtype=np.int64)
-            total_proposed = k * len(verify_ids)
-        else:
-            has = self.has_proposals[verify_ids]
-            proposed = has * k
-            total_proposed = k * int(np.count_nonzero(has))
+                       batch=len(verify_ids), k=k_now)
+            self.proposals[verify_ids] = k_now
+        proposed = self.proposals[verify_ids]
+        total_proposed = int(proposed.sum())
         tetris = None
         if self.tetris and len(verify_ids):
             tetris = self._select(verify_ids, proposed)
@@ -205,8 +218,9 @@ class ParallelSD(EngineMethod):
         if tl is not None:
             job.name, job.args = ((f"verify B{v:d}", {"sub_batch": int(v), "k": k}) if decoding
                                   else ("prefill", None))
-        ahead_s = (cost.draft(len(draft_ids), k, table.context(draft_ids)) * self.after_wait
-                   if len(draft_ids) else 0.0)
+        ahead_context = table.context(draft_ids)
+        k_ahead = self._k(draft_ids, ahead_context, NO_CHUNKS, parallel=True) if len(draft_ids) else 0
+        ahead_s = cost.draft(len(draft_ids), k_ahead, ahead_context) * self.after_wait if k_ahead else 0.0
         if ahead_s and contention(cost) != NO_CONTENTION:  # the two slow each other while both run
             ahead_s, job.compute_s = overlapped(ahead_s, job.compute_s, cost.broadcast(job.send_bytes),
                                                 *contention(cost))
@@ -214,19 +228,21 @@ class ParallelSD(EngineMethod):
         if len(draft_ids):
             began = env.now
             yield env.timeout(ahead_s)
-            if tl is not None:
+            if tl is not None and k_ahead:
                 tl.add(DRAFTER, f"draft B{not v:d}", ON_DRAFTER, began, env.now,
-                       sub_batch=int(not v), batch=len(draft_ids), k=k)
-            self.has_proposals[draft_ids] = True
+                       sub_batch=int(not v), batch=len(draft_ids), k=k_ahead)
+            self.proposals[draft_ids] = k_ahead
         drafted_at = env.now
         yield done
         wait_s = env.now - drafted_at
         sync_s, reject_s, swap_s, self.after_wait = yield from after_verify(
             ctx, plan, chunks, tokens, decoding, drafted_at, reject_on_drafter=True)
 
-        self.has_proposals[verify_ids] = False
+        self.proposals[verify_ids] = 0
         if tetris is None:
             out = verify_outcome(ctx, verify_ids, proposed, total_proposed)
+            if self.estimate is not None and total_proposed:
+                self.estimate.update(proposed, table.last_accepted)
         else:
             accepted = leading_accepted(tetris[1], proposed)
             out = emit_outcome(ctx, verify_ids, proposed, total_proposed, accepted)

@@ -20,7 +20,7 @@ import numpy as np
 
 from sim.devices import VerifyJob
 from sim.layout import layout_for
-from sim.methods.adaptive import AcceptanceEstimate, best_k
+from sim.methods.adaptive import AcceptanceEstimate, best_k, mean_acceptance
 from sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -29,18 +29,13 @@ from sim.methods.common import (
     draft_counts,
     emit_first_tokens,
     link_bytes,
+    link_seconds,
     record,
     verify_outcome,
 )
 from sim.scenario import Scenario
 from sim.scheduler import StepPlan
 from sim.timeline import DRAFTER, ON_DRAFTER
-
-
-def _mean_acceptance(rates: np.ndarray) -> float:
-    """The workload's mean per-token acceptance (0.5 where no request has one)."""
-    known = rates[np.isfinite(rates)]
-    return float(known.mean()) if len(known) else 0.5
 
 
 class StandardSD(EngineMethod):
@@ -51,7 +46,7 @@ class StandardSD(EngineMethod):
         self.over_link = layout_for(ctx.scenario).over_link
         self.after_wait = 1.0   # driver: slowdown after its last wait for the verifier (sim/overlap.py)
         # k_policy = adaptive: the acceptance seen so far prices each step's choice of k
-        self.estimate = (AcceptanceEstimate(_mean_acceptance(ctx.table.acceptance))
+        self.estimate = (AcceptanceEstimate(mean_acceptance(ctx.table.acceptance))
                          if ctx.scenario.k_policy == "adaptive" else None)
 
 
@@ -64,7 +59,8 @@ class StandardSD(EngineMethod):
         chunks = chunk_work(ctx, plan)
         start = env.now
         if self.estimate is not None and batch:
-            k = best_k(cost, batch, context, chunks, k, self.estimate.rate)
+            k = best_k(cost, batch, context, chunks, k, self.estimate.rate,
+                       link_s=link_seconds(ctx, batch, context, chunks) if self.over_link else None)
         proposed = draft_counts(plan, ids, np.full(batch, k, dtype=np.int64))
         draft_s = cost.draft(batch, int(proposed.max()), context) * self.after_wait if batch and k else 0.0
         if draft_s:
