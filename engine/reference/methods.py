@@ -140,12 +140,7 @@ class Engine:
     def _ar(self, rec: StepRecord) -> None:
         running = self.scheduler.running
         rec.requests = [r.tid for r in running]
-        call = self._score_call(rec, running)
-        start = self.now()
-        self.target.submit(call)
-        out = self.target.collect()
-        rec.target_s = self.now() - start
-        self._channel(rec, out)
+        out = self._score(rec, self._score_call(rec, running))
         for r, t in zip(running, sampling.sample(out.probs, self.generator), strict=True):
             r.target_len += 1
             rec.generated += 1
@@ -155,12 +150,7 @@ class Engine:
         running = self.scheduler.running
         rec.requests = [r.tid for r in running]
         self._draft_sync(rec, running)
-        call = self._score_call(rec, running)
-        start = self.now()
-        self.target.submit(call)
-        out = self.target.collect()
-        rec.target_s = self.now() - start
-        self._channel(rec, out)
+        out = self._score(rec, self._score_call(rec, running))
         self._verify(rec, running, out.probs)
 
     def _psd(self, rec: StepRecord) -> None:
@@ -202,6 +192,15 @@ class Engine:
         self._verify(rec, running, out.probs, ahead=drafted)
 
     # -- shared pieces -----------------------------------------------------------------------
+
+    def _score(self, rec: StepRecord, call: TargetCall) -> TargetOutput:
+        """A target pass with nothing overlapping it (AR, SD): submit, wait, time it."""
+        start = self.now()
+        self.target.submit(call)
+        out = self.target.collect()
+        rec.target_s = self.now() - start
+        self._channel(rec, out)
+        return out
 
     def _score_call(self, rec: StepRecord, requests: list[Request]) -> TargetCall:
         """Each request's pending token (the last emitted, not yet in the target's cache) and
