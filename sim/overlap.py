@@ -24,6 +24,36 @@ leaves the other to finish alone at full speed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Slowdowns:
+    """What a run pays of a profile's measured slowdowns, resolved once (sim/run.py): the
+    (draft, verify) factors while both run (None: none), and the verifier's and the driver's
+    slowdown after idling (None: none; only where the drafter has a device of its own)."""
+
+    overlap: tuple[float, float] | None = None
+    verifier_idle: Callable[[float], float] | None = None
+    driver_idle: Callable[[float], float] | None = None
+
+
+NO_SLOWDOWNS = Slowdowns()
+
+
+def slowdowns(cost: Any, dedicated_drafter: bool) -> Slowdowns:
+    """The slowdowns a cost model carries (a fitted profile's `contention` factors and
+    `after_idle` curves; the analytic model has none)."""
+    factors = getattr(cost, "contention", (1.0, 1.0))
+    after_idle = getattr(cost, "after_idle", None)
+    idle = after_idle is not None and dedicated_drafter
+    return Slowdowns(
+        overlap=None if tuple(factors) == (1.0, 1.0) else (float(factors[0]), float(factors[1])),
+        verifier_idle=(lambda idle_s: after_idle("verify", idle_s)) if idle else None,
+        driver_idle=(lambda idle_s: after_idle("draft", idle_s)) if idle else None)
+
 
 def overlapped(draft_s: float, verify_s: float, start_s: float, f_draft: float,
                f_verify: float) -> tuple[float, float]:

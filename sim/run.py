@@ -20,6 +20,7 @@ from sim.memory import MemoryPlan, plan_memory
 from sim.methods import method_class
 from sim.methods.common import SimContext
 from sim.metrics import infeasible_summary, summarize
+from sim.overlap import slowdowns
 from sim.profile import FittedCost, load_profile, source_warnings
 from sim.records import step_table
 from sim.requests import RequestTable
@@ -113,11 +114,13 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
                           swap=s.preemption_mode == "swap", swap_blocks=memory.swap_blocks(s.swap_space_gb),
                           max_running=kind.running_cap(s), token_budget=s.max_num_batched_tokens)
     target = cat.models[s.target]
+    dedicated = layout_for(s).over_link   # the drafter has a device (a process) of its own
+    slow = slowdowns(cost, dedicated)
     ctx = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
-                     verifier=Verifier(env, link, tl, _verifier_idle(cost, s)), link=link, vocab=target.vocab,
+                     verifier=Verifier(env, link, tl, slow.verifier_idle), link=link, vocab=target.vocab,
                      acceptance=AcceptanceSampler(rng),
                      hidden=target.hidden if s.uses_draft and cat.models[s.draft].eagle else 0,
-                     timeline=tl)
+                     timeline=tl, slow=slow, overlap_prefill=s.overlap_draft_prefill and dedicated)
     method = kind(ctx)
     env.run(until=env.process(_engine_loop(ctx, method, progress)))
 
@@ -133,15 +136,6 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         progress(1.0)
     usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)
     return Result(s, summary, steps, requests, memory, usage, time.perf_counter() - began, tl)
-
-
-def _verifier_idle(cost: StepCost, s: Scenario) -> Callable[[float], float] | None:
-    """The verifier's slowdown after idling, where a profile measured one and the target runs in
-    a process (on a device) of its own (sim/overlap.py)."""
-    after_idle = getattr(cost, "after_idle", None)
-    if after_idle is None or not layout_for(s).over_link:
-        return None
-    return lambda idle_s: after_idle("verify", idle_s)
 
 
 def compare_methods(s: Scenario, methods: Sequence[str], *,

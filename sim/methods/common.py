@@ -15,19 +15,12 @@ from sim.costs import NO_CHUNKS, Chunks, StepCost
 from sim.devices import TO_DRAFTER, TO_VERIFIER, Link, Verifier
 from sim.layout import layout_for
 from sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
+from sim.overlap import NO_SLOWDOWNS, Slowdowns
 from sim.records import DECODE, PREFILL, StepRecord
 from sim.requests import PREFILLING, RequestTable
 from sim.scenario import Scenario
 from sim.scheduler import EngineHooks, Scheduler, StepPlan
 from sim.timeline import DRAFT_PREFILL, DRAFTER, DRIVER, ON_DRAFTER, ON_DRIVER, REJECT, Timeline, driver_parts
-
-NO_CONTENTION = (1.0, 1.0)
-
-
-def contention(cost: StepCost) -> tuple[float, float]:
-    """The (draft, verify) slowdown factors of overlapped work a fitted profile measured
-    (sim/overlap.py); (1, 1) for the analytic and idealised models."""
-    return getattr(cost, "contention", NO_CONTENTION)
 
 
 @dataclass
@@ -46,6 +39,8 @@ class SimContext:
     steps: list[StepRecord] = field(default_factory=list)
     drafter_busy_s: float = 0.0
     timeline: Timeline | None = None  # records the run's work when asked (sim/timeline.py)
+    slow: Slowdowns = NO_SLOWDOWNS    # a profile's measured slowdowns this run pays (sim/overlap.py)
+    overlap_prefill: bool = False     # the drafter prefills beside the target (overlap_draft_prefill)
 
 
 class Outcome(NamedTuple):
@@ -114,26 +109,6 @@ def link_seconds(ctx: SimContext, requests: int, context: int, chunks: Chunks) -
     return seconds
 
 
-def driver_after_wait(ctx: SimContext, wait_s: float) -> float:
-    """How much slower the driver's work runs after it waited `wait_s` for the verifier, where a
-    profile measured it and the drafter has a device of its own (sim/overlap.py)."""
-    after_idle = getattr(ctx.cost, "after_idle", None)
-    if after_idle is None or not layout_for(ctx.scenario).over_link:
-        return 1.0
-    return after_idle("draft", wait_s)
-
-
-def draft_prefill_left(ctx: SimContext, draft_prefill_s: float, free_at: float) -> float:
-    """Seconds of the draft model's prompt pass still to run once the target pass is back: all
-    of it, or, where the drafter has a device of its own and the scenario overlaps the two
-    prefills (`overlap_draft_prefill`), what did not fit while the target computed, the drafter
-    being free from `free_at`."""
-    s = ctx.scenario
-    if not draft_prefill_s or not s.overlap_draft_prefill or not layout_for(s).over_link:
-        return draft_prefill_s
-    return max(0.0, free_at + draft_prefill_s - ctx.env.now)
-
-
 class AfterVerify(NamedTuple):
     """What the driver's work after a target pass cost: the draft model's prompt pass (all of
     it, including any part that overlapped the target pass), rejection sampling, swaps, and the
@@ -154,8 +129,11 @@ def after_verify(ctx: SimContext, plan: StepPlan, chunks: Chunks, tokens: int, s
     there) or on the driver's."""
     env, cost, tl = ctx.env, ctx.cost, ctx.timeline
     sync_s = cost.draft_chunks(chunks)
-    after_wait = driver_after_wait(ctx, env.now - waited_from)
-    left_s = draft_prefill_left(ctx, sync_s, waited_from) * after_wait
+    idle = ctx.slow.driver_idle
+    after_wait = idle(env.now - waited_from) if idle is not None else 1.0
+    # with overlap_prefill the draft's prompt pass ran beside the target's: only the rest is left
+    left_s = max(0.0, waited_from + sync_s - env.now) if ctx.overlap_prefill and sync_s else sync_s
+    left_s *= after_wait
     reject_s = cost.reject(tokens) * after_wait if scored else 0.0
     swap_s = cost.swap(plan.swap_blocks)
     verified_at = env.now

@@ -29,12 +29,10 @@ import numpy as np
 
 from sim.devices import VerifyJob
 from sim.methods.common import (
-    NO_CONTENTION,
     EngineMethod,
     SimContext,
     after_verify,
     chunk_work,
-    contention,
     draft_counts,
     emit_first_tokens,
     link_bytes,
@@ -86,9 +84,9 @@ class PEARL(EngineMethod):
                                   else ("prefill", None))
         # post-verify: draft the next k for everyone while the target verifies
         ahead_s = cost.draft(batch, k, context + batch * k) * self.after_wait if batch else 0.0
-        if ahead_s and contention(cost) != NO_CONTENTION:  # the two slow each other while both run
+        if ahead_s and ctx.slow.overlap is not None:  # the two slow each other while both run
             ahead_s, job.compute_s = overlapped(ahead_s, job.compute_s, cost.broadcast(job.send_bytes),
-                                                *contention(cost))
+                                                *ctx.slow.overlap)
         done = ctx.verifier.submit(job)
         if batch:
             yield env.timeout(ahead_s)

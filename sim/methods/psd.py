@@ -38,12 +38,10 @@ from sim.costs import NO_CHUNKS, Chunks
 from sim.devices import VerifyJob
 from sim.methods.adaptive import AcceptanceEstimate, best_k, mean_acceptance
 from sim.methods.common import (
-    NO_CONTENTION,
     EngineMethod,
     SimContext,
     after_verify,
     chunk_work,
-    contention,
     draft_counts,
     emit_first_tokens,
     emit_outcome,
@@ -221,9 +219,9 @@ class ParallelSD(EngineMethod):
         ahead_context = table.context(draft_ids)
         k_ahead = self._k(draft_ids, ahead_context, NO_CHUNKS, parallel=True) if len(draft_ids) else 0
         ahead_s = cost.draft(len(draft_ids), k_ahead, ahead_context) * self.after_wait if k_ahead else 0.0
-        if ahead_s and contention(cost) != NO_CONTENTION:  # the two slow each other while both run
+        if ahead_s and ctx.slow.overlap is not None:  # the two slow each other while both run
             ahead_s, job.compute_s = overlapped(ahead_s, job.compute_s, cost.broadcast(job.send_bytes),
-                                                *contention(cost))
+                                                *ctx.slow.overlap)
         done = ctx.verifier.submit(job)
         if len(draft_ids):
             began = env.now
