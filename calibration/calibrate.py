@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibration.fit import TermFit, acceptance_stats, fit_term
+from calibration.fit import MIN_SAMPLES, TermFit, acceptance_stats, fit_term
 from calibration.kineto import read_kineto
 from calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
 from calibration.nsys import SQLITE_MAGIC, read_nsys
@@ -108,9 +108,10 @@ def calibrate(paths: list[Path], *, preset: str = "psdsim", ranges: list[str] | 
         steps = [s for p in jsonl for s in read_minedraft_steps(p)]
         samples, joined = join_step_attributes(samples, steps)
         notes += joined
-        traces += [(p, TraceInfo("minedraft", notes=["step attributes joined by order"])) for p in jsonl]
+        traces += [(p, TraceInfo("minedraft")) for p in jsonl]
     if not samples:
-        raise TraceError("the traces gave no usable samples (see the dropped reasons with --samples)")
+        why = "; ".join(f"{reason} ({n})" for reason, n in dropped.most_common(3)) or "no matching ranges"
+        raise TraceError(f"the traces gave no usable samples: {why}")
 
     fits: dict[str, TermFit] = {}
     for term in TERMS:
@@ -120,9 +121,10 @@ def calibrate(paths: list[Path], *, preset: str = "psdsim", ranges: list[str] | 
             fits[term] = fitted
             notes += fitted.notes
         elif of_kind:
-            notes.append(f"{term}: only {len(of_kind)} usable samples; not fitted")
+            notes.append(f"{term}: {len(of_kind)} samples, fewer than {MIN_SAMPLES} usable once mixed "
+                         "passes and samples missing an attribute are dropped; not fitted")
     if not fits:
-        raise TraceError("no term had enough samples to fit (at least 3 per term)")
+        raise TraceError(f"no term had enough samples to fit (at least {MIN_SAMPLES} usable per term)")
     prov = {
         "traces": [{"path": str(p), "format": info.format, "sha256": sha256(p), "bytes": p.stat().st_size,
                     "version": info.version, "gpus": {str(k): v for k, v in info.gpus.items()}}

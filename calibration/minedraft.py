@@ -482,7 +482,7 @@ def read_minedraft(path: str | Path) -> tuple[Built, TraceInfo]:
     if preempted:
         notes.append(f"{preempted} preemptions recorded")
     samples.sort(key=lambda s: (s.start_s, s.kind))
-    return Built(samples, dropped, notes), TraceInfo("minedraft", "", notes=list(notes))
+    return Built(samples, dropped, notes), TraceInfo("minedraft")
 
 
 def _psdsim_parts(d: dict[str, Any], f: _Facts) -> list[tuple[str, float, dict[str, float]]]:

@@ -44,7 +44,10 @@ def _connect(path: Path) -> sqlite3.Connection:
         raise TraceError(f"{path}: empty file; export the report with `nsys export --type sqlite`")
     if head != SQLITE_MAGIC:
         raise TraceError(f"{path}: not a SQLite database; export the report with `nsys export --type sqlite`")
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:   # a file URI, escaped: read-only whatever characters (#, ?, %) the name holds
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise TraceError(f"{path}: cannot open as SQLite ({exc})") from None
 
 
 def _tables(con: sqlite3.Connection, path: Path) -> set[str]:

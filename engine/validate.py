@@ -37,12 +37,20 @@ from calibration.calibrate import Calibration, calibrate
 from engine.reference.config import EngineConfig
 from engine.validate_acceptance import acceptance_mean, fit_spread, mean_accepted, verifications_std
 from engine.validate_contention import Shape, measure_contention
-from engine.validate_describe import EngineRun, catalog_toml, requests_jsonl, scenario_for
+from engine.validate_describe import (
+    DEVICE_KEY,
+    DRAFT_KEY,
+    TARGET_KEY,
+    EngineRun,
+    catalog_toml,
+    requests_jsonl,
+    scenario_for,
+)
 from engine.validate_report import build_report
 from sim.profile import Profile
 from sim.results import write_file
 from sim.run import simulate
-from sim.scenario import scenario_to_toml
+from sim.scenario import Scenario, scenario_to_toml
 
 CALIBRATION_LABELS = ("ar", "sd", "sd-2proc")
 PREDICTION_SEEDS = 5   # simulated seeds averaged into each prediction
@@ -140,8 +148,7 @@ def predict(cfg: ValidateConfig, measured: dict[str, Any], log: Log | None = Non
     for r in cfg.runs():
         s = scenario_for(r, cfg.engine, n, folder, acceptance, spread)
         write_file(out / "scenarios" / f"{r.name}.toml", scenario_to_toml(s))
-        predicted[r.name] = mean_summary([simulate(s.replace(seed=seed)).summary
-                                          for seed in range(PREDICTION_SEEDS)])
+        predicted[r.name] = predicted_summary(s)
     meta = {"engine": "reference", "config": _config_doc(cfg), "machine": _machine(),
             "acceptance": {"per_k": accept_doc, **spread_doc},
             "contention": dict(profiles["profile.json"].contention),
@@ -157,8 +164,8 @@ def predict(cfg: ValidateConfig, measured: dict[str, Any], log: Log | None = Non
     return report
 
 
-SOURCE = {"engine": "psdsim-reference", "gpu": "cpu-core", "drafter_gpu": "cpu-core",
-          "target": "reference-target", "draft": "reference-draft", "tensor_parallel_size": 1}
+SOURCE = {"engine": "psdsim-reference", "gpu": DEVICE_KEY, "drafter_gpu": DEVICE_KEY,
+          "target": TARGET_KEY, "draft": DRAFT_KEY, "tensor_parallel_size": 1}
 CHANNEL = ("comm", "broadcast")
 
 
@@ -218,6 +225,12 @@ def assemble_profiles(traces: dict[str, list[Path]], contention: dict[str, Any] 
 
 def report_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, allow_nan=False) + "\n"
+
+
+def predicted_summary(s: Scenario) -> dict[str, Any]:
+    """The simulator's prediction for a scenario: its summary averaged over PREDICTION_SEEDS
+    seeds, without one seed's sampling noise in acceptance."""
+    return mean_summary([simulate(s.replace(seed=seed)).summary for seed in range(PREDICTION_SEEDS)])
 
 
 def mean_summary(summaries: list[dict[str, Any]]) -> dict[str, Any]:

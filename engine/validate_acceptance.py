@@ -29,6 +29,7 @@ import numpy as np
 from calibration.fit import acceptance_stats
 from calibration.minedraft import read_minedraft_steps
 from calibration.samples import StepSample
+from calibration.trace_error import TraceError
 
 SPREADS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 3000.0, 10000.0)
 SEEDS = 3
@@ -61,7 +62,10 @@ def mean_accepted(samples: Sequence[StepSample], ks: Sequence[int]
     for k in ks:
         stats = acceptance_stats([s for s in samples if s.kind == "verify" and s.k == k])
         if not stats or not 0 < stats["mean_accepted"] < k:
-            raise RuntimeError(f"the SD runs at k={k} give no usable acceptance ({stats})")
+            raise TraceError(f"the SD runs at k={k} give no usable acceptance (mean accepted drafts "
+                             f"{stats.get('mean_accepted') if stats else None}: none or all of them); "
+                             "validation needs some drafts rejected: change model.draft_noise or "
+                             "model.draft_layers")
         out[k] = stats["mean_accepted"]
         doc[str(k)] = {"vsr": stats["vsr"], "mean_accepted": stats["mean_accepted"],
                        "per_token_one_rate": stats.get("per_token")}

@@ -49,13 +49,10 @@ class Shape:
 
 
 def _worker(conn: Connection, side: str, core: int | None, model: ModelConfig, shape: Shape) -> None:
-    import torch
-
     from engine.reference.model import Packed, build_draft, build_target
+    from engine.reference.workers import pin
 
-    if core is not None:
-        os.sched_setaffinity(0, {core})
-    torch.set_num_threads(1)
+    pin(core)   # as the engine pins its driver and verifier
     max_len = shape.ctx + 2 * shape.k + 4
     net = (build_draft if side == "draft" else build_target)(model, max_len)
     cache = net.new_cache(shape.m)

@@ -29,14 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from engine.reference.config import EngineConfig, ModelConfig
-from sim.scenario import Scenario, scenario_from_mapping
+from sim.scenario import Scenario, scenario_from_mapping, toml_value
 
 TARGET_KEY = "reference-target"
 DRAFT_KEY = "reference-draft"
 DEVICE_KEY = "cpu-core"
 LINK_KEY = "cpu-channel"
 FLOAT32_BYTES = 4.0
-ACCEPTANCE_SPREAD = 20.0   # the simulator's default per-request Beta concentration (before a fit)
 
 # Engine runs (labels) and the simulator method each corresponds to.
 SIM_METHOD = {"ar": "ar", "sd": "sd", "sd-2proc": "sd-5gpu", "psd": "psd", "pearl": "pearl"}
@@ -118,16 +117,8 @@ def catalog_text(doc: dict[str, Any]) -> str:
     for table, entries in doc.items():
         for key, fields in entries.items():
             lines += ["", f'[{table}."{key}"]']
-            lines += [f"{name} = {_toml(value)}" for name, value in fields.items()]
+            lines += [f"{name} = {toml_value(value)}" for name, value in fields.items()]
     return "\n".join(lines) + "\n"
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    return repr(value)
 
 
 def requests_jsonl(prompt_lens: list[int], output_len: int) -> str:
@@ -137,9 +128,9 @@ def requests_jsonl(prompt_lens: list[int], output_len: int) -> str:
 
 
 def scenario_values(run: EngineRun, cfg: EngineConfig, requests: int, folder: Path,
-                    acceptance: Mapping[int, float], spread: float = ACCEPTANCE_SPREAD) -> dict[str, Any]:
+                    acceptance: Mapping[int, float], spread: float) -> dict[str, Any]:
     """The scenario fields of one engine run (paths absolute, inside `folder`)."""
-    max_len = cfg.longest_prompt + cfg.output_len + 2 * run.k + 2   # the engine's cache length
+    max_len = cfg.with_changes(k=run.k).max_len   # the engine's cache length
     values: dict[str, Any] = {
         "name": f"reference-{run.name}", "method": SIM_METHOD[run.label], "k": run.k, "m": cfg.m,
         "seed": cfg.seed, "catalog": str(folder / "catalog.toml"),
@@ -162,7 +153,7 @@ def scenario_values(run: EngineRun, cfg: EngineConfig, requests: int, folder: Pa
 
 
 def scenario_for(run: EngineRun, cfg: EngineConfig, requests: int, folder: Path,
-                 acceptance: Mapping[int, float], spread: float = ACCEPTANCE_SPREAD) -> Scenario:
+                 acceptance: Mapping[int, float], spread: float) -> Scenario:
     return scenario_from_mapping(scenario_values(run, cfg, requests, folder, acceptance, spread),
                                  f"validate {run.name}")
 

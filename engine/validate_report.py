@@ -11,7 +11,7 @@ Relative error = (predicted − measured) / measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.validate_describe import SIM_METHOD, EngineRun
@@ -41,6 +41,16 @@ def relative_error(measured: float | None, predicted: float | None) -> float | N
     return (predicted - measured) / measured
 
 
+def metric_cells(measured: Mapping[str, Any], predicted: Mapping[str, Any],
+                 metrics: Sequence[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """Per metric key: measured, predicted and the relative error."""
+    cells = {}
+    for key, _ in metrics:
+        a, b = metric(measured, key), metric(predicted, key)
+        cells[key] = {"measured": a, "predicted": b, "error": relative_error(a, b)}
+    return cells
+
+
 def build_rows(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, Any]],
                predicted: Mapping[str, Mapping[str, Any]], in_sample: Iterable[str],
                repeats: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[dict[str, Any]]:
@@ -50,10 +60,9 @@ def build_rows(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, An
     rows = []
     for r in runs:
         m, p = measured[r.name], predicted[r.name]
-        metrics = {}
+        metrics = metric_cells(m, p, METRICS)
         for key, _ in METRICS:
-            a, b = metric(m, key), metric(p, key)
-            metrics[key] = {"measured": a, "predicted": b, "error": relative_error(a, b)}
+            b = metrics[key]["predicted"]
             if repeats is not None and len(repeats[r.name]) > 1:
                 each = [metric(x, key) for x in repeats[r.name]]
                 metrics[key]["repeats"] = each
@@ -120,21 +129,32 @@ def format_error(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:+.1f}%"
 
 
+Column = tuple[str, Callable[[Mapping[str, Any]], str], int]   # title, value of a row, width
+
+
+def metric_table(rows: Sequence[Mapping[str, Any]], metrics: Sequence[tuple[str, str]],
+                 columns: Sequence[Column], in_sample_means: str) -> list[str]:
+    """Rows of `run [columns] metric…`, each metric cell `measured predicted error`; a `*`
+    marks the in-sample runs (`in_sample_means` says why they are)."""
+    head = f"  {'run':<13}" + "".join(f"{title:<{w}}" for title, _, w in columns)
+    head += "".join(f"{label:>26}" for _, label in metrics)
+    out = [head, "  " + "-" * (len(head) - 2)]
+    for row in rows:
+        cells = "".join(f"{format_value(c['measured'], key):>8} {format_value(c['predicted'], key):>8} "
+                        f"{format_error(c['error']):>8}".rjust(26)
+                        for key, c in ((key, row["metrics"][key]) for key, _ in metrics))
+        name = row["run"] + ("*" if row["in_sample"] else " ")
+        out.append(f"  {name:<13}" + "".join(f"{value(row):<{w}}" for _, value, w in columns) + cells)
+    out.append("  each cell: measured, predicted, error = (predicted − measured) / measured; "
+               f"* = in-sample ({in_sample_means})")
+    return out
+
+
 def table_lines(report: Mapping[str, Any]) -> list[str]:
     """The side-by-side table: per run, each metric measured / predicted (error)."""
     rows = report["rows"]
-    head = f"  {'run':<13}{'sim':<9}" + "".join(f"{label:>26}" for _, label in METRICS)
-    out = [head, "  " + "-" * (len(head) - 2)]
-    for row in rows:
-        cells = []
-        for key, _ in METRICS:
-            c = row["metrics"][key]
-            cells.append(f"{format_value(c['measured'], key):>8} {format_value(c['predicted'], key):>8} "
-                         f"{format_error(c['error']):>8}")
-        tag = "*" if row["in_sample"] else " "
-        out.append(f"  {row['run'] + tag:<13}{row['sim_method']:<9}" + "".join(f"{c:>26}" for c in cells))
-    out.append("  each cell: measured, predicted, error = (predicted − measured) / measured; "
-               "* = in-sample (its traces made the profile)")
+    out = metric_table(rows, METRICS, [("sim", lambda row: row["sim_method"], 9)],
+                       "its traces made the profile")
     for row in rows:
         if row["label"] == "psd" and "repeat_errors" in row["metrics"]["throughput_tok_s"]:
             each = {key: ", ".join(format_error(e) for e in row["metrics"][key]["repeat_errors"])
@@ -168,7 +188,7 @@ def figure(rows: Sequence[Mapping[str, Any]]) -> bytes:
             if all(v is None for v in meas):
                 continue
             kw = {"color": colors[lab]}
-            if len(ks) == 1:  # AR: one point, drawn across the panel
+            if lab == "ar":  # one point, k-less: drawn across the panel
                 ax.axhline(meas[0], lw=1, **kw, label=f"{lab} measured")
                 if pred[0] is not None:
                     ax.axhline(pred[0], lw=1, ls="--", **kw, label=f"{lab} predicted")

@@ -22,6 +22,7 @@ from sim.errors import ScenarioError
 ENGINES = ("reference", "vllm")
 # EngineConfig fields validate sets itself, per run.
 RESERVED = ("method", "k", "separate_verifier", "trace_dir", "profile")
+VLLM_RESERVED = ("method", "k", "target", "draft", "profile_dir")
 
 
 def add_validate_parser(sub: Any) -> None:
@@ -142,6 +143,11 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
         raise _bad("--no-contention", "applies to the reference engine only (vLLM's SD runs in one process)",
                    "remove --no-contention")
     _check_repeats(args)
+    for item in args.overrides:
+        name = item.partition("=")[0].strip()
+        if name in VLLM_RESERVED:
+            raise _bad("--set", f"{name} is set by validate itself (it runs and describes the tiny local "
+                                "pair, SD at each --k)", f"remove --set {name}=…")
     try:
         changes = {**base, **option_changes(args.overrides)}
         engine = VllmConfig(method="sd").with_changes(**changes)
@@ -166,9 +172,13 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
     from engine.validate import report_json
     from engine.validate_vllm import run_validate, table_lines
     from engine.vllm.__main__ import stdout_to_stderr
+    from engine.vllm.config import EngineConfigError
 
-    with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report goes there alone
-        report = run_validate(cfg, log=_log)
+    try:
+        with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report goes there alone
+            report = run_validate(cfg, log=_log)
+    except EngineConfigError as exc:   # a model it cannot load or build
+        raise _bad("--set", str(exc), "fix the value named") from None
     if args.json:
         sys.stdout.write(report_json(report))
         return 0

@@ -9,6 +9,7 @@ whose message is one line naming the field and the fix; nothing else escapes fro
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -510,14 +511,13 @@ def validate(s: Scenario, catalog: Catalog | None = None) -> Scenario:
 # Writing
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """A bool, number or string as a TOML value (a JSON string is a valid TOML basic string)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+        return json.dumps(value)
+    return repr(value)
 
 
 def scenario_to_toml(s: Scenario) -> str:
@@ -529,5 +529,5 @@ def scenario_to_toml(s: Scenario) -> str:
         lines.append(f"[{section}]")
         for name, f in FIELDS.items():
             if f.metadata["section"] == section and values[name] is not None:
-                lines.append(f"{name} = {_toml_value(values[name])}")
+                lines.append(f"{name} = {toml_value(values[name])}")
     return "\n".join(lines) + "\n"

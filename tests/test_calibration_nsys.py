@@ -43,6 +43,14 @@ def test_busy_time_is_the_union_of_the_ranges_gpu_ops(tmp_path: Path) -> None:
     assert "2024.6.2" in info.version and "3.16.1" in info.version
 
 
+@pytest.mark.parametrize("name", ["run#1.sqlite", "a%20b.sqlite", "what?.sqlite"])
+def test_file_names_with_uri_characters_open_read_only(tmp_path: Path, name: str) -> None:
+    r = NvtxRange("psdsim:draft batch=4 k=2 ctx=64", 0, 50 * US, ops=_kernels(10, 100))
+    built, _ = read_nsys(_write(tmp_path / name, [r]), PSDSIM)
+    assert len(built.samples) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]   # nothing else created
+
+
 def test_registered_names_and_inline_text_both_read(tmp_path: Path) -> None:
     a = NvtxRange("psdsim:verify batch=8 tokens=32 ctx=100", 0, 10 * US, ops=_kernels(5, 40), registered=True)
     b = NvtxRange("psdsim:verify batch=8 tokens=32 ctx=200", 100 * US, 110 * US, ops=_kernels(105, 50))

@@ -35,12 +35,12 @@ Request records add psdsim_first_token_us.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.reference.schedule import Request
+from sim.results import write_file
 
 
 @dataclass
@@ -137,10 +137,7 @@ def write_jsonl(path: Path, metadata: dict[str, Any], steps: list[StepRecord], r
     """One bundle line, written atomically (temp file + rename)."""
     bundle = {"metadata": metadata,
               "traces": [s.to_json() for s in steps] + [request_json(r, start_s) for r in requests]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(bundle) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_file(path, json.dumps(bundle) + "\n")
 
 
 def _us(seconds: float) -> int:

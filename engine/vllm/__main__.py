@@ -113,14 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg, as_json = config_from_args(sys.argv[1:] if argv is None else argv)
         cfg.check()
         require_vllm(cfg)
-    except (EngineConfigError, VllmUnavailable) as exc:
+        with stdout_to_stderr(as_json):
+            summary = run(cfg)   # a model folder it cannot load: EngineConfigError, before any run
+    except (EngineConfigError, VllmUnavailable, ScenarioError) as exc:   # each names its field
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except ScenarioError as exc:   # from --scenario / --set: already names the field
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    with stdout_to_stderr(as_json):
-        summary = run(cfg)
     print_summary(summary, as_json)
     return 0
 

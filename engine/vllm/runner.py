@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.vllm.config import VllmConfig
+from engine.vllm.config import EngineConfigError, VllmConfig
 from engine.vllm.summary import delta, snapshot, summarize
 from engine.vllm.workload import prompt_token_ids
 
@@ -80,11 +80,20 @@ def model_paths(cfg: VllmConfig) -> tuple[str, str | None, int]:
     if cfg.target is None:
         from engine.vllm.models import build_tiny
 
-        target, draft = build_tiny(cfg.tiny, cfg.models_dir)
+        try:
+            target, draft = build_tiny(cfg.tiny, cfg.models_dir)
+        except OSError as exc:
+            where = str(cfg.models_dir or "~/.cache/psdsim")
+            raise EngineConfigError(f"models_dir = {where!r}: cannot build the tiny models there "
+                                    f"({exc.strerror or exc})") from None
         return str(target), (str(draft) if cfg.method != "ar" else None), cfg.tiny.vocab
     from transformers import AutoConfig
 
-    conf = AutoConfig.from_pretrained(cfg.target)
+    try:
+        conf = AutoConfig.from_pretrained(cfg.target)
+    except OSError as exc:
+        raise EngineConfigError(f"target = {cfg.target!r}: not a model folder or name vLLM can load "
+                                f"({str(exc).splitlines()[0]})") from None
     vocab = int(getattr(conf, "vocab_size", None) or conf.get_text_config().vocab_size)
     return cfg.target, (cfg.draft if cfg.method != "ar" else None), vocab
 

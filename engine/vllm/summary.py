@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-PERCENTILES = {"mean": None, "p50": 50, "p90": 90, "p99": 99}
+from sim.metrics import ms_stats, ratio
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -134,7 +134,7 @@ def summarize(outputs: Sequence[Any], *, method: str, k: int, m: int, start_wall
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(generated > 1, (end - ttft) / (generated - 1), np.nan)
     tokens = int(generated.sum())
-    rate = tokens / makespan_s if makespan_s > 0 else None
+    rate = ratio(tokens, makespan_s)
     notes: dict[str, str] = {
         "throughput_tok_s": "output tokens / makespan, prefill included (the simulator's excludes "
                             "prefill-only steps; vLLM V1 mixes prefill chunks into decode steps)",
@@ -172,9 +172,9 @@ def summarize(outputs: Sequence[Any], *, method: str, k: int, m: int, start_wall
         "throughput_tok_s_trim70": None,
         "output_tok_s": rate,
         "e2el_ms": makespan_s / len(outputs) * 1e3 if len(outputs) else None,
-        "latency_ms": _ms_stats(end),
-        "ttft_ms": _ms_stats(ttft),
-        "tpot_ms": _ms_stats(tpot),
+        "latency_ms": ms_stats(end),
+        "ttft_ms": ms_stats(ttft),
+        "tpot_ms": ms_stats(tpot),
         "vsr": spec["vsr"],
         "parallelization_rate": 0.0 if method == "sd" else None,
         "comm_share": None,
@@ -199,11 +199,3 @@ def summarize(outputs: Sequence[Any], *, method: str, k: int, m: int, start_wall
     summary.update(extra or {})
     summary["notes"] = notes
     return summary
-
-
-def _ms_stats(seconds: np.ndarray) -> dict[str, float | None]:
-    values = seconds[np.isfinite(seconds)] * 1e3
-    if len(values) == 0:
-        return dict.fromkeys(PERCENTILES)
-    return {name: float(values.mean() if q is None else np.percentile(values, q))
-            for name, q in PERCENTILES.items()}
