@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from calibration.fit import MIN_SAMPLES, TermFit, acceptance_stats, fit_term
-from calibration.kineto import read_kineto
+from calibration.kineto import GZIP_MAGIC, read_kineto
 from calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
 from calibration.nsys import SQLITE_MAGIC, read_nsys
 from calibration.phases import Built, TraceInfo
@@ -25,7 +25,6 @@ from calibration.samples import StepSample
 from calibration.trace_error import TraceError
 from sim.profile import TERMS, Profile
 
-GZIP_MAGIC = b"\x1f\x8b"
 SNIFF_BYTES = 1 << 20
 MINEDRAFT_KEYS = (b'"traces"', b'"start_us"', b'"is_prompt_run"')
 TIMINGS = ("busy", "span")

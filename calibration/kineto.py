@@ -132,7 +132,6 @@ class _Scan:
     kernels: int = 0
     kernel_us: float = 0.0
     skipped: int = 0                                            # events without a numeric ts
-    kinds: dict[str, tuple[str, dict[str, float]] | None] = field(default_factory=dict)  # classify's, by name
 
 
 def _scan(events: list[Any], rules: tuple[RangeRule, ...]) -> _Scan:
@@ -172,9 +171,7 @@ def _scan(events: list[Any], rules: tuple[RangeRule, ...]) -> _Scan:
 
 def _range(scan: _Scan, rules: tuple[RangeRule, ...], name: str, ts: float | None, dur: float | None,
            key: Key) -> None:
-    if name not in scan.kinds:
-        scan.kinds[name] = classify(rules, name)
-    hit = scan.kinds[name]
+    hit = classify(rules, name)
     if hit is None:
         if len(scan.unmatched) < 2000 or name in scan.unmatched:
             scan.unmatched[name] += 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from calibration.samples import ATTRIBUTES, KINDS
 from calibration.trace_error import TraceError
@@ -82,8 +83,10 @@ def parse_rules(preset: str, extra: list[str]) -> tuple[RangeRule, ...]:
     return (*own, *PRESETS[preset])
 
 
+@lru_cache(maxsize=65536)
 def classify(rules: tuple[RangeRule, ...], name: str) -> tuple[str, dict[str, float]] | None:
-    """(kind, attributes) of the first rule the name matches, or None."""
+    """(kind, attributes) of the first rule the name matches, or None. Cached: a trace repeats a
+    few names millions of times (callers must not change the attributes returned)."""
     for r in rules:
         m = r.pattern.search(name)
         if m is None:

@@ -69,7 +69,7 @@ SCHEMA = {re.search(r"CREATE TABLE (\w+)", st).group(1): st.strip()  # type: ign
           for st in DDL.split(";") if st.strip()}
 EVENT_TYPES = ((33, "NvtxCategory"), (34, "NvtxMark"), (39, "NvtxThread"), (PUSH_POP, "NvtxPushPopRange"),
                (START_END, "NvtxStartEndRange"), (75, "NvtxDomainCreate"), (76, "NvtxDomainDestroy"))
-PTOP, DTOD = 10, 8   # ENUM_CUDA_MEMCPY_OPER
+PTOP = 10   # ENUM_CUDA_MEMCPY_OPER: peer to peer
 
 
 def global_tid(pid: int, tid: int) -> int:
