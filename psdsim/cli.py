@@ -21,7 +21,7 @@ from calibration.report import fit_figure, report_lines
 from calibration.samples import sample_columns
 from calibration.trace_error import TraceError
 from psdsim.sweep_cli import add_sweep_parser, cmd_sweep
-from psdsim.validate_cli import add_validate_parser, cmd_validate
+from psdsim.validate_cli import ENGINES, add_validate_parser, cmd_validate
 from sim.catalog import CatalogError, load_catalog
 from sim.errors import ScenarioError
 from sim.paper import QUICK_REQUESTS, grid, improvements, run_grid
@@ -468,7 +468,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-ENGINES = ("reference", "vllm")
 
 
 def _pick_engine(argv: list[str]) -> tuple[str | None, list[str]]:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,20 @@ class _Seen:
                 hi[i] = v
 
 
+@contextmanager
+def unrecorded(cost: StepCost) -> Iterator[None]:
+    """Prices asked inside do not count as sizes the run used (a fitted profile's range
+    warnings): what-if pricing, such as adaptive k's candidates."""
+    if not isinstance(cost, FittedCost):
+        yield
+        return
+    cost.recording = False
+    try:
+        yield
+    finally:
+        cost.recording = True
+
+
 class FittedCost:
     """A StepCost from a profile: fitted terms where the profile has them, `fallback` elsewhere."""
 
@@ -256,6 +271,11 @@ class FittedCost:
         self.contention = profile.contention_factors
         self._idle = {side: profile.idle_points(side) for side in ("draft", "verify")}
         self.seen = {name: _Seen(len(RANGE_VARIABLES[name])) for name in TERMS}
+        self.recording = True   # off while pricing what-ifs (see `unrecorded`)
+
+    def _saw(self, name: str, *values: float) -> None:
+        if self.recording:
+            self.seen[name].add(*values)
 
     def after_idle(self, side: str, idle_s: float) -> float:
         """How much slower `side`'s work runs after it idled `idle_s` (1 when not measured)."""
@@ -264,14 +284,14 @@ class FittedCost:
     def draft(self, batch: int, k: int, ctx: int) -> float:
         if self._draft is None:
             return self.fallback.draft(batch, k, ctx)
-        self.seen["draft"].add(batch, k, ctx)
+        self._saw("draft", batch, k, ctx)
         return max(0.0, self._draft(draft_features(batch, k, ctx)))
 
     def _chunk_seconds(self, term: Term | None, chunks: Chunks, shared_pass: bool,
                        fallback: Callable[[], float]) -> float:
         if term is None:
             return fallback()
-        self.seen[term.name].add(chunks.tokens)
+        self._saw(term.name, chunks.tokens)
         seconds = term(prefill_features(chunks.tokens, chunks.pairs, chunks.ctx))
         return max(0.0, seconds - term.coef[0] if shared_pass else seconds)
 
@@ -280,7 +300,7 @@ class FittedCost:
             return self.fallback.verify(batch, tokens, ctx, chunks)
         seconds = 0.0
         if batch:
-            self.seen["verify"].add(batch, tokens, ctx)
+            self._saw("verify", batch, tokens, ctx)
             seconds = max(0.0, self._verify(verify_features(tokens, ctx)))
         if chunks.tokens:
             seconds += self._chunk_seconds(self._prefill, chunks, batch > 0, lambda: 0.0)
@@ -295,7 +315,7 @@ class FittedCost:
     def _message(self, term: Term | None, nbytes: int, fallback: Callable[[int], float]) -> float:
         if term is None:
             return fallback(nbytes)
-        self.seen[term.name].add(nbytes)
+        self._saw(term.name, nbytes)
         return max(0.0, term(message_features(nbytes)))
 
     def comm(self, nbytes: int) -> float:
@@ -307,7 +327,7 @@ class FittedCost:
     def reject(self, positions: int) -> float:
         if self._reject is None:
             return self.fallback.reject(positions)
-        self.seen["reject"].add(positions)
+        self._saw("reject", positions)
         return max(0.0, self._reject((1.0, positions)))
 
     def swap(self, blocks: int) -> float:

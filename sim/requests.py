@@ -28,6 +28,7 @@ class RequestTable:
         self.prompt_len = w.prompt_len
         self.output_len = w.output_len
         self.acceptance = w.acceptance
+        self.acceptance_mean = w.acceptance_mean   # what the scenario configured (a prior)
         with np.errstate(invalid="ignore"):
             self.log_acceptance = np.log(w.acceptance)  # NaN without a draft model
         self.abort_delay_s = w.abort_delay_s

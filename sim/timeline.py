@@ -51,8 +51,6 @@ NOTES = [
     "rejection sampling, overhead, KV swap) are laid end to end in that order",
     "verifier slices carry their step's outcome from the step table (one target pass per step)",
 ]
-RING_NOTE = ("the ring model's driver drafts a sub-batch nobody drafted, and does the draft model's "
-             "prefill and rejection sampling, beside the drafter GPUs' work: its own track")
 
 
 def drafter_track(index: int) -> str:
@@ -168,12 +166,9 @@ def trace_document(result: Result) -> dict[str, Any]:
             row = rows[args["step"]]
             args = {**args, **{key: row[col] for key, col in OUTCOME.items()}}
         events.append(_event(sl.name, sl.cat, tids[sl.track], sl.start_s, sl.end_s, args))
-    notes = list(NOTES)
-    if any(sl.track == DRIVER and sl.cat == ON_DRAFTER for sl in timeline.slices):
-        notes.append(RING_NOTE)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {
         "scenario": s.name, "method": s.method, "seed": s.seed, "scenario_digest": s.digest(),
-        "psdsim_version": _version(), "makespan_s": result.summary["makespan_s"], "notes": notes}}
+        "psdsim_version": _version(), "makespan_s": result.summary["makespan_s"], "notes": list(NOTES)}}
 
 
 def _version() -> str:

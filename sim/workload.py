@@ -30,6 +30,7 @@ class Workload:
     acceptance: np.ndarray  # float64 per-token acceptance per request (NaN when no draft model)
     abort_delay_s: np.ndarray  # float64 seconds after the first token the client cancels; NaN = never
     prompt: np.ndarray | None = None  # int64 prompt each request samples from (n > 1); None: its own
+    acceptance_mean: float | None = None  # the configured mean the rates were drawn around
 
     def __len__(self) -> int:
         return len(self.prompt_len)
@@ -84,8 +85,8 @@ def make_workload(s: Scenario, cat: Catalog, rng: np.random.Generator) -> Worklo
         delay = rng.uniform(0.0, s.abort_window_s, size=n)
         abort_delay = np.where(cancels, delay, np.nan)
     if s.n == 1:
-        return Workload(arrivals, prompts, outputs, acceptance, abort_delay)
+        return Workload(arrivals, prompts, outputs, acceptance, abort_delay, acceptance_mean=mean)
     # SamplingParams.n: vLLM fans a prompt out into n requests that share its prompt and arrival
     # (and here its acceptance rate and its client's cancellation), each generating on its own.
     fan = [np.repeat(a, s.n) for a in (arrivals, prompts, outputs, acceptance, abort_delay)]
-    return Workload(*fan, prompt=np.repeat(np.arange(len(prompts)), s.n))
+    return Workload(*fan, prompt=np.repeat(np.arange(len(prompts)), s.n), acceptance_mean=mean)

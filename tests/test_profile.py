@@ -10,7 +10,7 @@ import pytest
 from psdsim.cli import main
 from sim.costs import AnalyticCost, Chunks
 from sim.errors import ScenarioError
-from sim.profile import FittedCost, Profile, Term, load_profile, profile_from_json
+from sim.profile import FittedCost, Profile, Term, load_profile, profile_from_json, unrecorded
 from sim.results import write_file
 from sim.run import simulate
 from sim.scenario import catalog_for, load_scenario
@@ -64,6 +64,19 @@ def test_fitted_terms_price_steps_and_the_rest_falls_back() -> None:
     assert not any("extrapolated" in w for w in warnings)
     cost.draft(64, 3, 10)
     assert any(w.startswith("profile: draft batch 8-64 used, fitted on 4-16") for w in cost.warnings())
+
+
+def test_what_if_prices_are_not_sizes_the_run_used() -> None:
+    """Adaptive k prices every candidate k' and drafts one: only what ran counts for the
+    profile's range warnings."""
+    s = load_scenario()
+    cost = FittedCost(_profile(), AnalyticCost(s, catalog_for(s)))
+    with unrecorded(cost):
+        cost.draft(64, 3, 10)
+        cost.verify(64, 400, 10)
+    assert not any("used, fitted" in w for w in cost.warnings())
+    cost.draft(64, 3, 10)
+    assert any(w.startswith("profile: draft batch 64-64 used") for w in cost.warnings())
 
 
 def test_a_run_with_a_profile_warns_where_it_extrapolates_and_where_the_hardware_differs(

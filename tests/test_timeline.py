@@ -212,3 +212,17 @@ def test_cli_writes_no_trace_for_a_run_that_does_not_fit(tmp_path, capsys):
     args = ["run", "--set", "target=llama-3.3-70b", "--set", "draft=llama-3.1-8b", "--trace", str(path)]
     assert main(args) == 2
     assert not path.exists()
+
+
+@pytest.mark.parametrize("method", ["sd", "psd"])
+def test_adaptive_k_slices_carry_the_k_drafted(method):
+    """With k_policy = adaptive and poor drafts, steps draft fewer than k tokens (SD: none); the
+    verify slices say how many were scored per request, not the scenario's k."""
+    r = simulate(small(requests=30, output_len=24, method=method, k=6, acceptance=0.1,
+                       k_policy="adaptive"), timeline=True)
+    doc = json.loads(json.dumps(trace_document(r)))
+    verifies = [e for e in slices(doc) if e["cat"] == "verifier" and e["name"] != "prefill"]
+    assert verifies
+    for e in verifies:
+        args = e["args"]
+        assert args["k"] < 6 and args["scored"] <= args["batch"] * (args["k"] + 1)

@@ -13,8 +13,9 @@ average (i.i.d. leading successes, then the bonus or resampled token). The step 
 passes, a target pass over batch·(k' + 1) tokens (plus the step's prefill chunks), rejection
 sampling when k' > 0, and the fixed overhead. The rate a is estimated online, as a real engine
 could: accepted drafts / (accepted drafts + verifications that rejected one) — the
-maximum-likelihood rate of i.i.d. leading successes — starting from the workload's mean
-acceptance with the weight of PRIOR_POSITIONS observed positions.
+maximum-likelihood rate of i.i.d. leading successes — starting from the scenario's configured
+mean acceptance (its `acceptance`, or the catalog's prior for the pair; not the requests' own
+drawn rates, which no engine knows) with the weight of PRIOR_POSITIONS observed positions.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sim.costs import Chunks, StepCost
+from sim.profile import unrecorded
 
 PRIOR_POSITIONS = 20.0
 
@@ -31,7 +33,8 @@ PRIOR_POSITIONS = 20.0
 class AcceptanceEstimate:
     """The per-token acceptance rate seen so far (see the module docstring)."""
 
-    def __init__(self, prior: float) -> None:
+    def __init__(self, prior: float | None) -> None:
+        prior = 0.5 if prior is None else prior
         self.accepted = PRIOR_POSITIONS * prior
         self.rejected = PRIOR_POSITIONS * (1.0 - prior)
 
@@ -44,12 +47,6 @@ class AcceptanceEstimate:
         return self.accepted / (self.accepted + self.rejected)
 
 
-def mean_acceptance(rates: np.ndarray) -> float:
-    """The workload's mean per-token acceptance (0.5 where no request has one): the prior."""
-    known = rates[np.isfinite(rates)]
-    return float(known.mean()) if len(known) else 0.5
-
-
 def best_k(cost: StepCost, batch: int, ctx: int, chunks: Chunks, k_max: int, rate: float,
            parallel: bool = False, link_s: Callable[[int], float] | None = None) -> int:
     """The k' in 0..k_max with the most expected tokens per second of step time: drafting then
@@ -57,6 +54,12 @@ def best_k(cost: StepCost, batch: int, ctx: int, chunks: Chunks, k_max: int, rat
     steady step is max(draft, verify), the theory's max(t, V) — DESIGN §5). `link_s(tokens)`:
     the messages' time on the link, on the verifier's side, where the drafter has a device of
     its own."""
+    with unrecorded(cost):   # candidates not drafted are not sizes the run used
+        return _best_k(cost, batch, ctx, chunks, k_max, rate, parallel, link_s)
+
+
+def _best_k(cost: StepCost, batch: int, ctx: int, chunks: Chunks, k_max: int, rate: float,
+            parallel: bool, link_s: Callable[[int], float] | None) -> int:
     best, best_speed = 0, -1.0
     expected = 0.0
     for k in range(k_max + 1):

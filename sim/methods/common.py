@@ -132,15 +132,15 @@ def after_verify(ctx: SimContext, plan: StepPlan, chunks: Chunks, tokens: int, s
     idle = ctx.slow.driver_idle
     after_wait = idle(env.now - waited_from) if idle is not None else 1.0
     # with overlap_prefill the draft's prompt pass ran beside the target's: only the rest is left
-    left_s = max(0.0, waited_from + sync_s - env.now) if ctx.overlap_prefill and sync_s else sync_s
-    left_s *= after_wait
+    left = max(0.0, waited_from + sync_s - env.now) if ctx.overlap_prefill and sync_s else sync_s
+    left_s = left * after_wait   # what is left runs after the wait, slowed by it
     reject_s = cost.reject(tokens) * after_wait if scored else 0.0
     swap_s = cost.swap(plan.swap_blocks)
     verified_at = env.now
     yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
     if tl is not None:
-        if left_s < sync_s:  # the overlapped part ran beside the target pass
-            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, waited_from, waited_from + sync_s - left_s)
+        if left < sync_s:  # the overlapped part ran beside the target pass
+            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, waited_from, waited_from + sync_s - left)
         reject = (DRAFTER, REJECT, ON_DRAFTER) if reject_on_drafter else (DRIVER, REJECT, ON_DRIVER)
         tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s), (*reject, reject_s),
                                         *driver_parts(cost.overhead, swap_s)])

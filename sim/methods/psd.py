@@ -36,7 +36,7 @@ import numpy as np
 from sim.batches import BatchManager
 from sim.costs import NO_CHUNKS, Chunks
 from sim.devices import VerifyJob
-from sim.methods.adaptive import AcceptanceEstimate, best_k, mean_acceptance
+from sim.methods.adaptive import AcceptanceEstimate, best_k
 from sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -88,7 +88,7 @@ class ParallelSD(EngineMethod):
         self.width = s.k + (s.extra if self.tetris else 0)
         self.lookahead = self.width
         # k_policy = adaptive: each drafting picks its k' in 0..k (sim/methods/adaptive.py)
-        self.estimate = (AcceptanceEstimate(mean_acceptance(ctx.table.acceptance))
+        self.estimate = (AcceptanceEstimate(ctx.table.acceptance_mean)
                          if s.k_policy == "adaptive" else None)
 
     # -- the split of the coming step -------------------------------------------------------
@@ -173,7 +173,7 @@ class ParallelSD(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         ctx = self.ctx
-        env, cost, table, k, tl = ctx.env, ctx.cost, ctx.table, self.width, ctx.timeline
+        env, cost, table, tl = ctx.env, ctx.cost, ctx.table, ctx.timeline
         b0, b1 = len(self.members[False]), len(self.members[True])
         v = self.send  # the flag of the sub-batch verified in this step
         if len(plan.decode):
@@ -214,8 +214,8 @@ class ParallelSD(EngineMethod):
         job = VerifyJob(cost.verify(len(verify_ids), tokens, context, chunks),
                         *link_bytes(ctx, len(verify_ids), tokens, context, chunks))
         if tl is not None:
-            job.name, job.args = ((f"verify B{v:d}", {"sub_batch": int(v), "k": k}) if decoding
-                                  else ("prefill", None))
+            job.name, job.args = ((f"verify B{v:d}", {"sub_batch": int(v), "k": int(proposed.max())})
+                                  if decoding else ("prefill", None))
         ahead_context = table.context(draft_ids)
         k_ahead = self._k(draft_ids, ahead_context, NO_CHUNKS, parallel=True) if len(draft_ids) else 0
         ahead_s = cost.draft(len(draft_ids), k_ahead, ahead_context) * self.after_wait if k_ahead else 0.0

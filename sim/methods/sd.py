@@ -20,7 +20,7 @@ import numpy as np
 
 from sim.devices import VerifyJob
 from sim.layout import layout_for
-from sim.methods.adaptive import AcceptanceEstimate, best_k, mean_acceptance
+from sim.methods.adaptive import AcceptanceEstimate, best_k
 from sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -46,7 +46,7 @@ class StandardSD(EngineMethod):
         self.over_link = layout_for(ctx.scenario).over_link
         self.after_wait = 1.0   # driver: slowdown after its last wait for the verifier (sim/overlap.py)
         # k_policy = adaptive: the acceptance seen so far prices each step's choice of k
-        self.estimate = (AcceptanceEstimate(mean_acceptance(ctx.table.acceptance))
+        self.estimate = (AcceptanceEstimate(ctx.table.acceptance_mean)
                          if ctx.scenario.k_policy == "adaptive" else None)
 
 
