@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 from sim.errors import ScenarioError
 from sim.parallel import map_in_order
 from sim.run import simulate
-from sim.scenario import FIELDS, Scenario, load_scenario, parse_override
+from sim.scenario import FIELDS, Scenario, load_scenario, parse_override, read_toml
 
 OBJECTIVES = {  # objective key in [slo] → (summary key, percentile, what it is)
     "latency_p99_ms": ("latency_ms", "p99", "p99 end-to-end latency"),
@@ -64,12 +63,7 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
     """Read a plan file: [base] scenario fields, [space] candidate lists, [slo] objectives,
     optional [search] (rate_min, rate_max, tolerance, requests)."""
     p = Path(path)
-    try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _bad("plan", f"file {str(p)!r} not found", "give the path of a plan TOML file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise _bad("plan", f"{p.name} is not valid TOML ({exc})", "fix the TOML syntax") from None
+    doc = read_toml(p, "plan", "a plan TOML file")[1]
     for key in doc:
         if key not in ("base", "space", "slo", "search", "price"):
             raise _bad(f"[{key}]", f"unknown table in {p.name}",
@@ -84,6 +78,9 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
     base = _base_scenario(p, base_fields, overrides)
     space = _space(doc.get("space", {}))
     objectives = _objectives(doc.get("slo", {}))
+    for key, value in search.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _bad(f"search.{key}", f"must be a number, got {value!r}", f"write e.g. {key} = 0.05")
     spec = PlanSpec(base, space, objectives, **{k: float(v) for k, v in search.items()},
                     price=_prices(doc.get("price", {})))
     if not 0 < spec.rate_min < spec.rate_max:

@@ -275,23 +275,30 @@ def scenario_from_mapping(values: Mapping[str, Any], source: str = "scenario") -
     return validate(Scenario(**coerced))
 
 
+def read_toml(p: Path, field_name: str, what: str) -> tuple[str, dict[str, Any]]:
+    """(text, document) of a TOML file the user named in `field_name` (scenario, sweep spec,
+    plan); every way it can be unreadable is a one-line ScenarioError."""
+    try:
+        text = p.read_text(encoding="utf-8")
+        return text, tomllib.loads(text)
+    except FileNotFoundError:
+        raise ScenarioError(field_name, f"file {str(p)!r} not found", f"give the path of {what}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(field_name, f"{p.name} is not valid TOML ({exc})",
+                            "fix the TOML syntax at the position given") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(field_name, f"cannot read {str(p)!r} ({exc.__class__.__name__})",
+                            "give a readable UTF-8 TOML file") from None
+
+
 def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
                   method: str | None = None, preset: str | None = None) -> Scenario:
     """A preset (if any), then a scenario file (None = the built-in default), then `--set`."""
     values: dict[str, Any] = preset_fields(preset) if preset else {}
     if path is not None:
         p = Path(path)
-        try:
-            values.update(_flatten(tomllib.loads(p.read_text(encoding="utf-8")), p.name))
-        except FileNotFoundError:
-            raise ScenarioError("scenario", f"file {str(p)!r} not found",
-                                "give the path of a .toml scenario, or none for the default") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ScenarioError("scenario", f"{p.name} is not valid TOML ({exc})",
-                                "fix the TOML syntax at the position given") from None
-        except (UnicodeDecodeError, IsADirectoryError, PermissionError) as exc:
-            raise ScenarioError("scenario", f"cannot read {str(p)!r} ({exc.__class__.__name__})",
-                                "give a readable UTF-8 .toml file") from None
+        values.update(_flatten(read_toml(p, "scenario", "a .toml scenario, or none for the default")[1],
+                               p.name))
         if "name" not in values or preset:
             values["name"] = p.stem
         for name in PATH_FIELDS:  # relative to the scenario file

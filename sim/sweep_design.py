@@ -25,7 +25,6 @@ import difflib
 import hashlib
 import itertools
 import math
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from functools import cached_property
@@ -44,6 +43,7 @@ from sim.scenario import (
     _coerce,
     field_section,
     load_scenario,
+    read_toml,
     scenario_from_mapping,
     scenario_to_toml,
 )
@@ -331,17 +331,7 @@ def _describe(inputs: Mapping[str, Any]) -> str:
 def load_design(path: str | Path) -> Design:
     """Read, expand and validate a sweep SPEC (every point checked before anything runs)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-        doc = tomllib.loads(text)
-    except (FileNotFoundError, IsADirectoryError):
-        raise _bad("spec", f"file {str(p)!r} not found", "give the path of a sweep SPEC.toml") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise _bad("spec", f"{p.name} is not valid TOML ({exc})",
-                   "fix the TOML syntax at the position given") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _bad("spec", f"cannot read {str(p)!r} ({exc.__class__.__name__})",
-                   "give a readable UTF-8 TOML file") from None
+    text, doc = read_toml(p, "spec", "a sweep SPEC.toml")
     for key in doc:
         if key not in TABLES:
             close = difflib.get_close_matches(key, TABLES, n=1)

@@ -46,11 +46,20 @@ def _plan(tmp_path: Path, text: str = PLAN) -> Path:
     ("[slo]\nttft_p99_ms = -3\n", r"^slo.ttft_p99_ms: must be a positive number"),
     ("[slo]\nlatency_p99_ms = 5\n[search]\ntolerance = 2\n", r"^search.tolerance"),
     ("[base]\nkk = 3\n[slo]\nlatency_p99_ms = 5\n", r"^kk: unknown field"),
+    ('[slo]\nlatency_p99_ms = 5\n[search]\ntolerance = "abc"\n', r"^search.tolerance: must be a number"),
+    ("[slo]\nlatency_p99_ms = 5\n[search]\nrate_min = [1]\n", r"^search.rate_min: must be a number"),
 ])
 def test_bad_plans_are_one_line_errors(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(ScenarioError, match=match) as exc:
         load_plan(_plan(tmp_path, text))
     assert "\n" not in str(exc.value)
+
+
+def test_an_unreadable_plan_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_bytes(b"\xff\xfe")
+    for path, why in ((tmp_path, "IsADirectoryError"), (tmp_path / "bad.toml", "UnicodeDecodeError")):
+        with pytest.raises(ScenarioError, match=rf"^plan: cannot read .*\({why}\)"):
+            load_plan(path)
 
 
 def test_the_space_runs_ar_once_and_reports_invalid_combinations(tmp_path: Path) -> None:
