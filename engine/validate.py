@@ -180,8 +180,9 @@ def assemble_profiles(traces: dict[str, list[Path]], contention: dict[str, Any] 
       overhead of SD with the target in its own process, the only runs that have them; and what
       engine/validate_contention.py measures and no SD run isolates: the slowdown of overlapped
       work, and of work after a process idled (sim/overlap.py). The two-process SD runs'
-      compute terms are not used: each of their passes follows ~10 ms of idling and includes
-      that slowdown, which the simulator now adds where (and as much as) a process idles;
+      compute terms are not used: each of their passes follows idling (~5 ms a step at k = 1,
+      engine/validate_contention.py) and includes that slowdown, which the simulator adds
+      where (and as much as) a process idles;
       predicting those runs from one-process terms is the check that it does;
     - profile-one-process.json (SD; in-sample): the one-process compute terms, SD's overhead;
     - profile-ar.json (AR; in-sample): the same with AR's own overhead: an AR step samples its

@@ -18,10 +18,11 @@ so slow drift of a shared machine cancels. The profile records the factors with 
 The same rounds also time each side's call after its process slept 1, 2, 4, 8 and 16 ms (the
 other side idle), against back to back: `after_idle`, the slowdown of work that follows an idle
 period (sim/overlap.py applies it to the verifier's pass after its idle time and to the driver's
-work after its wait for the verifier). On the shared 2-core VM these docs were measured on, a
-call after ≥ 4-8 ms idle ran ~15-30% slower than back to back, after ≤ 2 ms not: SD with the
-target in its own process (each process idles ~10 ms a step) times every pass slower than
-one-process SD (never idle), and PSD at k = 1 (the driver waits ~6 ms a step) more than at k = 5.
+work after its wait for the verifier). In one `psdsim validate` run with the defaults on this
+project's shared 2-core VM, drafting ran ×1.12, 1.21, 1.34, 1.38 and 1.34 slower after 1, 2, 4,
+8 and 16 ms idle, the target pass ×1.01 to 1.09; in that run's traces the verifier of SD with the
+target in its own process idled ~5 ms a step at k = 1 (its pass 11.0 ms, against 9.2 ms in
+one-process SD, never idle), and PSD's driver waited 8.5 ms a step at k = 1 and 1.8 ms at k = 5.
 """
 
 from __future__ import annotations
