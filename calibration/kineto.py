@@ -31,7 +31,7 @@ from typing import Any
 
 from calibration.phases import COMM_KERNEL, Built, GpuWork, TimedRange, TraceInfo, build_samples
 from calibration.ranges import RangeRule, classify
-from calibration.trace_error import TraceError
+from calibration.trace_error import trace_error
 
 GZIP_MAGIC = b"\x1f\x8b"
 US = 1e-6
@@ -49,28 +49,25 @@ RawRange = tuple[str, str, dict[str, float], Key, float, float]  # name, kind, a
 Op = tuple[float, float, int, int, bool, bool]  # ts µs, dur µs, device, bytes, comm, kernel
 
 
-def _fail(path: Path, message: str) -> TraceError:
-    return TraceError(" ".join(f"{path}: {message}".splitlines()))
-
-
 def _load(path: Path) -> Any:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise _fail(path, f"cannot read ({exc.strerror or exc})") from None
+        raise trace_error(path, f"cannot read ({exc.strerror or exc})") from None
     if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
-            raise _fail(path, f"corrupt or truncated gzip file ({exc}); copy or record the trace again"
+            raise trace_error(path, f"corrupt or truncated gzip file ({exc}); copy or record the trace again"
                         ) from None
     if not data.strip():
-        raise _fail(path, f"empty file; {WHAT_IT_IS}, after the profiler has stopped")
+        raise trace_error(path, f"empty file; {WHAT_IT_IS}, after the profiler has stopped")
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise _fail(path, f"not JSON, or truncated JSON ({exc}); {WHAT_IT_IS}, and let the profiler finish "
-                          "writing it (a process killed mid-write leaves it cut short)") from None
+        raise trace_error(path, f"not JSON, or truncated JSON ({exc}); {WHAT_IT_IS}, and let the "
+                          "profiler finish writing it (a process killed mid-write leaves it cut "
+                          "short)") from None
 
 
 def _events(doc: Any, path: Path) -> tuple[list[Any], dict[str, Any]]:
@@ -79,9 +76,9 @@ def _events(doc: Any, path: Path) -> tuple[list[Any], dict[str, Any]]:
     elif isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
         events, meta = doc["traceEvents"], doc
     else:
-        raise _fail(path, f"JSON, but not a Kineto trace (no traceEvents list); {WHAT_IT_IS}")
+        raise trace_error(path, f"JSON, but not a Kineto trace (no traceEvents list); {WHAT_IT_IS}")
     if not events:
-        raise _fail(path, "the trace has no events; profile a window in which the model runs "
+        raise trace_error(path, "the trace has no events; profile a window in which the model runs "
                           "(check the profiler's schedule and that it was stopped, not killed)")
     return events, meta
 
@@ -185,20 +182,20 @@ def _range(scan: _Scan, rules: tuple[RangeRule, ...], name: str, ts: float | Non
 
 def _check(scan: _Scan, path: Path) -> None:
     if scan.kernels == 0:
-        raise _fail(path, "no GPU kernels in the trace: the profiler must record CUDA activity, "
+        raise trace_error(path, "no GPU kernels in the trace: the profiler must record CUDA activity, "
                           "torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")
     if scan.ranges:
         return
     if scan.dropped:
-        raise _fail(path, f"every matching user_annotation range ({sum(scan.dropped.values())}) has no "
+        raise trace_error(path, f"every matching user_annotation range ({sum(scan.dropped.values())}) has no "
                           "duration; stop the profiler after the profiled steps end")
     if not scan.unmatched:
-        raise _fail(path, "no user_annotation (record_function) ranges at all; for vLLM set "
+        raise trace_error(path, "no user_annotation (record_function) ranges at all; for vLLM set "
                           "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1, else wrap the phases in "
                           "torch.profiler.record_function")
     common = ", ".join(repr(n) for n, _ in scan.unmatched.most_common(6))
-    raise _fail(path, f"no user_annotation range matches the range rules (most common names: {common}); "
-                      "choose --ranges PRESET or add --range KIND=REGEX")
+    raise trace_error(path, "no user_annotation range matches the range rules (most common names: "
+                      f"{common}); choose --ranges PRESET or add --range KIND=REGEX")
 
 
 def _owners(scan: _Scan) -> dict[Ident, list[int]]:

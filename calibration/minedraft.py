@@ -88,7 +88,7 @@ import numpy as np
 
 from calibration.phases import Built, TraceInfo
 from calibration.samples import NAN, StepSample
-from calibration.trace_error import TraceError
+from calibration.trace_error import trace_error
 
 US = 1e-6
 UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
@@ -129,10 +129,6 @@ class _Trace:
 # Reading and checking
 
 
-def _fail(path: Path, what: str) -> TraceError:
-    return TraceError(f"{path}: {what}".replace("\n", " "))
-
-
 def _record_kind(rec: dict[str, Any]) -> str | None:
     kind = rec.get("type")
     if kind == "Step":
@@ -152,26 +148,25 @@ def _number(path: Path, rec: _Record, key: str) -> float | None:
     value = rec.data.get(key)
     if value is None:
         return None
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
-    raise _fail(path, f"{rec.where}: {key} is {value!r}, not a number; {RECORD_FIX}")
+    number = _num(value)
+    if not math.isnan(number):
+        return number
+    raise trace_error(path, f"{rec.where}: {key} is {value!r}, not a number; {RECORD_FIX}")
 
 
 def _check_step(path: Path, rec: _Record) -> None:
     """Raise for a step record that cannot be used: missing fields, non-numbers, negative times."""
     for key in ("start_us", "end_us"):
         if _number(path, rec, key) is None:
-            raise _fail(path, f"{rec.where}: step record has no {key}; {RECORD_FIX}")
+            raise trace_error(path, f"{rec.where}: step record has no {key}; {RECORD_FIX}")
     if rec.data["end_us"] < rec.data["start_us"]:
-        raise _fail(path, f"{rec.where}: negative step duration (end_us {rec.data['end_us']} < start_us "
-                          f"{rec.data['start_us']}); the record is corrupt: re-record the trace")
+        raise trace_error(path, f"{rec.where}: negative step duration (end_us {rec.data['end_us']} "
+                          f"< start_us {rec.data['start_us']}); the record is corrupt: re-record the trace")
     for key in (*MEASURED, *COUNTS, "batch_start_us", "batch_end_us"):
         value = _number(path, rec, key)
         if value is not None and value < 0:
             what = "duration" if key in MEASURED else "count" if key in COUNTS else "time"
-            raise _fail(path, f"{rec.where}: negative {what} {key} = {value:g}; the record is corrupt: "
+            raise trace_error(path, f"{rec.where}: negative {what} {key} = {value:g}; the record is corrupt: "
                               "re-record the trace")
     if _role(rec.data) == "empty":
         return
@@ -179,11 +174,11 @@ def _check_step(path: Path, rec: _Record) -> None:
         if rec.data.get(key) is None:
             fix = ("record with MineDraft's timer on (execute_model(profile_time=True))"
                    if key.startswith("measured") else RECORD_FIX)
-            raise _fail(path, f"{rec.where}: step record has no {key}; {fix}")
+            raise trace_error(path, f"{rec.where}: step record has no {key}; {fix}")
     if _role(rec.data) == "spec":
         for key in SPEC_FIELDS:
             if rec.data.get(key) is None:
-                raise _fail(path, f"{rec.where}: speculative step record has no {key}; {RECORD_FIX}")
+                raise trace_error(path, f"{rec.where}: speculative step record has no {key}; {RECORD_FIX}")
 
 
 def _load(path: str | Path) -> _Trace:
@@ -199,10 +194,10 @@ def _load(path: str | Path) -> _Trace:
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise _fail(path, f"line {n} is not JSON ({exc.msg} at column {exc.colno}); "
+                    raise trace_error(path, f"line {n} is not JSON ({exc.msg} at column {exc.colno}); "
                                       f"{RECORD_FIX}, one JSON object per line") from None
                 if not isinstance(obj, dict):
-                    raise _fail(path, f"line {n} is a JSON {type(obj).__name__}, not an object; "
+                    raise trace_error(path, f"line {n} is a JSON {type(obj).__name__}, not an object; "
                                       f"{RECORD_FIX}, one JSON object per line")
                 traces = obj.get("traces")
                 if isinstance(traces, list):
@@ -214,13 +209,14 @@ def _load(path: str | Path) -> _Trace:
                 else:
                     _add(trace, obj, n, 0, f"line {n}")
     except OSError as exc:
-        raise _fail(path, f"cannot read ({exc.strerror or exc})") from None
+        raise trace_error(path, f"cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
-        raise _fail(path, f"not a text file; {RECORD_FIX}") from None
+        raise trace_error(path, f"not a text file; {RECORD_FIX}") from None
     if not seen_line:
-        raise _fail(path, f"empty file; {RECORD_FIX}")
+        raise trace_error(path, f"empty file; {RECORD_FIX}")
     if not trace.steps:
-        raise _fail(path, f"no step records (objects with start_us, end_us, is_prompt_run, …); {RECORD_FIX}")
+        raise trace_error(path, "no step records (objects with start_us, end_us, is_prompt_run, …); "
+                          + RECORD_FIX)
     for rec in trace.steps:
         _check_step(path, rec)
     _attach_prompt_lens(trace)
@@ -363,15 +359,15 @@ def _infer_unit(trace: _Trace) -> tuple[str, float, str]:
             sums.append(total)
             walls.append(wall)
     if not sums:
-        raise _fail(trace.path, "no step has a positive measured_*_time and a positive wall time "
+        raise trace_error(trace.path, "no step has a positive measured_*_time and a positive wall time "
                                 "(end_us − start_us); record with MineDraft's timer on")
     msum, mwall = median(sums), median(walls)
     fits = [(abs(math.log(msum * scale / mwall)), name, scale) for name, scale in UNITS
             if MIN_RATIO <= msum * scale / mwall <= MAX_RATIO]
     if not fits:
-        raise _fail(trace.path, f"no time unit (s, ms, µs) fits measured_*_time: the median per-step sum "
-                                f"draft + target + overhead is {msum:g} against a median step wall time "
-                                f"of {mwall:g} s; check that the fields are timings of these steps")
+        raise trace_error(trace.path, "no time unit (s, ms, µs) fits measured_*_time: the median "
+                          f"per-step sum draft + target + overhead is {msum:g} against a median step "
+                          f"wall time of {mwall:g} s; check that the fields are timings of these steps")
     _, name, scale = min(fits)
     note = (f"measured_*_time read as {name}: median draft + target + overhead {msum * scale * 1e3:.3g} ms "
             f"per step, {msum * scale / mwall:.0%} of the median step wall time {mwall * 1e3:.3g} ms")
