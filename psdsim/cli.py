@@ -18,6 +18,7 @@ from typing import Any
 from calibration.calibrate import TIMINGS, calibrate
 from calibration.ranges import PRESETS as RANGE_PRESETS
 from calibration.report import fit_figure, report_lines
+from calibration.samples import COLUMNS as SAMPLE_COLUMNS
 from calibration.samples import sample_columns
 from calibration.trace_error import TraceError
 from psdsim.sweep_cli import add_sweep_parser, cmd_sweep
@@ -32,7 +33,17 @@ from sim.plan_report import plan_figures, plan_lines, plan_table
 from sim.plan_verdict import run_plan
 from sim.presets import PRESETS
 from sim.report import format_compare, format_run, ratios
-from sim.results import summary_json, table_csv, write_file, write_folder, write_result
+from sim.results import (
+    OWN_FILE_SIGNATURE,
+    check_output_file,
+    check_results_folder,
+    result_files,
+    summary_json,
+    table_csv,
+    write_file,
+    write_folder,
+    write_result,
+)
 from sim.run import Result, compare_methods, simulate
 from sim.scenario import METHODS, Scenario, load_scenario, scenario_to_toml
 from sim.theory_bridge import bridge, scenario_tail
@@ -218,6 +229,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if trace is not None and not trace.parent.is_dir():  # checked first: a typo costs no run
         raise ScenarioError("--trace", f"cannot write {str(trace)!r} (no folder {str(trace.parent)!r})",
                             "choose a file in an existing folder with --trace FILE")
+    if trace is not None:
+        check_output_file(trace, "--trace")
+    out = None if args.no_write else args.out or _default_out(s, s.method)
+    if out is not None:
+        check_results_folder(out, "run")
     progress = _Progress(not args.json)
     result: Result = simulate(s, progress=lambda f: progress(s.method, f), timeline=trace is not None)
     if not result.fits:
@@ -232,8 +248,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write(trace, lambda: write_trace(result, trace), "--trace",
                "choose a writable file with --trace FILE")
     where = None
-    if not args.no_write:
-        out = args.out or _default_out(s, s.method)
+    if out is not None:
         where = str(_write(out, lambda: write_result(result, out, plots=args.plots))) + "/"
     if args.json:
         sys.stdout.write(summary_json(result.summary))
@@ -253,23 +268,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not methods or len(set(methods)) != len(methods):
         raise ScenarioError("--methods", "needs distinct methods", "write e.g. --methods sd,psd")
     s = load_scenario(args.scenario, _overrides(args), preset=args.preset)
+    out = None if args.no_write else args.out or _default_out(s, "compare")
+    if out is not None:
+        check_results_folder(out, "compare")
     progress = _Progress(not args.json)
     results = compare_methods(s, methods, progress=progress)
     summaries = {m: r.summary for m, r in results.items()}
     pairs = [(a, b) for a, b in COMPARE_PAIRS if a in methods and b in methods]
     report = {"scenario": s.name, "summaries": summaries, "ratios": ratios(summaries, pairs)}
-    if not args.no_write:
-        out = args.out or _default_out(s, "compare")
+    if out is not None:
         files: dict[str, Any] = {"compare.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
                                  "scenario.toml": scenario_to_toml(s)}
-
-        def write_all() -> Path:
-            folder = write_folder(out, files)
-            for m, r in results.items():
-                write_result(r, folder / m)
-            return folder
-
-        report_dir = _write(out, write_all)
+        for m, r in results.items():
+            files.update({f"{m}/{name}": content for name, content in result_files(r).items()})
+        report_dir = _write(out, lambda: write_folder(out, files, "compare"))
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
     else:
@@ -290,6 +302,9 @@ def cmd_paper(args: argparse.Namespace) -> int:
         raise ScenarioError("--workers", f"must be >= 1, got {args.workers}", "write --workers 2")
     base = load_scenario(None, args.overrides, preset=args.preset)
     preset = PRESETS[args.preset]
+    label = "paper" + ("-quick" if args.quick else "")
+    out = args.out or _default_out(base, label)
+    check_results_folder(out, "paper")
     runs = grid(args.preset, base, args.quick)
     progress = _Progress(not args.json)
     rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f))
@@ -298,12 +313,10 @@ def cmd_paper(args: argparse.Namespace) -> int:
     title = f"{args.preset}: {preset.title}" + (" (quick)" if args.quick else "")
     report = {"preset": args.preset, "title": preset.title, "quick": args.quick,
               "note": preset.note, "improvements": gains, "infeasible": infeasible}
-    label = "paper" + ("-quick" if args.quick else "")
-    out = args.out or _default_out(base, label)
     files: dict[str, Any] = {"paper.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
                              "results.csv": paper_table(rows), "scenario.toml": scenario_to_toml(base),
                              **paper_figures(rows, title)}
-    folder = _write(out, lambda: write_folder(out, files))
+    folder = _write(out, lambda: write_folder(out, files, "paper"))
     if args.json:
         print(json.dumps(report, indent=2, allow_nan=False))
         return 0
@@ -446,6 +459,10 @@ def cmd_theory(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    samples_header = ",".join(SAMPLE_COLUMNS).encode()
+    for option, path in (("--out", args.out), ("--plot", args.plot), ("--samples", args.samples)):
+        if path is not None:
+            check_output_file(path, option, samples_header if option == "--samples" else OWN_FILE_SIGNATURE)
     source = {"engine": args.engine, "engine_version": args.engine_version, "gpu": args.gpu,
               "drafter_gpu": args.drafter_gpu, "target": args.target, "draft": args.draft,
               "tensor_parallel_size": args.tp}
@@ -502,6 +519,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ScenarioError("--workers", f"must be >= 1, got {args.workers}", "write --workers 2")
     spec = load_plan(args.plan, args.overrides)
+    out = args.out or Path("results") / f"plan-{args.plan.stem}-{spec.base.digest()}"
+    check_results_folder(out, "plan")
     progress = _Progress(not args.json)
     result = run_plan(spec, args.workers, lambda f: progress("plan", f))
     report = {"rows": result.rows, "pareto": result.front, "verdicts": result.verdicts,
@@ -511,8 +530,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                              "plan.toml": args.plan.read_text(encoding="utf-8")}
     if not args.no_figures:
         files.update({f"figures/{name}": data for name, data in plan_figures(result).items()})
-    out = args.out or Path("results") / f"plan-{args.plan.stem}-{spec.base.digest()}"
-    folder = _write(out, lambda: write_folder(out, files))
+    folder = _write(out, lambda: write_folder(out, files, "plan"))
     if args.json:
         sys.stdout.write(text)
     else:

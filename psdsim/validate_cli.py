@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ScenarioError
+from sim.results import claim_folder
 
 ENGINES = ("reference", "vllm")
 # EngineConfig fields validate sets itself, per run.
@@ -168,7 +169,7 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
         require_vllm(cfg.base)
     except VllmUnavailable as exc:
         raise _bad("--engine", str(exc), "install vLLM as described, or use --engine reference") from None
-    _make_folder(cfg.out)
+    claim_folder(cfg.out, "validate")
     from engine.validate import report_json
     from engine.validate_vllm import run_validate, table_lines
     from engine.vllm.__main__ import stdout_to_stderr
@@ -190,14 +191,6 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _make_folder(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _bad("--out", f"cannot write {str(out)!r} ({exc.strerror or exc})",
-                   "choose a writable folder with --out DIR") from None
-
-
 def _log(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
 
@@ -209,7 +202,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is None:
         raise _bad("--engine", "the reference engine needs PyTorch",
                    "pip install 'psdsim[engine]' (CPU only: pip install torch==2.13.0)")
-    _make_folder(cfg.out)
+    claim_folder(cfg.out, "validate")
     from engine.validate import report_json, run_validate
     from engine.validate_report import table_lines
 

@@ -52,15 +52,21 @@ def occupancy_png(result: Any) -> bytes:
     return figure_bytes(fig, dpi=120)
 
 
+# Every figure names psdsim in its metadata (near the file's start), which is how a later run knows
+# the file is its own to replace (sim.results.check_output_file); SVGs carry no date, so that the
+# same figure always gives the same bytes.
+FIGURE_METADATA = {"png": {"Software": "psdsim"}, "svg": {"Date": None, "Creator": "psdsim"},
+                   "pdf": {"Creator": "psdsim"}}
+
+
 def figure_formats(fig: Any, formats: tuple[str, ...] = ("png", "svg"), dpi: int = 110) -> dict[str, bytes]:
-    """The figure as bytes in each format, closed afterwards (SVG without its date, so that the
-    same figure always gives the same bytes)."""
+    """The figure as bytes in each format, closed afterwards."""
     import matplotlib.pyplot as plt
 
     out = {}
     for fmt in formats:
         buffer = io.BytesIO()
-        fig.savefig(buffer, format=fmt, dpi=dpi, metadata={"Date": None} if fmt == "svg" else None)
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=FIGURE_METADATA[fmt])
         out[fmt] = buffer.getvalue()
     plt.close(fig)
     return out

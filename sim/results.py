@@ -2,6 +2,11 @@
 
 Everything is written into a temporary folder beside the destination and renamed into place,
 so a results folder is either complete or absent: an interrupted run leaves nothing half-written.
+
+psdsim never deletes or overwrites what it did not write. A results folder carries a marker file
+(MARKER: the command that wrote it and the files it holds); a later run of the same command may
+replace that folder, and nothing else: an existing file, a folder holding anything the marker does
+not list, the working directory or a folder above it are refused before any work is written.
 """
 
 from __future__ import annotations
@@ -19,8 +24,17 @@ from typing import Any
 
 import numpy as np
 
+from sim.errors import ScenarioError
 from sim.plots import occupancy_png
 from sim.scenario import scenario_to_toml
+
+MARKER = ".psdsim-results.json"
+# The bytes by which psdsim recognises a single file it wrote (profiles, traces, figures all carry
+# the name near their start): such a file may be replaced by a later run, any other may not.
+OWN_FILE_SIGNATURE = b"psdsim"
+# The marker's file list of a folder a command fills file by file and never empties (validate):
+# the same command may write into it again, overwriting only the names it writes.
+INCREMENTAL = "written file by file; never emptied"
 
 
 def _cell(value: Any) -> Any:
@@ -52,6 +66,7 @@ def write_file(path: Path, content: str | bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(content.encode("utf-8") if isinstance(content, str) else content)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files: follow the user's umask
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -63,10 +78,88 @@ def summary_json(summary: Mapping[str, Any]) -> str:
     return json.dumps(summary, indent=2, allow_nan=False) + "\n"
 
 
-def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, np.ndarray]]) -> Path:
-    """Atomically create (or replace) `out_dir` holding `files`: text, bytes, or a table (CSV);
-    names may have folders (`figures/a.png`)."""
+def _refuse(option: str, out: Path, why: str) -> ScenarioError:
+    return ScenarioError(option, f"{str(out)!r} {why}; psdsim never deletes or overwrites what it did not "
+                         "write", "name a new folder (or remove that one yourself)")
+
+
+def _holds_working_directory(out: Path) -> bool:
+    here, target = Path.cwd().resolve(), out.resolve()
+    return here == target or target in here.parents
+
+
+def _marker(out: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("files"), list | str) else None
+
+
+def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> None:
+    """Refuse (ScenarioError) unless `out_dir` is new, an empty folder, or a folder that `command`
+    wrote itself and that holds nothing else. Called before any work, so a refusal costs nothing."""
+    out = Path(out_dir)
+    if _holds_working_directory(out):
+        raise _refuse(option, out, "is the working directory or holds it")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise _refuse(option, out, "is an existing file")
+    if not out.exists():
+        return
+    present = {p.relative_to(out).as_posix() for p in out.rglob("*") if not p.is_dir()}
+    if not present:
+        return
+    marker = _marker(out)
+    if marker is None:
+        raise _refuse(option, out, "is a folder psdsim did not write")
+    if marker.get("command") != command:
+        raise _refuse(option, out, f"holds the results of `psdsim {marker.get('command')}`, not `{command}`")
+    if marker["files"] == INCREMENTAL:
+        return
+    foreign = sorted(present - set(marker["files"]) - {MARKER})
+    if foreign:
+        raise _refuse(option, out, f"holds files psdsim did not write ({', '.join(foreign[:3])})")
+
+
+def check_output_file(path: Path, option: str, signature: bytes = OWN_FILE_SIGNATURE) -> None:
+    """Refuse (ScenarioError) to overwrite an existing file that psdsim did not write (its first
+    bytes do not hold `signature`: by default psdsim's name; a CSV passes its header row), a
+    folder, or a link."""
+    path = Path(path)
+    if path.is_symlink() or path.is_dir():
+        raise _refuse(option, path, "is a folder or a link")
+    if path.exists():
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(4096)
+        except OSError as exc:
+            raise ScenarioError(option, f"cannot read {str(path)!r} ({exc.strerror or exc})",
+                                "choose another file") from None
+        if signature not in head:
+            raise _refuse(option, path, "is an existing file psdsim did not write")
+
+
+def claim_folder(out_dir: Path, command: str, option: str = "--out") -> Path:
+    """Make `out_dir` a folder that `command` fills file by file (under check_results_folder's rule),
+    marked so that the same command may write into it again."""
     out_dir = Path(out_dir)
+    check_results_folder(out_dir, command, option)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError(option, f"cannot write {str(out_dir)!r} ({exc.strerror or exc})",
+                            "choose a writable folder") from None
+    write_file(out_dir / MARKER, json.dumps({"command": command, "files": INCREMENTAL}, indent=1) + "\n")
+    return out_dir
+
+
+def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, np.ndarray]],
+                 command: str, option: str = "--out") -> Path:
+    """Atomically create (or replace, under check_results_folder's rule) `out_dir` holding `files`:
+    text, bytes, or a table (CSV); names may have folders (`figures/a.png`). The marker file
+    records `command` and the names, so that the same command may replace the folder later."""
+    out_dir = Path(out_dir)
+    check_results_folder(out_dir, command, option)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -78,6 +171,9 @@ def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, n
                 (tmp / name).write_bytes(content)
             else:
                 (tmp / name).write_text(table_csv(content), encoding="utf-8")
+        marker = {"command": command, "files": sorted(files)}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+        _follow_umask(tmp)
         if out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
             os.replace(out_dir, old / out_dir.name)
@@ -91,8 +187,22 @@ def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, n
     return out_dir
 
 
-def write_result(result: Any, out_dir: Path, plots: bool = False) -> Path:
-    """The standard folder of one simulated run (a sim.run.Result); `plots` adds occupancy.png."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _follow_umask(folder: Path) -> None:
+    """mkdtemp makes 0700 folders; give the results the permissions the user's umask asks for."""
+    mask = _umask()
+    folder.chmod(0o777 & ~mask)
+    for p in folder.rglob("*"):
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+def result_files(result: Any, plots: bool = False) -> dict[str, str | bytes | Mapping[str, np.ndarray]]:
+    """The standard files of one simulated run (a sim.run.Result); `plots` adds occupancy.png."""
     files: dict[str, str | bytes | Mapping[str, np.ndarray]] = {
         "summary.json": summary_json(result.summary),
         "scenario.toml": scenario_to_toml(result.scenario),
@@ -102,4 +212,9 @@ def write_result(result: Any, out_dir: Path, plots: bool = False) -> Path:
         files["requests.csv"] = result.requests
         if plots:
             files["occupancy.png"] = occupancy_png(result)
-    return write_folder(out_dir, files)
+    return files
+
+
+def write_result(result: Any, out_dir: Path, plots: bool = False) -> Path:
+    """The standard folder of one simulated run, as `psdsim run` writes it."""
+    return write_folder(out_dir, result_files(result, plots), "run")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sim.plots import FIGURE_METADATA
+from sim.results import write_file
 from sim.theory_bridge import BridgeReport
 from theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
 from theory.published import A0, PUBLISHED_RATIO, paper_ratio, peak, ratio_at_least, statement_vs_model
@@ -85,15 +86,11 @@ def bridge_json(rep: BridgeReport) -> dict[str, Any]:
 
 
 def _save(fig: Any, path: Path) -> None:
-    """Write a figure atomically (temp file + rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=130, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write a figure atomically, in the format its suffix names, with psdsim's metadata."""
+    fmt = path.suffix.lstrip(".").lower()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=130, bbox_inches="tight", metadata=FIGURE_METADATA.get(fmt))
+    write_file(path, buffer.getvalue())
 
 
 def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from psdsim.cli import main
+from sim.results import MARKER
 
 FAST = ["--set", "requests=24", "--set", "output_len=16", "--set", "m=4", "--set", "prompt_len=32"]
 
@@ -27,7 +28,7 @@ def test_run_writes_a_complete_results_folder(capsys):
     assert len(folders) == 1
     folder = folders[0]
     assert {p.name for p in folder.iterdir()} == {"summary.json", "steps.csv", "requests.csv",
-                                                  "scenario.toml"}
+                                                  "scenario.toml", MARKER}
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["method"] == "psd" and summary["fits"] is True
     # The resolved scenario reproduces the run exactly.
@@ -88,7 +89,7 @@ def test_compare_prints_side_by_side_with_ratios(capsys):
     ratio = report["ratios"]["psd/sd"]["throughput_tok_s"]
     s = report["summaries"]
     assert ratio == pytest.approx(s["psd"]["throughput_tok_s"] / s["sd"]["throughput_tok_s"])
-    assert {p.name for p in folder.iterdir()} == {"compare.json", "scenario.toml", "ar", "sd", "psd"}
+    assert {p.name for p in folder.iterdir()} == {"compare.json", "scenario.toml", "ar", "sd", "psd", MARKER}
 
 
 def test_compare_marks_methods_that_do_not_fit(capsys):

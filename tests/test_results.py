@@ -7,7 +7,7 @@ import csv
 import numpy as np
 import pytest
 
-from sim.results import write_folder, write_result
+from sim.results import MARKER, write_folder, write_result
 from sim.run import simulate
 from tests.conftest import small
 
@@ -27,9 +27,9 @@ def test_tables_round_trip(tmp_path):
 
 def test_replacing_an_existing_folder(tmp_path):
     out = tmp_path / "out"
-    write_folder(out, {"a.txt": "one"})
-    write_folder(out, {"b.txt": "two"})
-    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    write_folder(out, {"a.txt": "one"}, "run")
+    write_folder(out, {"b.txt": "two"}, "run")
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "b.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary leftovers
 
 
@@ -37,5 +37,5 @@ def test_a_failed_write_leaves_nothing(tmp_path):
     out = tmp_path / "out"
     bad_table = {"x": np.array([1, 2]), "y": np.array([1])}  # ragged: fails while writing
     with pytest.raises(ValueError):
-        write_folder(out, {"ok.txt": "fine", "t.csv": bad_table})
+        write_folder(out, {"ok.txt": "fine", "t.csv": bad_table}, "run")
     assert list(tmp_path.iterdir()) == []
