@@ -13,14 +13,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
-from calibration.calibrate import calibrate
-from calibration.report import report_lines
-from calibration.synthetic import CostLog, write_cost_trace
-from sim.costs import AnalyticCost
-from sim.results import write_file
-from sim.run import simulate
-from sim.scenario import catalog_for, load_scenario
+from psdsim.calibration.calibrate import calibrate
+from psdsim.calibration.report import report_lines
+from psdsim.calibration.synthetic import CostLog, write_cost_trace
+from psdsim.sim.costs import AnalyticCost
+from psdsim.sim.output.results import write_file
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import catalog_for, load_scenario
 
 KEYS = ("throughput_tok_s", "output_tok_s", "makespan_s", "e2el_ms")
 

@@ -18,14 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from calibration.synthetic import write_bulk_trace
+from psdsim.calibration.synthetic import write_bulk_trace
 
 RANGES = 10_000
 
 READ = """
 import json, sys, time
-from calibration.nsys import read_nsys
-from calibration.ranges import PRESETS
+from psdsim.calibration.nsys import read_nsys
+from psdsim.calibration.ranges import PRESETS
 t = time.perf_counter()
 built, _ = read_nsys(sys.argv[1], PRESETS["psdsim"])
 wall = time.perf_counter() - t

@@ -10,9 +10,8 @@ decode steps while requests still wait.
 from __future__ import annotations
 
 import numpy as np
-
-from sim.run import simulate
-from sim.scenario import Scenario
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
 
 BASE = dict(requests=400, output_len=128, prompt_len=0, seed=1)
 CASES = [

@@ -13,8 +13,8 @@ import argparse
 import statistics
 import time
 
-from sim.run import simulate
-from sim.scenario import Scenario
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
 
 
 def measure(s: Scenario, repeats: int) -> tuple[float, dict]:

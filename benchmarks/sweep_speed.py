@@ -18,9 +18,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from sim.executors import ray_available
-from sim.sweep import run_sweep
-from sim.sweep_design import load_design
+from psdsim.studies.executors import ray_available
+from psdsim.studies.sweep import run_sweep
+from psdsim.studies.sweep_design import load_design
 
 SIZES = {  # label -> (base fields, grid)
     "short runs (40 req x 32 tok)": ("requests = 40\noutput_len = 32\nprompt_len = 128",

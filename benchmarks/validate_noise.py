@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from engine.reference.config import EngineConfig
-from engine.validate import ValidateConfig, run_validate
+from psdsim.engine.reference.config import EngineConfig
+from psdsim.engine.validate.reference import ValidateConfig, run_validate
 
 KEYS = (("throughput_tok_s", "tok/s"), ("latency_ms.p50", "p50"), ("e2el_ms", "E2EL"))
 

@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibration.fit import MIN_SAMPLES, TermFit, acceptance_stats, fit_term
-from calibration.kineto import GZIP_MAGIC, read_kineto
-from calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
-from calibration.nsys import SQLITE_MAGIC, read_nsys
-from calibration.phases import Built, TraceInfo
-from calibration.ranges import parse_rules
-from calibration.samples import StepSample
-from calibration.trace_error import TraceError
-from sim.profile import TERMS, Profile
+from psdsim.calibration.fit import MIN_SAMPLES, TermFit, acceptance_stats, fit_term
+from psdsim.calibration.kineto import GZIP_MAGIC, read_kineto
+from psdsim.calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
+from psdsim.calibration.nsys import SQLITE_MAGIC, read_nsys
+from psdsim.calibration.phases import Built, TraceInfo
+from psdsim.calibration.ranges import parse_rules
+from psdsim.calibration.samples import StepSample
+from psdsim.calibration.trace_error import TraceError
+from psdsim.sim.profile import TERMS, Profile
 
 SNIFF_BYTES = 1 << 20
 MINEDRAFT_KEYS = (b'"traces"', b'"start_us"', b'"is_prompt_run"')

@@ -17,10 +17,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import nnls
-
-from calibration.samples import StepSample
-from sim.profile import (
+from psdsim.calibration.samples import StepSample
+from psdsim.sim.profile import (
     FEATURES,
     RANGE_VARIABLES,
     Term,
@@ -29,6 +27,7 @@ from sim.profile import (
     prefill_features,
     verify_features,
 )
+from scipy.optimize import nnls
 
 OUTLIER_SIGMAS = 5.0
 OUTLIER_FLOOR = 0.02

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibration.phases import COMM_KERNEL, Built, GpuWork, TimedRange, TraceInfo, build_samples
-from calibration.ranges import RangeRule, classify
-from calibration.trace_error import trace_error
+from psdsim.calibration.phases import COMM_KERNEL, Built, GpuWork, TimedRange, TraceInfo, build_samples
+from psdsim.calibration.ranges import RangeRule, classify
+from psdsim.calibration.trace_error import trace_error
 
 GZIP_MAGIC = b"\x1f\x8b"
 US = 1e-6

@@ -85,10 +85,9 @@ from statistics import median
 from typing import Any
 
 import numpy as np
-
-from calibration.phases import Built, TraceInfo
-from calibration.samples import NAN, StepSample
-from calibration.trace_error import trace_error
+from psdsim.calibration.phases import Built, TraceInfo
+from psdsim.calibration.samples import NAN, StepSample
+from psdsim.calibration.trace_error import trace_error
 
 US = 1e-6
 UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))

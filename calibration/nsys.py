@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
-from calibration.phases import COMM_KERNEL, Built, GpuWork, TimedRange, TraceInfo, build_samples
-from calibration.ranges import RangeRule, classify
-from calibration.trace_error import TraceError
+from psdsim.calibration.phases import COMM_KERNEL, Built, GpuWork, TimedRange, TraceInfo, build_samples
+from psdsim.calibration.ranges import RangeRule, classify
+from psdsim.calibration.trace_error import TraceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SUPPORTED_SCHEMA_MAJOR = 3

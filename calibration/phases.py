@@ -17,10 +17,10 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
-from calibration.ranges import STEP, step_attributes
-from calibration.samples import StepSample
+from psdsim.calibration.ranges import STEP, step_attributes
+from psdsim.calibration.samples import StepSample
 
-# Kernels that move data between GPUs (reference nsight_vllm.md §4.3).
+# Kernels that move data between GPUs (docs/reference/nsight_vllm.md §4.3).
 COMM_KERNEL = re.compile(r"nccl|cross_device_reduce|all_?reduce|allgather|sendrecv", re.IGNORECASE)
 
 

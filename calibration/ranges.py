@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from calibration.samples import ATTRIBUTES, KINDS
-from calibration.trace_error import TraceError
+from psdsim.calibration.samples import ATTRIBUTES, KINDS
+from psdsim.calibration.trace_error import TraceError
 
 STEP = "step"
 _WORD = re.compile(r"\b([a-z_]+)=(-?[0-9][0-9.eE+-]*)")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from calibration.calibrate import Calibration
-from sim.plots import figure_bytes
-from sim.profile import FEATURES, TERMS
+from psdsim.calibration.calibrate import Calibration
+from psdsim.sim.output.plots import figure_bytes
+from psdsim.sim.profile import FEATURES, TERMS
 
 # What a coefficient is per (features without an entry are seconds per pass, message or step).
 _PER = {"pass_tokens": "/token", "tokens": "/token", "pass_ctx": "/cached token", "ctx": "/cached token",

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sim.costs import NO_CHUNKS, Chunks, StepCost
+from psdsim.sim.costs import NO_CHUNKS, Chunks, StepCost
 
 PUSH_POP, START_END = 59, 60
 # The export's tables and columns (nsys 2024.6.2, schema 3.16.1), as `CREATE TABLE` statements.

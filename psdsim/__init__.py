@@ -8,11 +8,11 @@ The public Python API, re-exported from the packages that implement it:
     write_trace(result, "timeline.json")  # Chrome trace-event JSON: open it in ui.perfetto.dev
 """
 
-from sim.errors import ScenarioError
-from sim.results import write_result
-from sim.run import Result, compare_methods, simulate
-from sim.scenario import Scenario, load_scenario, scenario_to_toml
-from sim.timeline import write_trace
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.results import write_result
+from psdsim.sim.output.timeline import write_trace
+from psdsim.sim.run import Result, compare_methods, simulate
+from psdsim.sim.scenario import Scenario, load_scenario, scenario_to_toml
 
 __all__ = ["Result", "Scenario", "ScenarioError", "compare_methods", "load_scenario",
            "scenario_to_toml", "simulate", "write_result", "write_trace"]

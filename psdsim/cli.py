@@ -15,25 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from calibration.calibrate import TIMINGS, calibrate
-from calibration.ranges import PRESETS as RANGE_PRESETS
-from calibration.report import fit_figure, report_lines
-from calibration.samples import COLUMNS as SAMPLE_COLUMNS
-from calibration.samples import sample_columns
-from calibration.trace_error import TraceError
-from psdsim.sweep_cli import add_sweep_parser, cmd_sweep
-from psdsim.validate_cli import ENGINES, add_validate_parser, cmd_validate
-from sim.catalog import CatalogError, load_catalog
-from sim.errors import ScenarioError
-from sim.paper import QUICK_REQUESTS, grid, improvements, run_grid
-from sim.paper import figures as paper_figures
-from sim.paper import table as paper_table
-from sim.plan import load_plan
-from sim.plan_report import plan_figures, plan_lines, plan_table
-from sim.plan_verdict import run_plan
-from sim.presets import PRESETS
-from sim.report import format_compare, format_run, ratios
-from sim.results import (
+from psdsim.calibration.calibrate import TIMINGS, calibrate
+from psdsim.calibration.ranges import PRESETS as RANGE_PRESETS
+from psdsim.calibration.report import fit_figure, report_lines
+from psdsim.calibration.samples import COLUMNS as SAMPLE_COLUMNS
+from psdsim.calibration.samples import sample_columns
+from psdsim.calibration.trace_error import TraceError
+from psdsim.sim.catalog import CatalogError, load_catalog
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.report import format_compare, format_run, ratios
+from psdsim.sim.output.results import (
     OWN_FILE_SIGNATURE,
     check_output_file,
     check_results_folder,
@@ -44,10 +35,18 @@ from sim.results import (
     write_folder,
     write_result,
 )
-from sim.run import Result, compare_methods, simulate
-from sim.scenario import METHODS, Scenario, load_scenario, scenario_to_toml
-from sim.theory_bridge import bridge, scenario_tail
-from sim.theory_report import (
+from psdsim.sim.output.timeline import write_trace
+from psdsim.sim.presets import PRESETS
+from psdsim.sim.run import Result, compare_methods, simulate
+from psdsim.sim.scenario import METHODS, Scenario, load_scenario, scenario_to_toml
+from psdsim.studies.paper import QUICK_REQUESTS, grid, improvements, run_grid
+from psdsim.studies.paper import figures as paper_figures
+from psdsim.studies.paper import table as paper_table
+from psdsim.studies.plan import load_plan
+from psdsim.studies.plan_report import plan_figures, plan_lines, plan_table
+from psdsim.studies.plan_verdict import run_plan
+from psdsim.studies.theory_bridge import bridge, scenario_tail
+from psdsim.studies.theory_report import (
     bridge_json,
     bridge_lines,
     optima_lines,
@@ -56,9 +55,10 @@ from sim.theory_report import (
     tail_lines,
     theory_json,
 )
-from sim.timeline import write_trace
-from theory.model import FrontierModel
-from theory.published import A0
+from psdsim.sweep_cli import add_sweep_parser, cmd_sweep
+from psdsim.theory.model import FrontierModel
+from psdsim.theory.published import A0
+from psdsim.validate_cli import ENGINES, add_validate_parser, cmd_validate
 
 EXIT_BAD_INPUT = 2
 COMPARE_PAIRS = (("psd", "sd"), ("psd", "ar"), ("sd", "ar"), ("psd+tetris", "sd"),
@@ -507,10 +507,10 @@ def cmd_engine(args: argparse.Namespace) -> int:
         print(f"psdsim: error: --engine: use one of {', '.join(ENGINES)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if name == "vllm":
-        from engine.vllm.__main__ import main as vllm_main
+        from psdsim.engine.vllm.__main__ import main as vllm_main
 
         return vllm_main(rest)
-    from engine.reference.__main__ import main as engine_main
+    from psdsim.engine.reference.__main__ import main as engine_main
 
     return engine_main(rest)
 

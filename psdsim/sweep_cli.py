@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ScenarioError
-from sim.executors import EXECUTORS, WorkerDied, require_ray
-from sim.results import write_file
-from sim.sweep import RUNS, run_sweep
-from sim.sweep_design import load_design
-from sim.sweep_figures import sweep_figures
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.results import write_file
+from psdsim.studies.executors import EXECUTORS, WorkerDied, require_ray
+from psdsim.studies.sweep import RUNS, run_sweep
+from psdsim.studies.sweep_design import load_design
+from psdsim.studies.sweep_figures import sweep_figures
 
 EXIT_ALL_FAILED = 1
 

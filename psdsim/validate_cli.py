@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ScenarioError
-from sim.results import claim_folder
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.results import claim_folder
 
 ENGINES = ("reference", "vllm")
 # EngineConfig fields validate sets itself, per run.
@@ -68,7 +68,7 @@ def _ks(text: str) -> tuple[int, ...]:
 
 
 def _from_scenario(path: Path) -> dict[str, Any]:
-    from sim.scenario import load_scenario
+    from psdsim.sim.scenario import load_scenario
 
     s = load_scenario(path)
     out: dict[str, Any] = {"k": str(s.k), "m": s.m, "requests": s.requests, "output_len": s.output_len,
@@ -80,8 +80,8 @@ def _from_scenario(path: Path) -> dict[str, Any]:
 
 def validate_config(args: argparse.Namespace) -> Any:
     """The ValidateConfig the arguments ask for; ScenarioError (one line) when they are wrong."""
-    from engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
-    from engine.validate import MEASURED_LABELS, ValidateConfig
+    from psdsim.engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
+    from psdsim.engine.validate.reference import MEASURED_LABELS, ValidateConfig
 
     base = {"k": "1,3,5", "m": 4, "requests": 32, "output_len": 64}
     if args.scenario is not None:
@@ -125,8 +125,8 @@ def _check_repeats(args: argparse.Namespace) -> None:
 
 def vllm_validate_config(args: argparse.Namespace) -> Any:
     """The VllmValidateConfig the arguments ask for; ScenarioError (one line) when they are wrong."""
-    from engine.validate_vllm import VllmValidateConfig
-    from engine.vllm.config import EngineConfigError, VllmConfig, option_changes
+    from psdsim.engine.validate.vllm import VllmValidateConfig
+    from psdsim.engine.vllm.config import EngineConfigError, VllmConfig, option_changes
 
     if args.methods is not None:
         raise _bad("--methods", "vLLM validation predicts standard SD only (PSD runs on vLLM only through "
@@ -163,17 +163,17 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
 
 def cmd_validate_vllm(args: argparse.Namespace) -> int:
     cfg = vllm_validate_config(args)
-    from engine.vllm.runner import VllmUnavailable, require_vllm
+    from psdsim.engine.vllm.runner import VllmUnavailable, require_vllm
 
     try:
         require_vllm(cfg.base)
     except VllmUnavailable as exc:
         raise _bad("--engine", str(exc), "install vLLM as described, or use --engine reference") from None
     claim_folder(cfg.out, "validate")
-    from engine.validate import report_json
-    from engine.validate_vllm import run_validate, table_lines
-    from engine.vllm.__main__ import stdout_to_stderr
-    from engine.vllm.config import EngineConfigError
+    from psdsim.engine.validate.reference import report_json
+    from psdsim.engine.validate.vllm import run_validate, table_lines
+    from psdsim.engine.vllm.__main__ import stdout_to_stderr
+    from psdsim.engine.vllm.config import EngineConfigError
 
     try:
         with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report goes there alone
@@ -203,8 +203,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         raise _bad("--engine", "the reference engine needs PyTorch",
                    "pip install 'psdsim[engine]' (CPU only: pip install torch==2.13.0)")
     claim_folder(cfg.out, "validate")
-    from engine.validate import report_json, run_validate
-    from engine.validate_report import table_lines
+    from psdsim.engine.validate.reference import report_json, run_validate
+    from psdsim.engine.validate.report import table_lines
 
     report = run_validate(cfg, log=_log)
     if args.json:

@@ -1,7 +1,8 @@
 """Acceptance: per-request rates from a Beta distribution, per-step accepted counts.
 
 Each request has its own per-token acceptance rate a ~ Beta(mean x spread, (1 - mean) x spread),
-i.i.d. across draft positions (measured acceptance is roughly flat by position, reference §3.6).
+i.i.d. across draft positions (measured acceptance is roughly flat by position,
+docs/reference/hardware_models_workloads.md §3.6).
 A verification of n drafted tokens accepts the leading successes, capped at n. The number of
 successes before the first rejection is Geometric: P(G >= j) = a^j, drawn here as
 G = floor(ln U / ln a) with U uniform on (0, 1] (one uniform per request, 5x cheaper than numpy's

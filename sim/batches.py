@@ -1,6 +1,6 @@
 """The Batch Manager: which of PSD's two sub-batches each running request belongs to.
 
-It mirrors MineDraft's scheduler patch (reference paper.md §4.2, `SchedulerPatch`): a request's
+It mirrors MineDraft's scheduler patch (docs/reference/paper.md §4.2, `SchedulerPatch`): a request's
 flag is True or False; `balance` = #False - #True; `skip` is the sub-batch the scheduler treats
 as draft-only-scheduled in the coming decode step. It starts alternating one decode step after
 decoding begins, in step with the worker's verified sub-batch (see sim/methods/psd.py).

@@ -1,6 +1,6 @@
 """Step costs: how long drafting, target passes, transfers, swaps and overheads take.
 
-One interface (`StepCost`) with two sources here: the analytic roofline of DESIGN §3, built from
+One interface (`StepCost`) with two sources here: the analytic roofline of docs/design.md §3, built from
 the catalog, and constant times for the idealised mode. Per forward pass of a model on a TP group:
 
     t = max(bytes / (mem_efficiency x bandwidth), flops / (compute_efficiency x peak))
@@ -10,15 +10,16 @@ the catalog, and constant times for the idealised mode. Per forward pass of a mo
 bytes = streamed weights / TP + context tokens x KV bytes per token / TP;
 flops = tokens x body FLOPs + sampled positions x LM-head FLOPs + attention pairs x FLOPs/pair.
 An MoE model's streamed weights grow with the tokens of the pass: each layer reads the experts
-its tokens are routed to, E (1 - (1 - k/E)^tokens) of them (reference §2.2). Matmuls run at the
-GPU's FP8 rate for FP8 models where the GPU has FP8 tensor cores, at the BF16 rate otherwise
-(weight-only quantisation: AWQ-INT4, or FP8 on an A100).
+its tokens are routed to, E (1 - (1 - k/E)^tokens) of them
+(docs/reference/hardware_models_workloads.md §2.2). Matmuls run at the GPU's FP8 rate for FP8
+models where the GPU has FP8 tensor cores, at the BF16 rate otherwise (weight-only quantisation:
+AWQ-INT4, or FP8 on an A100).
 
 A target pass may carry decode verification and prefill chunks together (chunked prefill): they
 share one weight read. The efficiency defaults (0.81 memory, 0.77 compute) are what
-SpecDecode-Bench's fitted vLLM step model implies for Llama-3.1-8B on H100 (reference
-hardware_models_workloads.md §4.4); the launch overhead (50 us per layer) is the low end of the
-reference's 40-100 us eager-mode estimate; the step overhead (1.2 ms) is SpecDecode-Bench's fitted
+SpecDecode-Bench's fitted vLLM step model implies for Llama-3.1-8B on H100
+(docs/reference/hardware_models_workloads.md §4.4); the launch overhead (50 us per layer) is the low
+end of the reference's 40-100 us eager-mode estimate; the step overhead (1.2 ms) is SpecDecode-Bench's fitted
 per-step cost. All are estimates: results are approximate until calibrated against traces.
 """
 
@@ -27,11 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from sim.catalog import GPU, Catalog, Link, Model
-from sim.layout import DEDICATED, layout_for
-from sim.memory import plan_memory
-from sim.messages import PROB_BYTES
-from sim.scenario import Scenario
+from psdsim.sim.catalog import GPU, Catalog, Link, Model
+from psdsim.sim.layout import DEDICATED, layout_for
+from psdsim.sim.memory import plan_memory
+from psdsim.sim.messages import PROB_BYTES
+from psdsim.sim.scenario import Scenario
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 if TYPE_CHECKING:
-    from sim.timeline import Timeline
+    from psdsim.sim.timeline import Timeline
 
 TO_VERIFIER = "to_verifier"
 TO_DRAFTER = "to_drafter"

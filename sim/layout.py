@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.scenario import Scenario
+from psdsim.sim.scenario import Scenario
 
 NONE, COLOCATED, DEDICATED = "none", "colocated", "dedicated"
 

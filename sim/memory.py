@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.catalog import Catalog
-from sim.layout import COLOCATED, DEDICATED, layout_for
-from sim.scenario import Scenario
+from psdsim.sim.catalog import Catalog
+from psdsim.sim.layout import COLOCATED, DEDICATED, layout_for
+from psdsim.sim.scenario import Scenario
 
 GB = 1e9
 

@@ -3,7 +3,7 @@
 MineDraft's driver (the drafter GPU) broadcasts the step's inputs to the verifier group and
 the first verifier rank sends the sampler output back point-to-point: per scored position the
 sampled id, and the full-vocabulary probabilities and log-probabilities that rejection sampling
-on the driver needs (reference paper.md §4.2). Those two vocab-sized float32 rows dominate,
+on the driver needs (docs/reference/paper.md §4.2). Those two vocab-sized float32 rows dominate,
 which is why the return message grows with vocab x batch x (k+1). An EAGLE drafter also needs
 the target's hidden states (bf16, one row per position; for a prefill, per prompt token).
 The `compact` what-if sends only the sampled id and the target's probability of each draft

@@ -1,4 +1,4 @@
-"""From the step and request tables to the summary of DESIGN §4 and §7.
+"""From the step and request tables to the summary of docs/design.md §4 and §7.
 
 Paper-compatible (MineDraft's analysis scripts): throughput = generated tokens / time over
 decode steps only (prefill-only steps excluded; a step that decodes with prefill chunks riding
@@ -15,12 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from sim.kv import KVPools
-from sim.layout import layout_for
-from sim.records import DECODE
-from sim.requests import ABORTED, FINISHED, REJECTED, STATE_NAMES
-from sim.scenario import Scenario
+from psdsim.sim.kv import KVPools
+from psdsim.sim.layout import layout_for
+from psdsim.sim.records import DECODE
+from psdsim.sim.requests import ABORTED, FINISHED, REJECTED, STATE_NAMES
+from psdsim.sim.scenario import Scenario
 
 PERCENTILES = {"mean": None, "p50": 50, "p90": 90, "p99": 99}
 

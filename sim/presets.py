@@ -1,4 +1,4 @@
-"""The MineDraft paper's configurations as presets (reference paper.md §5).
+"""The MineDraft paper's configurations as presets (docs/reference/paper.md §5).
 
 What is recoverable is each experiment script's models, m and flags: 1000 prompts (Spec-Bench
 has 480), 256 output tokens with EOS ignored, max_model_len 2048, gpu_memory_utilization 0.65,
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.errors import ScenarioError
+from psdsim.sim.errors import ScenarioError
 
 COMMON: dict[str, Any] = dict(requests=1000, output_len=256, max_model_len=2048,
                               gpu_memory_utilization=0.65, scheduler="vllm-v0",

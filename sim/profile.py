@@ -1,7 +1,7 @@
 """Fitted cost profiles: the schema `calibration/` writes and the StepCost the simulator runs on.
 
 A profile holds, per kind of work (a *term*), coefficients of the same terms the analytic model
-adds up (DESIGN §3), fitted to trace samples by calibration. Each term is linear in its features:
+adds up (docs/design.md §3), fitted to trace samples by calibration. Each term is linear in its features:
 
     draft(batch, k, ctx)    = c·(k,  k·batch,  k·ctx + batch·k(k-1)/2,  1)  k passes; cached tokens;
                                                                          and once per drafting call
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.costs import NO_CHUNKS, Chunks, StepCost
-from sim.errors import ScenarioError
-from sim.overlap import idle_factor
+from psdsim.sim.costs import NO_CHUNKS, Chunks, StepCost
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.overlap import idle_factor
 
 PROFILE_FORMAT = "psdsim-profile"
 PROFILE_VERSION = 1

@@ -1,7 +1,7 @@
 """Per-request state as numpy columns: lengths, progress, lifecycle, timestamps, statistics.
 
 Requests are data, not processes: a step updates the rows of its batch with one numpy operation
-(DESIGN §6), and the columns become `requests.csv` at the end of the run.
+(docs/design.md §6), and the columns become `requests.csv` at the end of the run.
 
 Lifecycle: WAITING (arrived; or preempted by recompute, to be prefilled again) -> PREFILLING
 (admitted, prompt partly computed: chunked prefill) -> DECODING -> FINISHED or ABORTED; a
@@ -14,8 +14,7 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
-
-from sim.workload import Workload
+from psdsim.sim.workload import Workload
 
 WAITING, PREFILLING, DECODING, SWAPPED, FINISHED, ABORTED, REJECTED = range(7)
 STATE_NAMES = ("waiting", "prefilling", "decoding", "swapped", "finished", "aborted", "rejected")

@@ -10,25 +10,24 @@ from typing import Any
 
 import numpy as np
 import simpy
-
-from sim.acceptance import AcceptanceSampler
-from sim.costs import AnalyticCost, StepCost
-from sim.devices import Link, Verifier
-from sim.kv import KVPools
-from sim.layout import layout_for
-from sim.memory import MemoryPlan, plan_memory
-from sim.methods import method_class
-from sim.methods.common import SimContext
-from sim.metrics import infeasible_summary, summarize
-from sim.overlap import slowdowns
-from sim.profile import FittedCost, load_profile, source_warnings
-from sim.records import step_table
-from sim.requests import RequestTable
-from sim.scenario import Scenario, catalog_for, validate
-from sim.scenario import warnings as scenario_warnings
-from sim.scheduler import Scheduler
-from sim.timeline import Timeline
-from sim.workload import make_workload
+from psdsim.sim.acceptance import AcceptanceSampler
+from psdsim.sim.costs import AnalyticCost, StepCost
+from psdsim.sim.devices import Link, Verifier
+from psdsim.sim.kv import KVPools
+from psdsim.sim.layout import layout_for
+from psdsim.sim.memory import MemoryPlan, plan_memory
+from psdsim.sim.methods import method_class
+from psdsim.sim.methods.common import SimContext
+from psdsim.sim.metrics import infeasible_summary, summarize
+from psdsim.sim.overlap import slowdowns
+from psdsim.sim.profile import FittedCost, load_profile, source_warnings
+from psdsim.sim.records import step_table
+from psdsim.sim.requests import RequestTable
+from psdsim.sim.scenario import Scenario, catalog_for, validate
+from psdsim.sim.scenario import warnings as scenario_warnings
+from psdsim.sim.scheduler import Scheduler
+from psdsim.sim.timeline import Timeline
+from psdsim.sim.workload import make_workload
 
 Progress = Callable[[float], None]
 PROGRESS_EVERY = 512  # engine steps between progress callbacks

@@ -2,7 +2,7 @@
 
 A scenario file may be flat (`k = 4`) or grouped into the tables `[run]`, `[models]`,
 `[hardware]`, `[engine]`, `[workload]` and `[costs]`; field names are the flat names of
-DESIGN §7, so `--set k=4` works whatever the file's layout. Every check raises a ScenarioError
+docs/design.md §7, so `--set k=4` works whatever the file's layout. Every check raises a ScenarioError
 whose message is one line naming the field and the fix; nothing else escapes from loading.
 """
 
@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from sim.catalog import Catalog, CatalogError, load_catalog
-from sim.errors import ScenarioError
-from sim.presets import preset_fields
+from psdsim.sim.catalog import Catalog, CatalogError, load_catalog
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.presets import preset_fields
 
 METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
 SCHEDULERS = ("vllm-v0", "vllm-v1")

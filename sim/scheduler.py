@@ -3,7 +3,7 @@
 Each engine step is planned here (a StepPlan) and executed by the method (sim/methods), then
 closed here (prefills that completed, requests that finished or were aborted).
 
-vllm-v0 without chunked prefill (MineDraft's setting, reference nsight_vllm.md §3.2):
+vllm-v0 without chunked prefill (MineDraft's setting, docs/reference/nsight_vllm.md §3.2):
 prefill-first. If nothing is swapped out and waiting requests can be admitted (FCFS, seats below
 the running cap, prompt tokens within max_num_batched_tokens, blocks free above the watermark)
 the step is prefill-only. Otherwise it is a decode step over the running requests: each grows its
@@ -13,9 +13,9 @@ waiting queue, to prefill its prompt and output again; swap: its blocks copied t
 when the swap space holds them). If the step preempted nothing, swapped requests come back in.
 vllm-v0 with chunked prefill: decode-first; one mixed step holds the running decodes (one token
 each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts.
-vllm-v1 (reference §3.1): chunked always; decodes count 1 + their draft tokens against the
-budget (draft tokens are cut first when it runs short, in running order; unlike vLLM, no decode
-is left out of a step); recompute only; a step that preempted admits no new requests.
+vllm-v1 (docs/reference/nsight_vllm.md §3.1): chunked always; decodes count 1 + their draft
+tokens against the budget (draft tokens are cut first when it runs short, in running order; unlike
+vLLM, no decode is left out of a step); recompute only; a step that preempted admits no new requests.
 Simplifications: prefill chunks never preempt (a chunk without free blocks waits a step).
 """
 
@@ -26,9 +26,17 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from sim.kv import KVPools
-from sim.requests import ABORTED, DECODING, FINISHED, PREFILLING, REJECTED, SWAPPED, WAITING, RequestTable
+from psdsim.sim.kv import KVPools
+from psdsim.sim.requests import (
+    ABORTED,
+    DECODING,
+    FINISHED,
+    PREFILLING,
+    REJECTED,
+    SWAPPED,
+    WAITING,
+    RequestTable,
+)
 
 EMPTY = np.empty(0, dtype=np.int64)
 

@@ -1,6 +1,6 @@
 """TETRIS selection: which draft tokens a full verification batch scores.
 
-MineDraft's PSD + TETRIS (reference paper.md §4.2, TETRIS integration) drafts k + e tokens per
+MineDraft's PSD + TETRIS (docs/reference/paper.md §4.2, TETRIS integration) drafts k + e tokens per
 request and, when the verified batch holds m requests, scores only the k x m prefixes with the
 highest cumulative draft log-probability, so verification costs what plain SD at k costs; with a
 smaller batch every draft is scored.

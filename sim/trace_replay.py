@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sim.errors import ScenarioError
+from psdsim.sim.errors import ScenarioError
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from psdsim.sim.acceptance import MAX_ACCEPTANCE, draw_request_acceptance
+from psdsim.sim.catalog import Catalog, Dataset
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.trace_replay import read_trace
 from scipy.special import ndtr, ndtri
-
-from sim.acceptance import MAX_ACCEPTANCE, draw_request_acceptance
-from sim.catalog import Catalog, Dataset
-from sim.scenario import Scenario
-from sim.trace_replay import read_trace
 
 
 @dataclass(frozen=True)

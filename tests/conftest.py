@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sim.scenario import Scenario
+from psdsim.sim.scenario import Scenario
 
 
 def small(**changes) -> Scenario:

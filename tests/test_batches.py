@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.batches import BatchManager
+from psdsim.sim.batches import BatchManager
 
 
 def test_before_decoding_assign_alternates_by_balance():

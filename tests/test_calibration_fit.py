@@ -6,10 +6,9 @@ import math
 
 import numpy as np
 import pytest
-
-from calibration.fit import acceptance_stats, fit_term
-from calibration.samples import StepSample
-from sim.profile import draft_features, verify_features
+from psdsim.calibration.fit import acceptance_stats, fit_term
+from psdsim.calibration.samples import StepSample
+from psdsim.sim.profile import draft_features, verify_features
 
 
 def _draft(batch: float, k: float, ctx: float, seconds: float) -> StepSample:

@@ -14,10 +14,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from calibration.kineto import read_kineto
-from calibration.ranges import PRESETS
-from calibration.trace_error import TraceError
+from psdsim.calibration.kineto import read_kineto
+from psdsim.calibration.ranges import PRESETS
+from psdsim.calibration.trace_error import TraceError
 
 PSD, VLLM = PRESETS["psdsim"], PRESETS["vllm"]
 BASE = 6_164_379_451_776.551   # µs: real traces stamp events with a large steady clock

@@ -7,15 +7,14 @@ import math
 from pathlib import Path
 
 import pytest
-
-from calibration.minedraft import (
+from psdsim.calibration.minedraft import (
     join_step_attributes,
     read_minedraft,
     read_minedraft_requests,
     read_minedraft_steps,
 )
-from calibration.samples import StepSample
-from calibration.trace_error import TraceError
+from psdsim.calibration.samples import StepSample
+from psdsim.calibration.trace_error import TraceError
 
 BASE_US = 5_000_000.0          # perf_counter µs of the first record
 SCALE = {"s": 1.0, "ms": 1e3, "us": 1e6}

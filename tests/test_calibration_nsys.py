@@ -6,11 +6,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-from calibration.nsys import read_nsys
-from calibration.ranges import PRESETS, parse_rules
-from calibration.synthetic import START_END, GpuOp, NsysWriter, NvtxRange
-from calibration.trace_error import TraceError
+from psdsim.calibration.nsys import read_nsys
+from psdsim.calibration.ranges import PRESETS, parse_rules
+from psdsim.calibration.synthetic import START_END, GpuOp, NsysWriter, NvtxRange
+from psdsim.calibration.trace_error import TraceError
 
 PSDSIM = PRESETS["psdsim"]
 VLLM = PRESETS["vllm"]
@@ -236,7 +235,7 @@ def test_a_million_kernel_rows_stream_in_bounded_memory(tmp_path: Path) -> None:
     time and peak RSS."""
     import tracemalloc
 
-    from calibration.synthetic import write_bulk_trace
+    from psdsim.calibration.synthetic import write_bulk_trace
 
     path = tmp_path / "big.sqlite"
     write_bulk_trace(path, ranges=10_000, kernels_per_range=100, kernel_ns=10_000)

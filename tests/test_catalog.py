@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from sim.catalog import builtin_catalog
+from psdsim.sim.catalog import builtin_catalog
 
 CAT = builtin_catalog()
 
-# Published totals (reference hardware_models_workloads.md §2.2, from the model cards).
+# Published totals (docs/reference/hardware_models_workloads.md §2.2, from the model cards).
 PUBLISHED = {
     "qwen3-0.6b": (0.596e9, 114_688),
     "qwen3-1.7b": (1.721e9, 114_688),
@@ -59,13 +58,15 @@ def test_moe_active_parameters_and_expert_traffic():
     # the model card's "22B active" counts both embedding matrices
     assert m.active_params + m.embedding_params == pytest.approx(22.19e9, rel=0.01)
     touched = [m.experts_touched(b) for b in (1, 16, 32, 64)]
-    assert touched == pytest.approx([8, 82.4, 111.8, 125.9], abs=0.1)  # reference §2.2
+    # docs/reference/hardware_models_workloads.md §2.2
+    assert touched == pytest.approx([8, 82.4, 111.8, 125.9], abs=0.1)
     assert m.weight_bytes / 1e9 == pytest.approx(236, rel=0.01)       # FP8 checkpoint
 
 
 def test_quantised_weights():
     awq = CAT.models["llama-3.3-70b-awq"]
-    assert awq.weight_bytes / 1e9 == pytest.approx(39.8, rel=0.01)    # reference §2.2 estimate
+    # docs/reference/hardware_models_workloads.md §2.2 estimate
+    assert awq.weight_bytes / 1e9 == pytest.approx(39.8, rel=0.01)
     assert awq.compute == "bf16" and CAT.models["qwen3-235b-a22b-fp8"].compute == "fp8"
     assert CAT.gpus["a100-80g"].tflops("fp8") == CAT.gpus["a100-80g"].bf16_tflops  # no FP8 cores
     assert CAT.gpus["h100-sxm"].tflops("fp8") == 1979.0  # datasheet FP8 dense
@@ -83,7 +84,7 @@ def test_kv_heads_replicate_when_fewer_than_tp_ranks():
 
 
 def test_a_user_catalog_adds_and_overrides(tmp_path):
-    from sim.catalog import load_catalog
+    from psdsim.sim.catalog import load_catalog
     f = tmp_path / "mine.toml"
     f.write_text("""
 [gpus.rtx-pro-6000]
@@ -124,8 +125,8 @@ source = "our traces"
     ("not toml [", "not valid TOML"),
 ])
 def test_a_bad_user_catalog_is_a_one_line_error(tmp_path, text, words):
-    from sim.errors import ScenarioError
-    from sim.scenario import Scenario, validate
+    from psdsim.sim.errors import ScenarioError
+    from psdsim.sim.scenario import Scenario, validate
     f = tmp_path / "bad.toml"
     f.write_text(text)
     with pytest.raises(ScenarioError) as err:

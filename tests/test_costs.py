@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from sim.catalog import builtin_catalog
-from sim.costs import AnalyticCost, Chunks
-from sim.messages import sampler_output_bytes
-from sim.scenario import Scenario
+from psdsim.sim.catalog import builtin_catalog
+from psdsim.sim.costs import AnalyticCost, Chunks
+from psdsim.sim.messages import sampler_output_bytes
+from psdsim.sim.scenario import Scenario
 
 CAT = builtin_catalog()
 

@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
-from engine.reference import EngineConfig, EngineConfigError, ModelConfig
-from engine.reference.__main__ import config_from_args, main
+from psdsim.engine.reference import EngineConfig, EngineConfigError, ModelConfig
+from psdsim.engine.reference.__main__ import config_from_args, main
 
 
 def test_importing_the_engine_does_not_import_torch():

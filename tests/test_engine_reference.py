@@ -16,10 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibration.minedraft import read_minedraft  # noqa: E402
-from engine.reference import EngineConfig, ModelConfig, run, sampling  # noqa: E402
-from engine.reference.model import Packed, build_target  # noqa: E402
-from engine.reference.schedule import workload  # noqa: E402
+from psdsim.calibration.minedraft import read_minedraft  # noqa: E402
+from psdsim.engine.reference import EngineConfig, ModelConfig, run, sampling  # noqa: E402
+from psdsim.engine.reference.model import Packed, build_target  # noqa: E402
+from psdsim.engine.reference.schedule import workload  # noqa: E402
 
 # A model small enough that a run is dominated by its steps' fixed costs, not by arithmetic.
 TINY = ModelConfig(vocab=64, hidden=64, heads=2, layers=2, mlp=128, draft_layers=1, draft_noise=0.3, seed=7)

@@ -22,19 +22,28 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from psdsim.engine.vllm import TinySpec, VllmConfig
+from psdsim.engine.vllm import runner as vllm_runner
+from psdsim.engine.vllm.__main__ import config_from_args
+from psdsim.engine.vllm.config import EngineConfigError
+from psdsim.engine.vllm.models import SPECIALS, tiny_weights
+from psdsim.engine.vllm.runner import PSD_HINT, engine_args
+from psdsim.engine.vllm.summary import (
+    ACCEPTED,
+    DRAFT_TOKENS,
+    DRAFTS,
+    PER_POS,
+    STEPS,
+    delta,
+    snapshot,
+    summarize,
+)
+from psdsim.engine.vllm.workload import FIRST_ORDINARY_ID, prompt_lengths, prompt_token_ids
 
-from engine.vllm import TinySpec, VllmConfig
-from engine.vllm import runner as vllm_runner
-from engine.vllm.__main__ import config_from_args
-from engine.vllm.config import EngineConfigError
-from engine.vllm.models import SPECIALS, tiny_weights
-from engine.vllm.runner import PSD_HINT, engine_args
-from engine.vllm.summary import ACCEPTED, DRAFT_TOKENS, DRAFTS, PER_POS, STEPS, delta, snapshot, summarize
-from engine.vllm.workload import FIRST_ORDINARY_ID, prompt_lengths, prompt_token_ids
 from psdsim.cli import _pick_engine
 from psdsim.cli import main as psdsim_main
 
-# The summary keys the simulator and the reference engine share (DESIGN §7).
+# The summary keys the simulator and the reference engine share (docs/design.md §7).
 SHARED_KEYS = ("method", "k", "m", "requests", "makespan_s", "throughput_tok_s", "throughput_tok_s_trim80",
                "throughput_tok_s_trim70", "output_tok_s", "e2el_ms", "latency_ms", "ttft_ms", "tpot_ms",
                "vsr", "parallelization_rate", "comm_share", "drafter_busy", "verifier_busy", "decode_steps",
@@ -250,7 +259,7 @@ def test_summary_without_request_metrics_or_counters():
 
 def test_temperature_fix_expands_like_vllm_documents(monkeypatch):
     torch = pytest.importorskip("torch")
-    from engine.vllm import tempfix
+    from psdsim.engine.vllm import tempfix
 
     x = torch.tensor([1.0, 0.7, -1.0])
     got = tempfix.expand_batch_to_tokens(x, torch.tensor([2, 5, 6], dtype=torch.int32), 6,

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from sim.costs import ConstantCost
-from sim.run import simulate
-from sim.scenario import Scenario, load_scenario
+from psdsim.sim.costs import ConstantCost
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario, load_scenario
 
 GOLDEN = Path(__file__).parent / "data" / "golden_summaries.json"
 # Pinned so that a change of a default (engine cost model, scheduling semantics) does not move the

@@ -7,9 +7,8 @@ import json
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from sim.run import simulate
-from sim.scenario import Scenario
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
 
 
 @st.composite

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from sim.catalog import builtin_catalog
-from sim.memory import plan_memory
-from sim.run import simulate
-from sim.scenario import Scenario
+from psdsim.sim.catalog import builtin_catalog
+from psdsim.sim.memory import plan_memory
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
 
 CAT = builtin_catalog()
 
@@ -16,7 +15,7 @@ def test_default_layout_fits_with_room_for_kv():
     plan = plan_memory(Scenario(), CAT)
     assert plan.fits and plan.reason is None
     assert [b.role for b in plan.budgets] == [f"verifier GPU {i}" for i in range(4)] + ["drafter GPU"]
-    # Qwen3-32B bf16 at TP=4 is ~16.4 GB per GPU (reference §2.2).
+    # Qwen3-32B bf16 at TP=4 is ~16.4 GB per GPU (docs/reference/hardware_models_workloads.md §2.2).
     assert plan.budgets[0].weight_bytes / 1e9 == pytest.approx(65.52 / 4, rel=0.01)
     assert plan.kv_tokens > 100_000
 

@@ -6,11 +6,10 @@ import itertools
 
 import numpy as np
 import pytest
-
-from sim.costs import ConstantCost
-from sim.errors import ScenarioError
-from sim.run import simulate
-from sim.scenario import Scenario, validate
+from psdsim.sim.costs import ConstantCost
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario, validate
 
 SMALL = dict(requests=320, output_len=128, seed=4)
 

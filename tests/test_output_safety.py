@@ -13,9 +13,9 @@ import stat
 from pathlib import Path
 
 import pytest
+from psdsim.sim.output.results import MARKER, check_output_file, write_folder
 
 from psdsim.cli import main
-from sim.results import MARKER, check_output_file, write_folder
 
 FAST = ["--set", "requests=12", "--set", "output_len=8", "--set", "m=2", "--set", "prompt_len=16"]
 PLAN = Path(__file__).resolve().parents[1] / "examples" / "plan.toml"
@@ -133,8 +133,7 @@ def test_single_output_files_are_replaced_only_when_psdsim_wrote_them(capsys, tm
 
 def test_a_figure_psdsim_wrote_names_it(tmp_path):
     import matplotlib
-
-    from sim.plots import figure_formats
+    from psdsim.sim.output.plots import figure_formats
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import load_scenario
+from psdsim.studies.plan import configurations, load_plan, max_rate, violations
+from psdsim.studies.plan_verdict import _regimes, pareto
 
 from psdsim.cli import main
-from sim.errors import ScenarioError
-from sim.plan import configurations, load_plan, max_rate, violations
-from sim.plan_verdict import _regimes, pareto
-from sim.run import simulate
-from sim.scenario import load_scenario
 
 PLAN = """
 [base]

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from psdsim.sim.memory import plan_memory
+from psdsim.sim.presets import PRESETS
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import catalog_for, load_scenario
 
 from psdsim.cli import main
-from sim.memory import plan_memory
-from sim.presets import PRESETS
-from sim.run import simulate
-from sim.scenario import catalog_for, load_scenario
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from psdsim.sim.costs import AnalyticCost, Chunks
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.results import write_file
+from psdsim.sim.profile import FittedCost, Profile, Term, load_profile, profile_from_json, unrecorded
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import catalog_for, load_scenario
 
 from psdsim.cli import main
-from sim.costs import AnalyticCost, Chunks
-from sim.errors import ScenarioError
-from sim.profile import FittedCost, Profile, Term, load_profile, profile_from_json, unrecorded
-from sim.results import write_file
-from sim.run import simulate
-from sim.scenario import catalog_for, load_scenario
 
 DRAFT = Term("draft", (2e-3, 1e-6, 3e-9), 100, 0.01, 0.012, {"batch": (4, 16), "k": (1, 5), "ctx": (0, 1e6)})
 VERIFY = Term("verify", (0.03, 1e-4, 1e-7), 100, 0.01, 0.011,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from sim.errors import ScenarioError
-from sim.scenario import FIELDS, Scenario, load_scenario, parse_override, scenario_to_toml
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.scenario import FIELDS, Scenario, load_scenario, parse_override, scenario_to_toml
 
 
 def test_default_mirrors_the_papers_setting_2():
@@ -92,7 +91,7 @@ def test_every_field_is_documented_and_sectioned():
 
 
 def test_warnings_flag_what_no_real_system_has():
-    from sim.scenario import warnings
+    from psdsim.sim.scenario import warnings
     assert warnings(Scenario()) == []
     assert any("hypothetical: nvlink4" in w for w in warnings(Scenario(link="nvlink4")))
     assert warnings(Scenario(gpu="h100-sxm", drafter_gpu="h100-sxm", link="nvlink4")) == []

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sim.run import simulate
-from sim.scenario import Scenario
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
 
 BASE = dict(requests=400, output_len=128, prompt_len=0, seed=1)
 

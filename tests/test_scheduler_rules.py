@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-
-from sim.kv import KVPools
-from sim.requests import DECODING, REJECTED, WAITING, RequestTable
-from sim.scheduler import EngineHooks, Scheduler
-from sim.workload import Workload
+from psdsim.sim.kv import KVPools
+from psdsim.sim.requests import DECODING, REJECTED, WAITING, RequestTable
+from psdsim.sim.scheduler import EngineHooks, Scheduler
+from psdsim.sim.workload import Workload
 
 
 def _table(n: int, prompt: int = 16, output: int = 64) -> RequestTable:
@@ -68,7 +67,7 @@ def test_chunked_prefill_splits_a_prompt_across_steps():
 
 
 def test_vllm_v1_cuts_draft_tokens_first():
-    from sim.scheduler import _truncate_drafts
+    from psdsim.sim.scheduler import _truncate_drafts
     caps, left = _truncate_drafts(np.full(8, 5), 24)   # 8 decodes x (1 + 4) = 40 > 24
     assert caps.tolist() == [4, 4, 4, 4, 0, 0, 0, 0] and left == 0
     caps, left = _truncate_drafts(np.full(3, 5), 100)

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from psdsim.sim.errors import ScenarioError
+from psdsim.studies import sweep as sweep_module
+from psdsim.studies.executors import ray_available
+from psdsim.studies.sweep import run_sweep
+from psdsim.studies.sweep_design import load_design, unit_design
 
-import sim.sweep
 from psdsim.cli import main
-from sim.errors import ScenarioError
-from sim.executors import ray_available
-from sim.sweep import run_sweep
-from sim.sweep_design import load_design, unit_design
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = "[base]\nrequests = 20\noutput_len = 16\nprompt_len = 64\nm = 4\n"
@@ -192,14 +192,14 @@ def test_failing_runs_are_recorded_and_not_fatal(tmp_path, capsys):
 
 
 def test_an_exception_inside_simulate_becomes_the_rows_error(tmp_path, monkeypatch):
-    real = sim.sweep.simulate
+    real = sweep_module.simulate
 
     def flaky(s):
         if s.k == 3:
             raise RuntimeError("boom\nsecond line")
         return real(s)
 
-    monkeypatch.setattr(sim.sweep, "simulate", flaky)
+    monkeypatch.setattr(sweep_module, "simulate", flaky)
     report, rows = run_sweep(load_design(spec(tmp_path, "[grid]\nk = [2, 3, 4]\n")), tmp_path / "o")
     assert [r["status"] for r in rows] == ["ok", "error", "ok"]
     assert rows[1]["error"].startswith("RuntimeError: boom second line [test_sweep.py:")
@@ -207,12 +207,12 @@ def test_an_exception_inside_simulate_becomes_the_rows_error(tmp_path, monkeypat
 
 
 def test_retry_errors_runs_the_errors_again(tmp_path, monkeypatch):
-    real = sim.sweep.simulate
-    monkeypatch.setattr(sim.sweep, "simulate", lambda s: (_ for _ in ()).throw(OSError("disk")) if s.k == 3
+    real = sweep_module.simulate
+    monkeypatch.setattr(sweep_module, "simulate", lambda s: (_ for _ in ()).throw(OSError("disk")) if s.k == 3
                         else real(s))
     design = load_design(spec(tmp_path, "[grid]\nk = [2, 3]\n"))
     assert [r["status"] for r in run_sweep(design, tmp_path / "o")[1]] == ["ok", "error"]
-    monkeypatch.setattr(sim.sweep, "simulate", real)
+    monkeypatch.setattr(sweep_module, "simulate", real)
     assert run_sweep(design, tmp_path / "o")[0].ran == 0  # errors are results too
     report, rows = run_sweep(design, tmp_path / "o", retry_errors=True)
     assert report.ran == 1 and [r["status"] for r in rows] == ["ok", "ok"]

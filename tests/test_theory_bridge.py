@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from sim.costs import ConstantCost
-from sim.errors import ScenarioError
-from sim.scenario import Scenario
-from sim.theory_bridge import bridge, scenario_tail
+from psdsim.sim.costs import ConstantCost
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.scenario import Scenario
+from psdsim.studies.theory_bridge import bridge, scenario_tail
 
 # One acceptance rate for every request: the frontier is exactly exponential in t = k t_tok.
 IDEAL = Scenario(m=16, requests=800, output_len=256, prompt_len=16, acceptance=0.7,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from theory.frontier import exponential, fit_frontier, pareto_points
+from psdsim.theory.frontier import exponential, fit_frontier, pareto_points
 
 
 def test_noiseless_points_give_the_exact_frontier():

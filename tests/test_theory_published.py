@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from theory.published import (
+from psdsim.theory.published import (
     A0,
     RATIO_AT_A0_ALGEBRA,
     SHARE_AT_A0_ALGEBRA,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sim.costs import ConstantCost
-from sim.run import simulate
-from sim.scenario import Scenario
-from theory.tail import tail_exact, tail_sampled, tokens_pmf, verifications_pmf
+from psdsim.sim.costs import ConstantCost
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
+from psdsim.theory.tail import tail_exact, tail_sampled, tokens_pmf, verifications_pmf
 
 M, K, OUT, ACC, SPREAD = 4, 3, 64, 0.61, 20.0
 

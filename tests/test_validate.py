@@ -16,10 +16,9 @@ import tomllib
 
 import numpy as np
 import pytest
-
-from engine.reference.config import EngineConfig, ModelConfig
-from engine.validate_acceptance import acceptance_mean
-from engine.validate_describe import (
+from psdsim.engine.reference.config import EngineConfig, ModelConfig
+from psdsim.engine.validate.acceptance import acceptance_mean
+from psdsim.engine.validate.describe import (
     DRAFT_KEY,
     PROFILE_FILE,
     SIM_METHOD,
@@ -29,14 +28,15 @@ from engine.validate_describe import (
     requests_jsonl,
     scenario_values,
 )
+from psdsim.sim.catalog import load_catalog
+from psdsim.sim.costs import ConstantCost
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.overlap import overlapped
+from psdsim.sim.profile import Profile, Term, profile_from_json
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario, scenario_from_mapping
+
 from psdsim.cli import main
-from sim.catalog import load_catalog
-from sim.costs import ConstantCost
-from sim.errors import ScenarioError
-from sim.overlap import overlapped
-from sim.profile import Profile, Term, profile_from_json
-from sim.run import simulate
-from sim.scenario import Scenario, scenario_from_mapping
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="the reference engine needs PyTorch "

@@ -15,9 +15,16 @@ import os
 from pathlib import Path
 
 import pytest
+from psdsim.engine.validate.vllm import (
+    LONG,
+    SHORT,
+    VllmValidateConfig,
+    assemble_profile,
+    predict,
+    step_samples,
+)
+from psdsim.engine.vllm.config import VllmConfig
 
-from engine.validate_vllm import LONG, SHORT, VllmValidateConfig, assemble_profile, predict, step_samples
-from engine.vllm.config import VllmConfig
 from psdsim.cli import main
 
 STEP = (2e-3, 1.5e-4)        # a decode step: per step + per request (seconds)

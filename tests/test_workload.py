@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sim.acceptance import AcceptanceSampler
-from sim.catalog import builtin_catalog
-from sim.errors import ScenarioError
-from sim.run import simulate
-from sim.scenario import Scenario, validate
-from sim.workload import make_workload, sample_prompt_lengths
+from psdsim.sim.acceptance import AcceptanceSampler
+from psdsim.sim.catalog import builtin_catalog
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario, validate
+from psdsim.sim.workload import make_workload, sample_prompt_lengths
 
 CAT = builtin_catalog()
 

@@ -7,9 +7,17 @@
 - `theory.tail`: the expected share of non-parallelised steps for a finite request pool.
 """
 
-from theory.frontier import FrontierFit, exponential, fit_frontier, pareto_points
-from theory.model import DiscreteOptimum, FrontierModel, Optimum, best_k, optimum_psd, optimum_sd, ratio
-from theory.tail import TailEstimate, tail, verifications_pmf
+from psdsim.theory.frontier import FrontierFit, exponential, fit_frontier, pareto_points
+from psdsim.theory.model import (
+           DiscreteOptimum,
+           FrontierModel,
+           Optimum,
+           best_k,
+           optimum_psd,
+           optimum_sd,
+           ratio,
+)
+from psdsim.theory.tail import TailEstimate, tail, verifications_pmf
 
 __all__ = ["DiscreteOptimum", "FrontierFit", "FrontierModel", "Optimum", "TailEstimate", "best_k",
            "exponential", "fit_frontier", "optimum_psd", "optimum_sd", "pareto_points", "ratio",

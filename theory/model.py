@@ -1,6 +1,6 @@
 """Per-token times of SD and PSD over an exponential draft frontier, and their optima.
 
-The model (DESIGN §5, generalised): drafting for time t per step yields an expected
+The model (docs/design.md §5, generalised): drafting for time t per step yields an expected
 b + F f(t) tokens per verification, f(t) = 1 - e^{-alpha t}; the verifier takes V per step.
 
     SD   step = t + V + s_sd                          (draft, then verify: sequential)
@@ -26,8 +26,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from theory.lambert import argmin_x, h
+from psdsim.theory.lambert import argmin_x, h
 
 
 @dataclass(frozen=True)

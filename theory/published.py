@@ -1,4 +1,4 @@
-"""The MineDraft paper's published theory constants, and what the model of DESIGN §5 says of them.
+"""The MineDraft paper's published theory constants, and what the model of docs/design.md §5 says of them.
 
 Published (reference/paper.md §3.1, the authors' blog): "for alpha V >= -W_{-1}(-1/(2e)) - 1
 ~ 1.68, standard SD satisfies T_SD >= 1.59 T_PSD, i.e. PSD is at least 37% faster, with
@@ -19,10 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from psdsim.theory.model import FrontierModel, ratio
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import lambertw
-
-from theory.model import FrontierModel, ratio
 
 A0 = float(-lambertw(-1.0 / (2.0 * math.e), k=-1).real - 1.0)  # 1.678347...
 PUBLISHED_RATIO = 1.59           # "T_SD >= 1.59 T_PSD"
@@ -80,8 +79,8 @@ def statement_vs_model() -> list[str]:
         f"(PSD >= {PUBLISHED_SPEEDUP:.0%} faster), improving with draft quality",
         f"algebra on a0: (1 + a0)/a0 = {RATIO_AT_A0_ALGEBRA:.4f}, 1/(1 + a0) = {SHARE_AT_A0_ALGEBRA:.4f}"
         " (these match the printed 1.59 and 37%)",
-        f"model (DESIGN §5): R(a0) = {paper_ratio(A0):.4f}, not {PUBLISHED_RATIO}; with a bonus token "
-        f"(tokens 1 + f) R(a0) = {bonus_ratio:.4f}",
+        f"model (docs/design.md §5): R(a0) = {paper_ratio(A0):.4f}, not {PUBLISHED_RATIO}; "
+        f"with a bonus token (tokens 1 + f) R(a0) = {bonus_ratio:.4f}",
         f"model: R peaks at {pk.ratio:.6f} at alpha*V = {pk.a:.4f} (the 50% ceiling) and falls beyond",
         f"model: T_SD >= {PUBLISHED_RATIO} T_PSD holds only for {lo:.4f} <= alpha*V <= {hi:.4f}, "
         f"so the published statement fails for alpha*V > {hi:.2f} in this model",

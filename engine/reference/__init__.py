@@ -6,7 +6,7 @@ KV caches and real rejection sampling; every run writes MineDraft's JSONL step t
 optionally, Kineto traces) for calibration/ to read. torch is imported only when a run starts, so
 the configuration can be built and checked without it.
 
-    from engine.reference import EngineConfig, run
+    from psdsim.engine.reference import EngineConfig, run
     result = run(EngineConfig(method="psd", k=3, m=4, trace_dir=Path("out")))
     result.summary()["throughput_tok_s"]
 """
@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.reference.config import METHODS, EngineConfig, EngineConfigError, ModelConfig
+from psdsim.engine.reference.config import METHODS, EngineConfig, EngineConfigError, ModelConfig
 
 if TYPE_CHECKING:
-    from engine.reference.result import EngineResult
+    from psdsim.engine.reference.result import EngineResult
 
 __all__ = ["METHODS", "EngineConfig", "EngineConfigError", "EngineResult", "ModelConfig", "run"]
 
 
 def run(config: EngineConfig) -> EngineResult:
     """Run the reference engine (imports torch)."""
-    from engine.reference.runner import run as _run
+    from psdsim.engine.reference.runner import run as _run
 
     return _run(config)

@@ -1,6 +1,6 @@
-"""`python -m engine.reference`: one reference-engine run from the command line.
+"""`python -m psdsim.engine.reference`: one reference-engine run from the command line.
 
-    python -m engine.reference --method psd --k 3 --m 4 --requests 32 --output-len 64 \
+    python -m psdsim.engine.reference --method psd --k 3 --m 4 --requests 32 --output-len 64 \
         --trace-dir out --set model.draft_noise=0.3 --json
 
 Every EngineConfig field can be given with --set NAME=VALUE (model fields as model.NAME); the
@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
+from psdsim.engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
 
 
 def config_from_args(argv: list[str]) -> tuple[EngineConfig, bool]:
-    p = argparse.ArgumentParser(prog="python -m engine.reference", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m psdsim.engine.reference", description=__doc__.split("\n")[0])
     p.add_argument("--method", default="psd")
     p.add_argument("--k", type=int, default=3)
     p.add_argument("--m", type=int, default=4)
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the reference engine needs PyTorch: pip install 'psdsim[engine]' "
               "(CPU only: pip install torch==2.13.0)", file=sys.stderr)
         return 2
-    from engine.reference.runner import run
+    from psdsim.engine.reference.runner import run
 
     print_summary(run(cfg).summary(), as_json)
     return 0

@@ -1,4 +1,4 @@
-"""The step loops of `ar`, `sd`, `psd` and `pearl` on the driver (DESIGN §2).
+"""The step loops of `ar`, `sd`, `psd` and `pearl` on the driver (docs/design.md §2).
 
 Every engine step: admit (a prefill-only step when prompts were admitted), else a decode step of
 the method; then retire the finished requests. The methods differ only in their decode step:
@@ -29,12 +29,11 @@ import time
 from collections.abc import Callable
 
 import torch
-
-from engine.reference import sampling
-from engine.reference.config import EngineConfig
-from engine.reference.schedule import Request, Scheduler
-from engine.reference.trace import StepRecord
-from engine.reference.workers import (
+from psdsim.engine.reference import sampling
+from psdsim.engine.reference.config import EngineConfig
+from psdsim.engine.reference.schedule import Request, Scheduler
+from psdsim.engine.reference.trace import StepRecord
+from psdsim.engine.reference.workers import (
     PREFILL,
     SCORE,
     Drafter,
@@ -45,7 +44,7 @@ from engine.reference.workers import (
     clock,
     span,
 )
-from sim.batches import BatchManager
+from psdsim.sim.batches import BatchManager
 
 Target = LocalTarget | RemoteTarget
 

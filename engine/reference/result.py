@@ -1,4 +1,4 @@
-"""What a run measured, summarised under the simulator's names (DESIGN §4 and §7).
+"""What a run measured, summarised under the simulator's names (docs/design.md §4 and §7).
 
 The definitions are the simulator's (sim/metrics.py), so a measured summary and a simulated one
 compare key by key: throughput = tokens kept by decode steps / time of decode steps (prefill-only
@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from engine.reference.config import EngineConfig
-from engine.reference.schedule import Request
-from engine.reference.trace import StepRecord
-from sim.metrics import ms_stats, ratio, step_throughput
+from psdsim.engine.reference.config import EngineConfig
+from psdsim.engine.reference.schedule import Request
+from psdsim.engine.reference.trace import StepRecord
+from psdsim.sim.metrics import ms_stats, ratio, step_throughput
 
 
 @dataclass

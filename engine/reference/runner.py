@@ -16,14 +16,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-
-from engine.reference.config import EngineConfig
-from engine.reference.methods import Engine
-from engine.reference.model import build_draft, build_target
-from engine.reference.result import EngineResult
-from engine.reference.schedule import Scheduler, workload
-from engine.reference.trace import write_jsonl
-from engine.reference.workers import (
+from psdsim.engine.reference.config import EngineConfig
+from psdsim.engine.reference.methods import Engine
+from psdsim.engine.reference.model import build_draft, build_target
+from psdsim.engine.reference.result import EngineResult
+from psdsim.engine.reference.schedule import Scheduler, workload
+from psdsim.engine.reference.trace import write_jsonl
+from psdsim.engine.reference.workers import (
     Drafter,
     LocalTarget,
     RemoteTarget,

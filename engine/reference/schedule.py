@@ -17,8 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import torch
-
-from engine.reference.config import EngineConfig
+from psdsim.engine.reference.config import EngineConfig
 
 
 @dataclass(eq=False)

@@ -1,4 +1,4 @@
-"""The run's records, written as MineDraft's JSONL trace (reference paper.md §4.2) plus psdsim fields.
+"""The run's records, written as MineDraft's JSONL trace (docs/reference/paper.md §4.2) plus psdsim fields.
 
 One line, one bundle: `{"metadata": {...}, "traces": [Step..., Request...]}`, as MineDraft's
 `TRACER.export` writes it, so calibration/minedraft.py reads it unchanged. MineDraft's own fields
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.reference.schedule import Request
-from sim.results import write_file
+from psdsim.engine.reference.schedule import Request
+from psdsim.sim.output.results import write_file
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The two sides of the engine: the drafter (on the driver) and the target (local or its own process).
 
-MineDraft's layout (reference paper.md §4.2): the driver runs the scheduler, the draft model and
+MineDraft's layout (docs/reference/paper.md §4.2): the driver runs the scheduler, the draft model and
 rejection sampling; the verifier runs the target model and returns, per scored position, the
 full-vocabulary probabilities and log-probabilities. Here the verifier is either in the driver's
 process (`LocalTarget`: AR and SD, the target sharing the drafter's core as SD shares the
@@ -26,11 +26,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
-
-from engine.reference.config import EngineConfig
-from engine.reference.model import Decoder, KVCache, Packed, build_target
-from engine.reference.sampling import probabilities, sample
-from engine.reference.schedule import Request
+from psdsim.engine.reference.config import EngineConfig
+from psdsim.engine.reference.model import Decoder, KVCache, Packed, build_target
+from psdsim.engine.reference.sampling import probabilities, sample
+from psdsim.engine.reference.schedule import Request
 
 PREFILL, SCORE = "prefill", "score"
 

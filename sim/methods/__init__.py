@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from sim.methods.ar import AutoRegressive
-from sim.methods.common import EngineMethod
-from sim.methods.pearl import PEARL
-from sim.methods.psd import ParallelSD
-from sim.methods.psd_ring import RingPSD
-from sim.methods.sd import MemoryFairSD, StandardSD
-from sim.scenario import Scenario
+from psdsim.sim.methods.ar import AutoRegressive
+from psdsim.sim.methods.common import EngineMethod
+from psdsim.sim.methods.pearl import PEARL
+from psdsim.sim.methods.psd import ParallelSD
+from psdsim.sim.methods.psd_ring import RingPSD
+from psdsim.sim.methods.sd import MemoryFairSD, StandardSD
+from psdsim.sim.scenario import Scenario
 
 METHODS: dict[str, type[EngineMethod]] = {
     "ar": AutoRegressive, "sd": StandardSD, "sd-2m": MemoryFairSD, "sd-5gpu": StandardSD,

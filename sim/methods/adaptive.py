@@ -1,4 +1,4 @@
-"""Adaptive k for SD and PSD (`k_policy = "adaptive"`; DESIGN §2, beyond the paper).
+"""Adaptive k for SD and PSD (`k_policy = "adaptive"`; docs/design.md §2, beyond the paper).
 
 Before each decode step the engine picks how many tokens to draft, k' in 0..k, for the most
 expected tokens per second of that step: with this step's batch, context and prefill chunks, the
@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-
-from sim.costs import Chunks, StepCost
-from sim.profile import unrecorded
+from psdsim.sim.costs import Chunks, StepCost
+from psdsim.sim.profile import unrecorded
 
 PRIOR_POSITIONS = 20.0
 
@@ -51,7 +50,7 @@ def best_k(cost: StepCost, batch: int, ctx: int, chunks: Chunks, k_max: int, rat
            parallel: bool = False, link_s: Callable[[int], float] | None = None) -> int:
     """The k' in 0..k_max with the most expected tokens per second of step time: drafting then
     the target pass (SD), or the longer of the two when they overlap (`parallel`: PSD, whose
-    steady step is max(draft, verify), the theory's max(t, V) — DESIGN §5). `link_s(tokens)`:
+    steady step is max(draft, verify), the theory's max(t, V) — docs/design.md §5). `link_s(tokens)`:
     the messages' time on the link, on the verifier's side, where the drafter has a device of
     its own."""
     with unrecorded(cost):   # candidates not drafted are not sizes the run used

@@ -6,11 +6,10 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-
-from sim.devices import VerifyJob
-from sim.methods.common import EngineMethod, chunk_work, emit_first_tokens, record, verify_outcome
-from sim.scheduler import StepPlan
-from sim.timeline import driver_parts
+from psdsim.sim.devices import VerifyJob
+from psdsim.sim.methods.common import EngineMethod, chunk_work, emit_first_tokens, record, verify_outcome
+from psdsim.sim.scheduler import StepPlan
+from psdsim.sim.timeline import driver_parts
 
 
 class AutoRegressive(EngineMethod):

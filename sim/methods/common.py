@@ -9,18 +9,26 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
-
-from sim.acceptance import AcceptanceSampler
-from sim.costs import NO_CHUNKS, Chunks, StepCost
-from sim.devices import TO_DRAFTER, TO_VERIFIER, Link, Verifier
-from sim.layout import layout_for
-from sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
-from sim.overlap import NO_SLOWDOWNS, Slowdowns
-from sim.records import DECODE, PREFILL, StepRecord
-from sim.requests import PREFILLING, RequestTable
-from sim.scenario import Scenario
-from sim.scheduler import EngineHooks, Scheduler, StepPlan
-from sim.timeline import DRAFT_PREFILL, DRAFTER, DRIVER, ON_DRAFTER, ON_DRIVER, REJECT, Timeline, driver_parts
+from psdsim.sim.acceptance import AcceptanceSampler
+from psdsim.sim.costs import NO_CHUNKS, Chunks, StepCost
+from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, Link, Verifier
+from psdsim.sim.layout import layout_for
+from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
+from psdsim.sim.overlap import NO_SLOWDOWNS, Slowdowns
+from psdsim.sim.records import DECODE, PREFILL, StepRecord
+from psdsim.sim.requests import PREFILLING, RequestTable
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.scheduler import EngineHooks, Scheduler, StepPlan
+from psdsim.sim.timeline import (
+    DRAFT_PREFILL,
+    DRAFTER,
+    DRIVER,
+    ON_DRAFTER,
+    ON_DRIVER,
+    REJECT,
+    Timeline,
+    driver_parts,
+)
 
 
 @dataclass

@@ -26,9 +26,8 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-
-from sim.devices import VerifyJob
-from sim.methods.common import (
+from psdsim.sim.devices import VerifyJob
+from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
     after_verify,
@@ -39,9 +38,9 @@ from sim.methods.common import (
     record,
     verify_outcome,
 )
-from sim.overlap import overlapped
-from sim.scheduler import StepPlan
-from sim.timeline import DRAFTER, ON_DRAFTER
+from psdsim.sim.overlap import overlapped
+from psdsim.sim.scheduler import StepPlan
+from psdsim.sim.timeline import DRAFTER, ON_DRAFTER
 
 
 class PEARL(EngineMethod):

@@ -1,6 +1,6 @@
 """`psd`: MineDraft's batch-parallel SD: 2m requests in two sub-batches, a dedicated drafter GPU.
 
-Two state machines, as in MineDraft (reference paper.md §4.2):
+Two state machines, as in MineDraft (docs/reference/paper.md §4.2):
 - the scheduler's Batch Manager (sim/batches.py) assigns each admitted request a flag;
 - the worker (this module) verifies the decoding sub-batch whose flag equals `send` while
   drafting the other one, keeps the other's proposals for the next step, and flips `send`. When
@@ -32,12 +32,11 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-
-from sim.batches import BatchManager
-from sim.costs import NO_CHUNKS, Chunks
-from sim.devices import VerifyJob
-from sim.methods.adaptive import AcceptanceEstimate, best_k
-from sim.methods.common import (
+from psdsim.sim.batches import BatchManager
+from psdsim.sim.costs import NO_CHUNKS, Chunks
+from psdsim.sim.devices import VerifyJob
+from psdsim.sim.methods.adaptive import AcceptanceEstimate, best_k
+from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
     after_verify,
@@ -50,12 +49,12 @@ from sim.methods.common import (
     record,
     verify_outcome,
 )
-from sim.overlap import overlapped
-from sim.requests import DECODING
-from sim.scenario import Scenario
-from sim.scheduler import StepPlan
-from sim.tetris import draft_positions, leading_accepted, select_prefixes
-from sim.timeline import DRAFTER, ON_DRAFTER
+from psdsim.sim.overlap import overlapped
+from psdsim.sim.requests import DECODING
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.scheduler import StepPlan
+from psdsim.sim.tetris import draft_positions, leading_accepted, select_prefixes
+from psdsim.sim.timeline import DRAFTER, ON_DRAFTER
 
 EMPTY = np.empty(0, dtype=np.int64)
 

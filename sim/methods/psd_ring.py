@@ -1,6 +1,6 @@
 """PSD with N sub-batches and D drafter GPUs: a ring pipeline for drafters slower than the verifier.
 
-Beyond the paper (DESIGN §2). N x m requests run in N sub-batches; the verifier verifies them
+Beyond the paper (docs/design.md §2). N x m requests run in N sub-batches; the verifier verifies them
 in turn, one per step, while D drafter GPUs draft the others in the background, one sub-batch
 each at a time, first come first served. A step verifies the next non-empty sub-batch in the
 ring: if its drafts are ready it goes at once; if they are still being drafted the verifier waits
@@ -27,9 +27,8 @@ from typing import Any
 
 import numpy as np
 import simpy
-
-from sim.devices import VerifyJob
-from sim.methods.common import (
+from psdsim.sim.devices import VerifyJob
+from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
     chunk_work,
@@ -39,10 +38,10 @@ from sim.methods.common import (
     record,
     verify_outcome,
 )
-from sim.requests import DECODING
-from sim.scenario import Scenario
-from sim.scheduler import StepPlan
-from sim.timeline import DRAFT_PREFILL, ON_DRAFTER, REJECT, drafter_track, driver_parts
+from psdsim.sim.requests import DECODING
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.scheduler import StepPlan
+from psdsim.sim.timeline import DRAFT_PREFILL, ON_DRAFTER, REJECT, drafter_track, driver_parts
 
 EMPTY = np.empty(0, dtype=np.int64)
 

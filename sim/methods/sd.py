@@ -17,11 +17,10 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-
-from sim.devices import VerifyJob
-from sim.layout import layout_for
-from sim.methods.adaptive import AcceptanceEstimate, best_k
-from sim.methods.common import (
+from psdsim.sim.devices import VerifyJob
+from psdsim.sim.layout import layout_for
+from psdsim.sim.methods.adaptive import AcceptanceEstimate, best_k
+from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
     after_verify,
@@ -33,9 +32,9 @@ from sim.methods.common import (
     record,
     verify_outcome,
 )
-from sim.scenario import Scenario
-from sim.scheduler import StepPlan
-from sim.timeline import DRAFTER, ON_DRAFTER
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.scheduler import StepPlan
+from psdsim.sim.timeline import DRAFTER, ON_DRAFTER
 
 
 class StandardSD(EngineMethod):

@@ -6,8 +6,7 @@ import io
 from typing import Any
 
 import numpy as np
-
-from sim.records import DECODE
+from psdsim.sim.records import DECODE
 
 
 def occupancy_png(result: Any) -> bytes:

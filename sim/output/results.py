@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sim.errors import ScenarioError
-from sim.plots import occupancy_png
-from sim.scenario import scenario_to_toml
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.plots import occupancy_png
+from psdsim.sim.scenario import scenario_to_toml
 
 MARKER = ".psdsim-results.json"
 # The bytes by which psdsim recognises a single file it wrote (profiles, traces, figures all carry

@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from calibration.fit import acceptance_stats
-from calibration.minedraft import read_minedraft_steps
-from calibration.samples import StepSample
-from calibration.trace_error import TraceError
+from psdsim.calibration.fit import acceptance_stats
+from psdsim.calibration.minedraft import read_minedraft_steps
+from psdsim.calibration.samples import StepSample
+from psdsim.calibration.trace_error import TraceError
 
 SPREADS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 3000.0, 10000.0)
 SEEDS = 3

@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from sim.plan import OBJECTIVES
-from sim.plan_verdict import PlanResult
-from sim.plots import figure_formats
-from sim.results import table_csv
-from sim.run import simulate
+from psdsim.sim.output.plots import figure_formats
+from psdsim.sim.output.results import table_csv
+from psdsim.sim.run import simulate
+from psdsim.studies.plan import OBJECTIVES
+from psdsim.studies.plan_verdict import PlanResult
 
 TOP = 10
 

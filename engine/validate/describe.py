@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.reference.config import EngineConfig, ModelConfig
-from sim.scenario import Scenario, scenario_from_mapping, toml_value
+from psdsim.engine.reference.config import EngineConfig, ModelConfig
+from psdsim.sim.scenario import Scenario, scenario_from_mapping, toml_value
 
 TARGET_KEY = "reference-target"
 DRAFT_KEY = "reference-draft"

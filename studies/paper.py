@@ -1,6 +1,6 @@
 """`psdsim paper`: a preset's grid of the paper (k x datasets x methods), its numbers and figures.
 
-The improvement figures follow MineDraft's analysis notebook (reference paper.md §6): "max vs SD"
+The improvement figures follow MineDraft's analysis notebook (docs/reference/paper.md §6): "max vs SD"
 is the largest relative gain over standard SD at a common k; "vs best baseline" compares a PSD
 variant, at the k where the best of the paper's baselines (SD, PEARL) peaks, with that method's
 peak. The fair comparisons the paper did not run are reported beside them, each at its own best
@@ -15,13 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-
-from sim.catalog import Catalog
-from sim.parallel import map_in_order
-from sim.plots import figure_formats
-from sim.presets import PRESETS
-from sim.run import simulate
-from sim.scenario import Scenario, catalog_for
+from psdsim.sim.catalog import Catalog
+from psdsim.sim.output.plots import figure_formats
+from psdsim.sim.presets import PRESETS
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario, catalog_for
+from psdsim.studies.parallel import map_in_order
 
 QUICK_REQUESTS = 200
 PSD_VARIANTS = ("psd", "psd+tetris")

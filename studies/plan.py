@@ -2,7 +2,7 @@
 
 For each configuration of a search space (the product of candidate GPUs, TP sizes, links, draft
 models, k, m and methods), the largest sustainable request rate is found by bracketing and then
-bisecting on a log scale, like Vidur-Search (reference peer_simulators.md §1.9): a rate is
+bisecting on a log scale, like Vidur-Search (docs/reference/peer_simulators.md §1.9): a rate is
 *sustainable* when every objective holds at it — p99 end-to-end latency, TTFT and TPOT where
 given, and always a p99 queueing delay bound, so that an overloaded system (whose queue grows
 without limit) never passes because a finite run ended first. The search stops when the next
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ScenarioError
-from sim.parallel import map_in_order
-from sim.run import simulate
-from sim.scenario import FIELDS, Scenario, load_scenario, parse_override, read_toml
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import FIELDS, Scenario, load_scenario, parse_override, read_toml
+from psdsim.studies.parallel import map_in_order
 
 OBJECTIVES = {  # objective key in [slo] → (summary key, percentile, what it is)
     "latency_p99_ms": ("latency_ms", "p99", "p99 end-to-end latency"),

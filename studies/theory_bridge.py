@@ -19,14 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from sim.costs import StepCost
-from sim.errors import ScenarioError
-from sim.run import Result, simulate
-from sim.scenario import Scenario, catalog_for
-from theory.frontier import FrontierFit, fit_frontier
-from theory.model import FrontierModel, best_k
-from theory.tail import TailEstimate, tail, verifications_pmf
+from psdsim.sim.costs import StepCost
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.run import Result, simulate
+from psdsim.sim.scenario import Scenario, catalog_for
+from psdsim.theory.frontier import FrontierFit, fit_frontier
+from psdsim.theory.model import FrontierModel, best_k
+from psdsim.theory.tail import TailEstimate, tail, verifications_pmf
 
 
 @dataclass(frozen=True)

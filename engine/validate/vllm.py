@@ -39,19 +39,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from calibration.fit import fit_term
-from calibration.samples import StepSample
-from calibration.trace_error import TraceError
-from engine.validate import PREDICTION_SEEDS, Log, predicted_summary, report_json
-from engine.validate_acceptance import acceptance_mean
-from engine.validate_describe import DEVICE_KEY, LINK_KEY, catalog_text, cpu_hardware, requests_jsonl
-from engine.validate_report import metric_cells, metric_table
-from engine.vllm.config import TinySpec, VllmConfig
-from sim.plots import figure_bytes
-from sim.profile import Profile, Term
-from sim.results import write_file
-from sim.scenario import Scenario, scenario_from_mapping, scenario_to_toml
+from psdsim.calibration.fit import fit_term
+from psdsim.calibration.samples import StepSample
+from psdsim.calibration.trace_error import TraceError
+from psdsim.engine.validate.acceptance import acceptance_mean
+from psdsim.engine.validate.describe import DEVICE_KEY, LINK_KEY, catalog_text, cpu_hardware, requests_jsonl
+from psdsim.engine.validate.reference import PREDICTION_SEEDS, Log, predicted_summary, report_json
+from psdsim.engine.validate.report import metric_cells, metric_table
+from psdsim.engine.vllm.config import TinySpec, VllmConfig
+from psdsim.sim.output.plots import figure_bytes
+from psdsim.sim.output.results import write_file
+from psdsim.sim.profile import Profile, Term
+from psdsim.sim.scenario import Scenario, scenario_from_mapping, scenario_to_toml
 
 SHORT, LONG = 8, 56           # output lengths of the timed AR pair (48 decode steps apart)
 # Assumed, not fitted (offline vLLM gives no per-request verification counts to fit it from, as
@@ -82,7 +81,7 @@ class VllmValidateConfig:
 def measure(cfg: VllmValidateConfig, log: Log | None = None) -> dict[str, Any]:
     """The AR timings of both models, then vLLM run on the workload in AR and SD at every k.
     Written to DIR/measured.json, so `predict` can be run again on the same measurements."""
-    from engine.vllm.runner import model_paths, require_vllm, run, set_environment
+    from psdsim.engine.vllm.runner import model_paths, require_vllm, run, set_environment
 
     say = log or (lambda _: None)
     base, sd = cfg.base, cfg.base.with_changes(method="sd")   # SD needs both models
@@ -109,10 +108,9 @@ def measure(cfg: VllmValidateConfig, log: Log | None = None) -> dict[str, Any]:
 
 def time_ar_steps(cfg: VllmValidateConfig, model: str, vocab: int) -> list[dict[str, Any]]:
     """Wall seconds of `generate` for each (repeat, batch, output length), one engine, AR."""
+    from psdsim.engine.vllm.runner import engine_args
+    from psdsim.engine.vllm.workload import FIRST_ORDINARY_ID
     from vllm import LLM, SamplingParams
-
-    from engine.vllm.runner import engine_args
-    from engine.vllm.workload import FIRST_ORDINARY_ID
 
     base = cfg.base
     timing = base.with_changes(method="ar", m=max(cfg.batches), output_len=max(LONG, base.output_len))
@@ -235,7 +233,7 @@ def scenario_for(base: VllmConfig, method: str, k: int, folder: Path, prompt_len
 
 def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None = None) -> dict[str, Any]:
     """Fit, describe, simulate and compare (module docstring steps 1-3); writes the report."""
-    from engine.vllm.workload import prompt_lengths
+    from psdsim.engine.vllm.workload import prompt_lengths
 
     out, base = cfg.out, cfg.base
     folder = out.resolve()

@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sim.plots import FIGURE_METADATA
-from sim.results import write_file
-from sim.theory_bridge import BridgeReport
-from theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
-from theory.published import A0, PUBLISHED_RATIO, paper_ratio, peak, ratio_at_least, statement_vs_model
-from theory.tail import TailEstimate
+from psdsim.sim.output.plots import FIGURE_METADATA
+from psdsim.sim.output.results import write_file
+from psdsim.studies.theory_bridge import BridgeReport
+from psdsim.theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
+from psdsim.theory.published import A0, PUBLISHED_RATIO, paper_ratio, peak, ratio_at_least, statement_vs_model
+from psdsim.theory.tail import TailEstimate
 
 
 def optima_lines(m: FrontierModel, t_token: float | None, k_max: int) -> list[str]:
@@ -37,7 +36,7 @@ def optima_lines(m: FrontierModel, t_token: float | None, k_max: int) -> list[st
 
 
 def published_lines() -> list[str]:
-    return ["published theory vs this model (reference/paper.md §3; DESIGN §5):",
+    return ["published theory vs this model (reference/paper.md §3; docs/design.md §5):",
             *("  " + line for line in statement_vs_model())]
 
 
@@ -126,7 +125,7 @@ def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
     r = np.array([paper_ratio(x) for x in a])
     lo, hi = ratio_at_least(PUBLISHED_RATIO)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.semilogx(a, r, label="R(alpha V), model of DESIGN §5")
+    ax.semilogx(a, r, label="R(alpha V), model of docs/design.md §5")
     ax.axhline(PUBLISHED_RATIO, ls="--", color="gray", label=f"published bound {PUBLISHED_RATIO}")
     ax.axhline(2.0, ls=":", color="gray", label="ceiling 2 (50%)")
     ax.axvline(A0, color="C3", label=f"published threshold a0 = {A0:.4f}")

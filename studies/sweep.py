@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sim.errors import ScenarioError
-from sim.executors import run_local, run_ray
-from sim.results import table_csv, write_file
-from sim.run import simulate
-from sim.scenario import FIELDS, Scenario
-from sim.sweep_design import Design
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.results import table_csv, write_file
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import FIELDS, Scenario
+from psdsim.studies.executors import run_local, run_ray
+from psdsim.studies.sweep_design import Design
 
 STATE = "sweep.json"
 RUNS = "runs"

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.errors import ScenarioError
-from sim.layout import DEDICATED, layout_for
-from sim.plan import PlanSpec, RateSearch, configurations, search_all
-from sim.scenario import Scenario
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.layout import DEDICATED, layout_for
+from psdsim.sim.scenario import Scenario
+from psdsim.studies.plan import PlanSpec, RateSearch, configurations, search_all
 
 KV_FULL = 0.95
 LINK_HEAVY = 0.15

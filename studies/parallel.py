@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from sim.executors import run_local
+from psdsim.studies.executors import run_local
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from calibration.calibrate import Calibration, calibrate
-from engine.reference.config import EngineConfig
-from engine.validate_acceptance import acceptance_mean, fit_spread, mean_accepted, verifications_std
-from engine.validate_contention import Shape, measure_contention
-from engine.validate_describe import (
+from psdsim.calibration.calibrate import Calibration, calibrate
+from psdsim.engine.reference.config import EngineConfig
+from psdsim.engine.validate.acceptance import acceptance_mean, fit_spread, mean_accepted, verifications_std
+from psdsim.engine.validate.contention import Shape, measure_contention
+from psdsim.engine.validate.describe import (
     DEVICE_KEY,
     DRAFT_KEY,
     TARGET_KEY,
@@ -46,11 +45,11 @@ from engine.validate_describe import (
     requests_jsonl,
     scenario_for,
 )
-from engine.validate_report import build_report
-from sim.profile import Profile
-from sim.results import write_file
-from sim.run import simulate
-from sim.scenario import Scenario, scenario_to_toml
+from psdsim.engine.validate.report import build_report
+from psdsim.sim.output.results import write_file
+from psdsim.sim.profile import Profile
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario, scenario_to_toml
 
 CALIBRATION_LABELS = ("ar", "sd", "sd-2proc")
 PREDICTION_SEEDS = 5   # simulated seeds averaged into each prediction
@@ -92,7 +91,7 @@ def measure(cfg: ValidateConfig, log: Log | None = None) -> dict[str, Any]:
     summary, every repeat's summary and trace, and the workload's prompt lengths; then the
     contention microbenchmark. Written to DIR/measured.json, so that `predict` can be run again
     on the same measurements."""
-    from engine.reference import run as engine_run
+    from psdsim.engine.reference import run as engine_run
 
     say = log or (lambda _: None)
     repeats: dict[str, list[dict[str, Any]]] = {r.name: [] for r in cfg.runs()}

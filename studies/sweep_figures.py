@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from sim.plots import figure_formats
+from psdsim.sim.output.plots import figure_formats
 
 MAX_LINES = 12
 IGNORED = ("rate", "seed", "name")  # not a line of their own in throughput vs rate

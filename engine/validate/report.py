@@ -14,8 +14,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from engine.validate_describe import SIM_METHOD, EngineRun
-from sim.plots import figure_bytes
+from psdsim.engine.validate.describe import SIM_METHOD, EngineRun
+from psdsim.sim.output.plots import figure_bytes
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("throughput_tok_s", "tok/s"), ("e2el_ms", "E2EL ms"), ("latency_ms.p50", "p50 ms"),

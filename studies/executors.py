@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-from sim.errors import ScenarioError
+from psdsim.sim.errors import ScenarioError
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sim.layout import COLOCATED, NONE, layout_for
-from sim.scenario import Scenario, catalog_for
+from psdsim.sim.layout import COLOCATED, NONE, layout_for
+from psdsim.sim.scenario import Scenario, catalog_for
 
 APPROXIMATE = ("analytic cost model: roofline with estimated efficiencies (sim/costs.py); "
                "figures are approximate until calibrated")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from engine.reference.config import ModelConfig
+from psdsim.engine.reference.config import ModelConfig
 
 ROUNDS = 12
 CALLS = {"draft": 8, "verify": 5}   # timed calls per side per condition and round
@@ -50,8 +50,8 @@ class Shape:
 
 
 def _worker(conn: Connection, side: str, core: int | None, model: ModelConfig, shape: Shape) -> None:
-    from engine.reference.model import Packed, build_draft, build_target
-    from engine.reference.workers import pin
+    from psdsim.engine.reference.model import Packed, build_draft, build_target
+    from psdsim.engine.reference.workers import pin
 
     pin(core)   # as the engine pins its driver and verifier
     max_len = shape.ctx + 2 * shape.k + 4

@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sim.errors import ScenarioError
-from sim.presets import PRESETS
-from sim.scenario import (
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.presets import PRESETS
+from psdsim.sim.scenario import (
     FIELDS,
     PATH_FIELDS,
     SECTIONS,
