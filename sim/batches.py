@@ -1,17 +1,26 @@
 """The Batch Manager: which of PSD's two sub-batches each running request belongs to.
 
-It mirrors MineDraft's scheduler patch (docs/reference/paper.md §4.2, `SchedulerPatch`): a request's
-flag is True or False; `balance` = #False - #True; `skip` is the sub-batch the scheduler treats
-as draft-only-scheduled in the coming decode step. It starts alternating one decode step after
-decoding begins, in step with the worker's verified sub-batch (see sim/methods/psd.py).
+It mirrors MineDraft's scheduler patch (docs/reference/paper.md §4.2, `SchedulerPatch` in
+minedraft/plugin/core/scheduler.py): a request's flag is True or False; `balance` = #False -
+#True; `verify_flag` is the patch's `_skip_batch_flag`: the sub-batch the decode step being
+scheduled *verifies* (its slot appending is what the patch skips), so `not verify_flag` is the
+sub-batch that step *drafts*, the one new requests join. (Read together, `_schedule_running`
+flips the flag after each decode step and the worker's `_send_batch_flag` picks the verified
+sub-batch; the patch's own `has_scoring` name for `flag != skip` says the opposite, and is
+wrong from the second decode step on.) The flag starts flipping one decode step after decoding
+begins: at the first decode step every request appends and the worker verifies the True
+sub-batch whatever the flag says.
 
 - assign(): before any decode, alternate by balance so the first 2m split evenly; afterwards a
-  new request joins `not skip`, the sub-batch drafted in the next decode step, so that it has
-  drafts before its first verification.
+  new request joins `not verify_flag`, the sub-batch drafted in the next decode step, so that it
+  has drafts before its first verification (`_get_next_batch_flag`).
 - assign(balanced=True): the balance rule even after decoding has started. MineDraft takes this
   branch for prefills scheduled in a mixed (chunked-prefill) batch; the `rebalance` option takes
   it always (the mitigation the paper proposes: refills restore the balance, at the price of
   requests that meet their first verification without drafts).
+- assign_swapped_in(): the flag `_schedule_swapped` gives, which runs after `_schedule_running`
+  has flipped the flag for the *next* step: the request joins the sub-batch verified in this
+  very step, which holds no drafts for it (scenario `swap_in_batch = "verified"`).
 - recycle(): on finish, abort and preemption undo the request's contribution.
 - Finishes happen only in the verified sub-batch, which is drafted next, so refills land where
   the holes are: balance is preserved, never restored.
@@ -23,19 +32,32 @@ from __future__ import annotations
 class BatchManager:
     def __init__(self) -> None:
         self.balance = 0
-        self.skip = False
-        self.decoding = False
+        self.verify_flag = False  # MineDraft's _skip_batch_flag
+        self.decoding = False     # MineDraft's _has_scheduled_decoding
 
     def assign(self, balanced: bool = False) -> bool:
-        """The flag of a newly admitted (or swapped-in) request."""
+        """The flag of a newly admitted request (or a swapped-in one, in the what-if that sends
+        it to the sub-batch drafted next)."""
         if self.decoding and not balanced:
-            self.balance += 1 if self.skip else -1
-            return not self.skip
+            return self._join(not self.verify_flag)
         if self.balance >= 0:
-            self.balance -= 1
-            return True
-        self.balance += 1
-        return False
+            return self._join(True)
+        return self._join(False)
+
+    def assign_swapped_in(self, decodes_now: bool) -> bool:
+        """The flag MineDraft's `_schedule_swapped` gives a request swapped in during the decode
+        step being scheduled (`decodes_now`: that step schedules running decodes). It runs after
+        `_schedule_running`, which has already flipped the flag (or, at the first decode step,
+        set `_has_scheduled_decoding`), so `not flag` is this step's verified sub-batch."""
+        if self.decoding:
+            return self._join(self.verify_flag)  # not (the flag flipped for the next step)
+        if decodes_now:
+            return self._join(True)  # first decode step: no flip yet, `not False`
+        return self.assign()
+
+    def _join(self, flag: bool) -> bool:
+        self.balance += -1 if flag else 1
+        return flag
 
     def recycle(self, flag: bool) -> None:
         """A request with `flag` left the running set."""
@@ -44,12 +66,12 @@ class BatchManager:
     def decode_scheduled(self) -> None:
         """Called once per scheduled decode step (after its batch is fixed)."""
         if self.decoding:
-            self.skip = not self.skip
+            self.verify_flag = not self.verify_flag
         else:
             self.decoding = True
 
     def reset(self) -> None:
         """Nothing is running: start afresh (MineDraft resets when `running` empties)."""
         self.balance = 0
-        self.skip = False
+        self.verify_flag = False
         self.decoding = False

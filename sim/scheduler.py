@@ -16,6 +16,9 @@ each against the budget), swap-ins, then prefill chunks, partial ones first, the
 vllm-v1 (docs/reference/nsight_vllm.md §3.1): chunked always; decodes count 1 + their draft
 tokens against the budget (draft tokens are cut first when it runs short, in running order; unlike
 vLLM, no decode is left out of a step); recompute only; a step that preempted admits no new requests.
+With chunked prefill a method may leave some planned chunks uncomputed (PSD under MineDraft's
+code computes only the verified sub-batch's, `computes_chunks`): they keep their budget and
+blocks, and close as the real engine closes them (see `_leave_uncomputed`).
 Simplifications: prefill chunks never preempt (a chunk without free blocks waits a step).
 """
 
@@ -51,6 +54,10 @@ class StepPlan:
     prefill: np.ndarray = field(default_factory=_none)    # requests computing prompt tokens
     chunk: np.ndarray = field(default_factory=_none)      # prompt tokens each computes
     completes: np.ndarray = field(default_factory=_none)  # bool: its prompt is done after the step
+    # Prompt chunks scheduled but not computed (PSD's drafted sub-batch, MineDraft's code): their
+    # requests, and the tokens marked computed anyway (their chunk, or 0 for a prompt's last one).
+    uncomputed: np.ndarray = field(default_factory=_none)
+    marked: np.ndarray = field(default_factory=_none)
     spec_cap: np.ndarray | None = None  # vllm-v1: most draft tokens per decode request
     preempted: int = 0
     swap_blocks: int = 0              # KV blocks moved to or from CPU memory this step
@@ -60,6 +67,12 @@ class StepPlan:
     @property
     def empty(self) -> bool:
         return not len(self.decode) and not len(self.prefill)
+
+    @property
+    def prefill_groups(self) -> int:
+        """Prompts the step schedules, computed or not: vLLM's `num_prefill_groups`, which makes a
+        step a prompt run (`is_prompt_run`) that the paper's step metrics leave out."""
+        return len(self.prefill) + len(self.uncomputed)
 
 
 class Scheduler:
@@ -150,6 +163,9 @@ class Scheduler:
         t = self.table
         plan.prefill, plan.chunk = prefill, chunk
         plan.completes = t.computed[prefill] + chunk >= t.prefill_len[prefill]
+        computed = method.computes_chunks(prefill, decode) if len(prefill) else None
+        if computed is not None and not computed.all():
+            _leave_uncomputed(plan, computed)
         return plan
 
     # -- KV growth and preemption ---------------------------------------------------------
@@ -320,6 +336,8 @@ class Scheduler:
         """Record prefill progress, then retire finished and aborted requests. Returns
         (finished ids, aborted ids)."""
         t = self.table
+        if len(plan.uncomputed):
+            t.computed[plan.uncomputed] += plan.marked
         if len(plan.prefill):
             t.computed[plan.prefill] += plan.chunk
             grads = plan.prefill[plan.completes]
@@ -398,6 +416,23 @@ class EngineHooks:
 
     def graduated(self, ids: np.ndarray) -> None:
         """Requests finished their prefill and start decoding."""
+
+    def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:
+        """Which of the step's planned prompt chunks (`prefill`, beside the decodes `decode`) the
+        target computes: a bool per chunk, or None for all of them (every method but PSD)."""
+        return None
+
+
+def _leave_uncomputed(plan: StepPlan, computed: np.ndarray) -> None:
+    """Take the chunks the target does not compute out of the plan's work. As MineDraft's engine
+    does (`LLMEngine._process_model_outputs` skips outputs whose token is -1, and the worker pads
+    the drafted sub-batch's rows with -1), a prompt's last chunk is then not marked computed
+    (it is scheduled again), but an earlier one is, although nothing computed its KV."""
+    left = ~computed
+    plan.uncomputed = plan.prefill[left]
+    plan.marked = np.where(plan.completes[left], 0, plan.chunk[left])
+    plan.prefill, plan.chunk = plan.prefill[computed], plan.chunk[computed]
+    plan.completes = plan.completes[computed]
 
 
 def _truncate_drafts(tokens: np.ndarray, budget: int) -> tuple[np.ndarray, int]:
