@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,33 +82,41 @@ class Calibration:
     traces: list[tuple[Path, TraceInfo]] = field(default_factory=list)
 
 
-def calibrate(paths: list[Path], *, preset: str = "psdsim", ranges: list[str] | None = None,
-              timing: str = "busy", source: dict[str, Any] | None = None) -> Calibration:
-    """Read every trace, fit every term that has samples, and build the profile."""
+def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str = "psdsim",
+              ranges: list[str] | None = None, timing: str = "busy",
+              source: dict[str, Any] | None = None) -> Calibration:
+    """Read every trace, fit every term that has samples, and build the profile. `paths` is
+    either trace files read together (an nsys or Kineto export is joined with the MineDraft JSONL
+    beside it), or one list of files per run (psdsim validate --traces): each run's files are
+    read and joined on their own, and their samples pooled (a join is by order within one run)."""
     if not paths:
         raise TraceError("no trace given; pass one or more trace files")
     if timing not in TIMINGS:
         raise TraceError(f"timing {timing!r}: use busy (GPU busy time) or span (first to last GPU op)")
     rules = parse_rules(preset, ranges or [])
-    formats = {p: detect_format(p) for p in paths}
-    jsonl = [p for p, f in formats.items() if f == "minedraft"]
-    gpu_traces = [p for p, f in formats.items() if f != "minedraft"]
+    runs = [list(paths)] if any(isinstance(p, str | Path) for p in paths) else [list(r) for r in paths]
 
     samples: list[StepSample] = []
     dropped: Counter[str] = Counter()
     notes: list[str] = []
     traces: list[tuple[Path, TraceInfo]] = []
-    for p in gpu_traces or jsonl:
-        built, info = _read(p, formats[p], rules)
-        samples += built.samples
-        dropped.update(built.dropped)
-        notes += built.notes
-        traces.append((p, info))
-    if gpu_traces and jsonl:
-        steps = [s for p in jsonl for s in read_minedraft_steps(p)]
-        samples, joined = join_step_attributes(samples, steps)
-        notes += joined
-        traces += [(p, TraceInfo("minedraft")) for p in jsonl]
+    for run in runs:
+        formats = {Path(p): detect_format(Path(p)) for p in run}
+        jsonl = [p for p, f in formats.items() if f == "minedraft"]
+        gpu_traces = [p for p, f in formats.items() if f != "minedraft"]
+        run_samples: list[StepSample] = []
+        for p in gpu_traces or jsonl:
+            built, info = _read(p, formats[p], rules)
+            run_samples += built.samples
+            dropped.update(built.dropped)
+            notes += built.notes
+            traces.append((p, info))
+        if gpu_traces and jsonl:
+            steps = [s for p in jsonl for s in read_minedraft_steps(p)]
+            run_samples, joined = join_step_attributes(run_samples, steps)
+            notes += joined
+            traces += [(p, TraceInfo("minedraft")) for p in jsonl]
+        samples += run_samples
     if not samples:
         why = "; ".join(f"{reason} ({n})" for reason, n in dropped.most_common(3)) or "no matching ranges"
         raise TraceError(f"the traces gave no usable samples: {why}")

@@ -348,6 +348,32 @@ def read_minedraft_requests(path: str | Path) -> list[dict[str, Any]]:
     return [{**rec.data, "_line": rec.line, "_bundle": rec.bundle} for rec in trace.requests]
 
 
+@dataclass(frozen=True)
+class Iteration:
+    """One measured benchmark iteration of a MineDraft trace: its step and request records (as
+    read_minedraft_steps and read_minedraft_requests give them)."""
+
+    bundle: int                      # the line of its bundle; 0 for a file of bare records
+    steps: list[dict[str, Any]]
+    requests: list[dict[str, Any]]
+
+
+def read_minedraft_iterations(path: str | Path) -> tuple[list[Iteration], list[str]]:
+    """The iterations a MineDraft trace measured, in order: one per bundle (TRACER.export runs
+    once per `run_to_completion`), less the warm-up bundles its file name counts (a file of bare
+    records is one iteration); and notes on what was left out."""
+    trace = _load(path)
+    notes: list[str] = []
+    warm = _warmup_bundles(trace, notes)
+    order = trace.bundles or [0]
+    steps: dict[int, list[dict[str, Any]]] = {b: [] for b in order}
+    requests: dict[int, list[dict[str, Any]]] = {b: [] for b in order}
+    for recs, into in ((trace.steps, steps), (trace.requests, requests)):
+        for rec in recs:
+            into[rec.bundle].append({**rec.data, "_line": rec.line, "_bundle": rec.bundle})
+    return [Iteration(b, steps[b], requests[b]) for b in order if b not in warm], notes
+
+
 def _infer_unit(trace: _Trace) -> tuple[str, float, str]:
     sums, walls = [], []
     for rec in trace.steps:

@@ -20,13 +20,11 @@ parameters come from the engine's SD runs, never from PSD or PEARL:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from psdsim.calibration.fit import acceptance_stats
-from psdsim.calibration.minedraft import read_minedraft_steps
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
 
@@ -71,20 +69,22 @@ def mean_accepted(samples: Sequence[StepSample], ks: Sequence[int]
     return out, doc
 
 
-def verifications_std(trace: Path) -> float:
-    """Standard deviation over requests of the decode steps that verified each (an SD trace)."""
+def verifications_std(steps: Iterable[Mapping[str, Any]]) -> float:
+    """Standard deviation over requests of the decode steps that verified each: the step records
+    (calibration.minedraft) of one SD run's iteration."""
     counts: Counter[str] = Counter()
-    for step in read_minedraft_steps(trace):
+    for step in steps:
         if not step.get("is_prompt_run") and step.get("batched_requests"):
             counts.update(step["batched_requests"])
     return float(np.std(list(counts.values()))) if counts else float("nan")
 
 
-def fit_spread(engine_std: Mapping[int, float], simulated_std: Callable[[int, float, int], float]
+def fit_spread(engine_std: Mapping[Any, float], simulated_std: Callable[[Any, float, int], float]
                ) -> tuple[float, dict[str, Any]]:
     """The grid spread whose simulated SD runs' verification-count spread is closest (squared
-    error summed over k, each the mean over SEEDS seeds) to the engine's. `simulated_std(k, S,
-    seed)` simulates the SD run at k with concentration S."""
+    error summed over the SD runs, each the mean over SEEDS seeds) to the engine's. Both are keyed
+    by SD run (its k in `validate --engine reference`, its name from traces); `simulated_std(run,
+    S, seed)` simulates that run with concentration S."""
     scores = {}
     for spread in SPREADS:
         sims = {k: float(np.mean([simulated_std(k, spread, seed) for seed in range(SEEDS)]))

@@ -23,7 +23,7 @@ simulator needs is written from the engine's own configuration, never guessed:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,10 +46,12 @@ PROFILE_FILE = {"ar": "profile-ar.json", "sd": "profile-one-process.json",
 
 @dataclass(frozen=True)
 class EngineRun:
-    """One engine configuration of a validation: its label (a key of SIM_METHOD) and k."""
+    """One engine configuration of a validation: its label (a key of SIM_METHOD) and k; `tag`
+    tells apart runs of the same label and k (validate --traces: their folders' names)."""
 
     label: str
     k: int
+    tag: str = ""
 
     @property
     def method(self) -> str:
@@ -57,7 +59,8 @@ class EngineRun:
 
     @property
     def name(self) -> str:
-        return self.label if self.label == "ar" else f"{self.label}_k{self.k}"
+        name = self.label if self.label == "ar" else f"{self.label}_k{self.k}"
+        return f"{name}@{self.tag}" if self.tag else name
 
     def config(self, base: EngineConfig, trace_dir: Path | None) -> EngineConfig:
         return base.with_changes(method=self.method, k=self.k, separate_verifier=self.label == "sd-2proc",
@@ -121,10 +124,15 @@ def catalog_text(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def requests_jsonl(prompt_lens: list[int], output_len: int) -> str:
-    """The engine's offline workload as a request trace (arrival 0 for all)."""
-    return "".join(json.dumps({"arrival_s": 0.0, "prompt_tokens": n, "output_tokens": output_len}) + "\n"
-                   for n in prompt_lens)
+def requests_jsonl(prompt_lens: Sequence[int], output_len: int | Sequence[int],
+                   arrivals: Sequence[float] | None = None) -> str:
+    """A workload as a request trace: the engine's offline one (one output length, arrival 0
+    for all), or a real run's requests (validate --traces) with their own output lengths and
+    arrival times."""
+    outs = [output_len] * len(prompt_lens) if isinstance(output_len, int) else list(output_len)
+    times = [0.0] * len(prompt_lens) if arrivals is None else list(arrivals)
+    return "".join(json.dumps({"arrival_s": t, "prompt_tokens": n, "output_tokens": o}) + "\n"
+                   for n, o, t in zip(prompt_lens, outs, times, strict=True))
 
 
 def scenario_values(run: EngineRun, cfg: EngineConfig, requests: int, folder: Path,

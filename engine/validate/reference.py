@@ -26,13 +26,15 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from psdsim.calibration.calibrate import Calibration, calibrate
+from psdsim.calibration.minedraft import read_minedraft_steps
+from psdsim.calibration.trace_error import TraceError
 from psdsim.engine.reference.config import EngineConfig
 from psdsim.engine.validate.acceptance import acceptance_mean, fit_spread, mean_accepted, verifications_std
 from psdsim.engine.validate.contention import Shape, measure_contention
@@ -137,8 +139,8 @@ def predict(cfg: ValidateConfig, measured: dict[str, Any], log: Log | None = Non
         s = scenario_for(EngineRun("sd", k), cfg.engine, n, folder, rates, spread).replace(seed=seed)
         return float(np.std(simulate(s).requests["verifications"]))
 
-    engine_std = {r.k: float(np.mean([verifications_std(p) for p in traces[r.name]])) for r in cfg.runs()
-                  if r.label == "sd"}
+    engine_std = {r.k: float(np.mean([verifications_std(read_minedraft_steps(p)) for p in traces[r.name]]))
+                  for r in cfg.runs() if r.label == "sd"}
     spread, spread_doc = fit_spread(engine_std, sd_std)
     acceptance = {k: acceptance_mean(accepted[k], k, spread) for k in cfg.ks}
     for k in cfg.ks:
@@ -151,11 +153,11 @@ def predict(cfg: ValidateConfig, measured: dict[str, Any], log: Log | None = Non
     meta = {"engine": "reference", "config": _config_doc(cfg), "machine": _machine(),
             "acceptance": {"per_k": accept_doc, **spread_doc},
             "contention": dict(profiles["profile.json"].contention),
-            "profiles": {name: _profile_doc(p) for name, p in profiles.items()},
+            "profiles": {name: profile_doc(p) for name, p in profiles.items()},
             "psd_profile": "profile.json",
             "prediction_seeds": PREDICTION_SEEDS, "wall_s": time.perf_counter() - began}
-    report, figure = build_report(cfg.runs(), summaries, predicted, CALIBRATION_LABELS, meta,
-                                  measured["repeats"])
+    in_sample = [r.name for r in cfg.runs() if r.label in CALIBRATION_LABELS]
+    report, figure = build_report(cfg.runs(), summaries, predicted, in_sample, meta, measured["repeats"])
     write_file(out / "validate.json", report_json(report))
     write_file(out / "validate.png", figure)
     if log is not None:
@@ -168,7 +170,8 @@ SOURCE = {"engine": "psdsim-reference", "gpu": DEVICE_KEY, "drafter_gpu": DEVICE
 CHANNEL = ("comm", "broadcast")
 
 
-def assemble_profiles(traces: dict[str, list[Path]], contention: dict[str, Any] | None
+def assemble_profiles(traces: Mapping[str, Sequence[Any]], contention: dict[str, Any] | None,
+                      source: dict[str, Any] | None = None, preset: str = "psdsim"
                       ) -> tuple[dict[str, Profile], Calibration]:
     """Profiles fitted to the AR and SD runs (calibration.calibrate), one per way the engine
     runs, and the calibration the acceptance comes from:
@@ -177,50 +180,78 @@ def assemble_profiles(traces: dict[str, list[Path]], contention: dict[str, Any] 
       (draft, verify, prefill, draft_prefill, reject) of the one-process AR and SD runs, where
       each model runs on a core that never idles; the channel (comm, broadcast) and the step
       overhead of SD with the target in its own process, the only runs that have them; and what
-      engine/validate_contention.py measures and no SD run isolates: the slowdown of overlapped
+      engine/validate/contention.py measures and no SD run isolates: the slowdown of overlapped
       work, and of work after a process idled (sim/overlap.py). The two-process SD runs'
       compute terms are not used: each of their passes follows idling (~5 ms a step at k = 1,
-      engine/validate_contention.py) and includes that slowdown, which the simulator adds
+      engine/validate/contention.py) and includes that slowdown, which the simulator adds
       where (and as much as) a process idles;
       predicting those runs from one-process terms is the check that it does;
     - profile-one-process.json (SD; in-sample): the one-process compute terms, SD's overhead;
     - profile-ar.json (AR; in-sample): the same with AR's own overhead: an AR step samples its
       tokens inside the timed overhead (a speculative step times that apart, as rejection
       sampling; the simulator's AR has no such term).
-    """
-    source = {**SOURCE, "engine_version": _torch_version()}
-    one = calibrate(traces["ar"] + traces["sd"], source=source)
-    sd = calibrate(traces["sd"], source=source)
-    ar = calibrate(traces["ar"], source=source)
-    two = calibrate(traces["sd-2proc"], source=source)
-    compute = {n: t for n, t in one.profile.terms.items() if n not in (*CHANNEL, "overhead")}
-    acc = sd.profile.acceptance
 
-    def made(terms: dict[str, Any], base: Calibration, what: str, extra: Calibration | None = None,
+    `traces` maps the labels ar, sd and sd-2proc to their runs' traces (what calibrate takes).
+    A real run set (validate --traces) may lack some: the compute terms then come from the
+    one-process runs there are, else from the two-process ones; each overhead from its own
+    layout's runs, else from SD's, AR's or the two-process ones; without two-process runs no
+    channel is fitted (the simulator prices it from the catalog's link and says so). `source`
+    is the runs' provenance (default: the reference engine's), `preset` the range names of
+    any nsys or Kineto traces among them.
+    """
+    source = source if source is not None else {**SOURCE, "engine_version": _torch_version()}
+
+    def fit(*labels: str) -> Calibration | None:
+        paths = [p for label in labels for p in traces.get(label, ())]
+        return calibrate(paths, source=source, preset=preset) if paths else None
+
+    one, sd, ar, two = fit("ar", "sd"), fit("sd"), fit("ar"), fit("sd-2proc")
+    base = one or two
+    if base is None:
+        raise TraceError("no calibration traces: validation needs AR or SD runs to fit a profile")
+    one_process = " + ".join(name for name, c in (("AR", ar), ("SD", sd)) if c is not None)
+    compute_from = (f"compute from the one-process {one_process} traces" if one is not None
+                    else "compute from the two-process SD traces")
+    compute = {n: t for n, t in base.profile.terms.items() if n not in (*CHANNEL, "overhead")}
+    accept = sd or two or base
+    acc = accept.profile.acceptance
+
+    def made(terms: dict[str, Any], what: str, extra: Calibration | None = None,
              cont: dict[str, Any] | None = None) -> Profile:
+        more = extra if extra is not None and extra is not base else None
         prov = dict(base.profile.source)
-        if extra is not None:
-            prov["traces"] = [*prov["traces"], *extra.profile.source["traces"]]
+        if more is not None:
+            prov["traces"] = [*prov["traces"], *more.profile.source["traces"]]
         prov["terms_from"] = what
-        notes = (*base.profile.notes, *(extra.profile.notes if extra is not None else ()),
+        notes = (*base.profile.notes, *(more.profile.notes if more is not None else ()),
                  f"psdsim validate: {what}")
         return Profile(terms, prov, acc, notes, cont or {})
 
-    def with_overhead(terms: dict[str, Any], c: Calibration) -> dict[str, Any]:
-        return {**terms, **{n: c.profile.terms[n] for n in ("overhead",) if n in c.profile.terms}}
+    def overhead(*order: tuple[Calibration | None, str]) -> tuple[dict[str, Any], str]:
+        for c, who in order:
+            if c is not None and "overhead" in c.profile.terms:
+                return {"overhead": c.profile.terms["overhead"]}, who
+        return {}, "none fitted"
 
-    channel = {n: two.profile.terms[n] for n in CHANNEL if n in two.profile.terms}
+    sd_first = ((sd, "SD's"), (ar, "AR's"), (two, "the two-process SD runs'"))
+    if two is not None:
+        channel = {n: two.profile.terms[n] for n in CHANNEL if n in two.profile.terms}
+        two_ovh, _ = overhead((two, ""))
+        psd_what = f"{compute_from}; comm, broadcast and overhead from the two-process SD traces"
+    else:
+        channel = {}
+        two_ovh, who = overhead(*sd_first)
+        psd_what = f"{compute_from}; overhead from {who}; no two-process runs, so no fitted comm or broadcast"
+    if contention:
+        psd_what += "; contention and idle slowdown measured"
+    one_ovh, one_who = overhead(*sd_first)
+    ar_ovh, ar_who = overhead((ar, "AR's"), *sd_first)
     out = {
-        "profile.json": made(with_overhead({**compute, **channel}, two), one,
-                             "compute from the one-process AR + SD traces; comm, broadcast and overhead "
-                             "from the two-process SD traces; contention and idle slowdown measured",
-                             two, contention),
-        "profile-one-process.json": made(with_overhead(compute, sd), one,
-                                         "compute from the one-process AR + SD traces, overhead from SD's"),
-        "profile-ar.json": made(with_overhead(compute, ar), one,
-                                "compute from the one-process AR + SD traces, overhead from AR's"),
+        "profile.json": made({**compute, **channel, **two_ovh}, psd_what, two, contention),
+        "profile-one-process.json": made({**compute, **one_ovh}, f"{compute_from}, overhead from {one_who}"),
+        "profile-ar.json": made({**compute, **ar_ovh}, f"{compute_from}, overhead from {ar_who}"),
     }
-    return out, sd
+    return out, accept
 
 
 def report_json(report: dict[str, Any]) -> str:
@@ -248,7 +279,7 @@ def mean_summary(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     return mean(summaries)
 
 
-def _profile_doc(p: Profile) -> dict[str, Any]:
+def profile_doc(p: Profile) -> dict[str, Any]:
     return {"terms_from": p.source.get("terms_from"),
             "terms": {n: {"coef": list(t.coef), "mape": t.mape, "samples": t.samples}
                       for n, t in p.terms.items()}}

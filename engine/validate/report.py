@@ -55,7 +55,8 @@ def build_rows(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, An
                predicted: Mapping[str, Mapping[str, Any]], in_sample: Iterable[str],
                repeats: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Per run and metric: measured (the mean over repeats), predicted, the relative error, and
-    (with repeats) each repeat's value and its own error, which show the machine's noise."""
+    (with repeats) each repeat's value and its own error, which show the machine's noise.
+    `in_sample` names the runs whose traces made the profile."""
     calib = set(in_sample)
     rows = []
     for r in runs:
@@ -69,7 +70,7 @@ def build_rows(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, An
                 metrics[key]["repeat_errors"] = [relative_error(x, b) for x in each]
         rows.append({"run": r.name, "engine_method": r.method, "label": r.label,
                      "sim_method": SIM_METHOD[r.label], "k": None if r.label == "ar" else r.k,
-                     "in_sample": r.label in calib, "metrics": metrics,
+                     "in_sample": r.name in calib, "metrics": metrics,
                      "decode_steps": {"measured": m.get("decode_steps"), "predicted": p.get("decode_steps")},
                      "sim_warnings": list(p.get("warnings", []))})
     return rows
@@ -92,13 +93,13 @@ def target_check(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def build_report(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, Any]],
                  predicted: Mapping[str, Mapping[str, Any]], in_sample: Iterable[str],
-                 meta: Mapping[str, Any], repeats: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
-                 ) -> tuple[dict[str, Any], bytes]:
+                 meta: Mapping[str, Any], repeats: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                 measured_by: str = "reference engine") -> tuple[dict[str, Any], bytes]:
     rows = build_rows(runs, measured, predicted, in_sample, repeats)
     report = {**meta, "rows": rows, "targets": target_check(rows),
               "measured": {r.name: _plain(measured[r.name]) for r in runs},
               "predicted": {r.name: _plain(predicted[r.name]) for r in runs}}
-    return report, figure(rows)
+    return report, figure(rows, measured_by)
 
 
 def _plain(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def table_lines(report: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def figure(rows: Sequence[Mapping[str, Any]]) -> bytes:
+def figure(rows: Sequence[Mapping[str, Any]], measured_by: str = "reference engine") -> bytes:
     """Measured (filled) against predicted (hollow, dashed) per k, one panel per metric."""
     import matplotlib
 
@@ -198,6 +199,6 @@ def figure(rows: Sequence[Mapping[str, Any]]) -> bytes:
         ax.set_title(title)
         ax.set_xlabel("k")
     axes.flat[0].legend(fontsize=7, ncol=2)
-    fig.suptitle("psdsim validate: reference engine measured (filled) vs simulated (hollow, dashed)")
+    fig.suptitle(f"psdsim validate: {measured_by} measured (filled) vs simulated (hollow, dashed)")
     fig.tight_layout()
     return figure_bytes(fig)
