@@ -3,9 +3,11 @@
 Runs the whole validation (engine runs, calibration on AR + SD, contention microbenchmark,
 simulation, comparison) `--runs` times, each with `--repeats` engine runs per configuration, and
 prints per method and k the error of throughput and p50 latency in every run, their mean and
-their standard deviation. The README's validation table comes from
+their standard deviation. docs/measurements/validate_reference.md comes from
 
-    python benchmarks/validate_noise.py --runs 3 --repeats 2 --out results/validate-noise
+    python benchmarks/validate_noise.py --runs 3 --repeats 2 --out results/validate-noise --record
+
+(`--record` writes the table there with date, commit and machine.)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from psdsim.engine.reference.config import EngineConfig
 from psdsim.engine.validate.reference import ValidateConfig, run_validate
+from recording import add_record_flag, write
 
 KEYS = (("throughput_tok_s", "tok/s"), ("latency_ms.p50", "p50"), ("e2el_ms", "E2EL"))
 
@@ -32,6 +35,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=32)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--out", type=Path, default=Path("results/validate-noise"))
+    add_record_flag(p)
     a = p.parse_args()
     ks = tuple(int(x) for x in a.k.split(","))
     engine = EngineConfig(m=a.m, requests=a.requests, output_len=a.output_len)
@@ -46,7 +50,7 @@ def main() -> None:
         for row in report["rows"]:
             for key, _ in KEYS:
                 errors.setdefault((row["run"], key), []).append(row["metrics"][key]["error"])
-    print(f"{'run':<14}" + "".join(f"{label:>34}" for _, label in KEYS))
+    lines = [f"{'run':<14}" + "".join(f"{label:>34}" for _, label in KEYS)]
     runs = list(dict.fromkeys(r for r, _ in errors))
     for run in runs:
         cells = []
@@ -58,9 +62,16 @@ def main() -> None:
             each = " ".join(f"{100 * e:+.1f}" for e in v)
             sd = statistics.stdev(v) if len(v) > 1 else 0.0
             cells.append(f"{each:>20} {100 * statistics.mean(v):+5.1f}±{100 * sd:4.1f}%")
-        print(f"{run:<14}" + "".join(cells))
+        lines.append(f"{run:<14}" + "".join(cells))
+    print("\n".join(lines))
     doc = {f"{run} {key}": errors[(run, key)] for run, key in errors}
     (a.out / "noise.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    if a.record:
+        notes = (f"{a.runs} whole validations of the reference engine, {a.repeats} repeats each; m={a.m}, "
+                 f"{a.requests} requests x {a.output_len} tokens; error = (predicted - measured) / measured "
+                 "in each run, then mean ± sd.")
+        path = write("validate_reference", "Validation against the reference engine", lines, notes)
+        print(f"recorded: {path}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""The documentation a fresh clone reads: generated parts match the code, links resolve, the README
+stays a first page whose set-up commands are the ones CI runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from psdsim.sim.metrics import SUMMARY_KEYS
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import FIELDS, Scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = [*sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "measurements").glob("*.md")), README]
+LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GENERATE = _generator()
+
+
+@pytest.mark.parametrize("page", ["scenario.md", "summary.md"])
+def test_generated_reference_pages_match_the_code(page):
+    """Regenerate with `python docs/generate.py` after changing a field, a default or a summary key."""
+    path = ROOT / "docs" / page
+    expected = {"scenario.md": GENERATE.scenario_md, "summary.md": GENERATE.summary_md}[page]()
+    assert path.read_text(encoding="utf-8") == expected, (
+        f"docs/{page} is out of date: run `python docs/generate.py` and commit it")
+
+
+def test_readme_compare_block_is_what_compare_prints_now():
+    """The README's one table is `psdsim compare --no-write` on this checkout, exactly."""
+    readme = README.read_text(encoding="utf-8")
+    assert readme == GENERATE.readme_with_compare(readme, GENERATE.compare_output()), (
+        "README.md's compare block is out of date: run `python docs/generate.py` and commit it")
+    assert "throughput tok/s (decode)" in readme
+
+
+def test_every_field_and_summary_key_is_documented():
+    text = (ROOT / "docs" / "scenario.md").read_text(encoding="utf-8")
+    assert all(f"| `{name}` |" in text for name in FIELDS)
+    summary = simulate(Scenario(requests=12, output_len=8, m=4)).summary
+    assert list(summary) == list(SUMMARY_KEYS), "a summary key lacks its meaning in sim/metrics.py"
+    assert all(meaning.strip() for meaning in SUMMARY_KEYS.values())
+
+
+def test_readme_compare_block_is_replaced_not_appended():
+    text = f"a\n{GENERATE.BEGIN}\nold\n{GENERATE.END}\nb\n"
+    once = GENERATE.readme_with_compare(text, "new table")
+    assert GENERATE.readme_with_compare(once, "new table") == once
+    assert "old" not in once and once.startswith("a\n") and once.endswith("\nb\n")
+    with pytest.raises(ValueError, match="BEGIN compare"):
+        GENERATE.readme_with_compare("no markers", "x")
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page):
+    """A fresh clone follows every link: no link to a page that does not exist."""
+    missing = []
+    for target, _anchor in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue
+        if not (page.parent / target).exists():
+            missing.append(target)
+    assert not missing, f"{page.name} links to missing files: {missing}"
+
+
+def test_readme_is_a_first_page_with_the_ci_test_command():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 220, f"README.md has {len(lines)} lines: move reference material into docs/"
+    setup = [line for line in lines if line.startswith("python3 -m venv .venv")]
+    assert setup == ["python3 -m venv .venv && . .venv/bin/activate && pip install -e . && psdsim run",
+                     "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && pytest"]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r"pip install --quiet -e '\.\[test[^']*\]' && pytest\s*$", ci), (
+        ".ci/run must end with the README's test command (pytest, everything, no marker filter)")
