@@ -1,7 +1,7 @@
 """Sweep throughput (runs per minute): the local process pool against serial, side by side.
 
-For two run sizes — short runs (where per-run overhead shows) and the README's example-sized
-runs — the same grid is swept serially (`--workers 1`) and on the local pool (`--workers N`,
+For two run sizes — short runs (where per-run overhead shows) and runs the size of examples/sweep.toml's
+— the same grid is swept serially (`--workers 1`) and on the local pool (`--workers N`,
 default all cores), each into a fresh folder; the tables must be identical. `--ray` adds the Ray
 executor (a local instance; its start-up time is included). The first line measures what the
 machine can give in parallel at all: a pure-Python loop in 1 process, then in N at once.

@@ -268,7 +268,7 @@ def test_predicted_psd_throughput_is_near_measured(e2e):
     (one run here with a pip install beside it: +59%), so this only catches a broken pipeline
     (units, a missing term, a profile fitted to the wrong runs): the PSD rows' predicted /
     measured ratios within a factor 1.6 on (geometric) average and 2 each. The accuracy itself
-    is measured by benchmarks/validate_noise.py and reported in the README."""
+    is measured by benchmarks/validate_noise.py (docs/measurements/validate_reference.md)."""
     report = json.loads(e2e[1])
     ratios = [row["metrics"]["throughput_tok_s"]["predicted"] / row["metrics"]["throughput_tok_s"]["measured"]
               for row in report["rows"] if row["label"] == "psd"]

