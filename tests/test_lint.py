@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ruff_is_clean():
-    ruff = shutil.which("ruff")
-    if ruff is None:
-        pytest.fail("ruff is not installed: pip install -e '.[test]'")
-    proc = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True, check=False)
+    """Ruff of the interpreter running the tests (`sys.executable -m ruff`), not whichever `ruff` is
+    first on PATH: a different version there would check with different rules."""
+    if importlib.util.find_spec("ruff") is None:
+        pytest.fail(f"ruff is not installed for {sys.executable}: pip install -e '.[test]'")
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", str(ROOT)], capture_output=True, text=True,
+                          check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
