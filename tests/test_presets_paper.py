@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from psdsim.calibration.synthetic import CostLog
+from psdsim.sim.costs import AnalyticCost
 from psdsim.sim.memory import plan_memory
 from psdsim.sim.presets import PRESETS
 from psdsim.sim.run import simulate
@@ -40,9 +42,19 @@ def test_preset_then_file_then_set(tmp_path):
     assert (s.target, s.k, s.m) == ("llama-3.3-70b-awq", 5, 4)
 
 
-def test_vicuna_eagle_preset_runs():
+def test_vicuna_eagle_preset_sends_the_target_hidden_states_back():
+    """setting5's return message per scored position: the sampled id (8 bytes), float32
+    probabilities and log-probabilities over Vicuna's 32,000-token vocabulary, and the EAGLE head's
+    input, the target's bf16 hidden state of 5,120 values (lmsys/vicuna-13b-v1.3 config.json);
+    plus a 16-byte header (sim/messages.py). A full sub-batch verifies m x (k + 1) positions."""
     s = load_scenario(None, ["requests=40", "output_len=32"], preset="setting5")
-    assert simulate(s).fits
+    log = CostLog(AnalyticCost(s, catalog_for(s)))
+    assert simulate(s, cost=log).fits
+    sizes = {attrs["bytes"] for term, attrs, _ in log.calls if term == "comm"}
+    per_position = 8 + 2 * 4 * 32_000 + 2 * 5_120
+    full = s.m * (s.k + 1)
+    assert 16 + full * per_position in sizes                      # 17,039,888 bytes
+    assert 16 + full * (8 + 2 * 4 * 32_000) not in sizes          # never without the hidden states
 
 
 def test_paper_quick_writes_its_table_and_figures(tmp_path, capsys):
