@@ -1,4 +1,5 @@
-"""The verifier group and the drafter<->verifier link, as SimPy processes and resources.
+"""The verifier group, the drafter GPU(s) and the drafter<->verifier link, as SimPy processes and
+resources.
 
 The driver (the engine loop, running on the drafter GPU in PSD) hands the verifier a job: inputs
 to send over the link, target compute, a sampler output to send back. The verifier is one
@@ -9,8 +10,15 @@ free, then holds it for latency + bytes / bandwidth. That is exactly a capacity-
 `simpy.Resource` served in request order, kept as a "free at" time so that a transfer costs one
 event instead of four.
 
-When the run records a timeline (sim/timeline.py) each transfer and each target pass adds a slice
-with its exact start and end; otherwise the only cost is a None check.
+The drafter GPUs (`Drafter`) do two kinds of work. Work the driver runs in its own process and
+waits for in the same step (MineDraft's driver runs on its drafter GPU; SD's draft shares the
+driver's loop) is a plain timeout: one event. Work handed to drafter workers (a PSD ring drafts
+sub-batches in the background, across steps) goes through a queue, urgent before background and
+first come first served within each, served by D processes, one job at a time each.
+
+When the run records a timeline (sim/timeline.py) each transfer, each target pass and each piece
+of drafter work adds a slice with its exact start and end; otherwise the only cost is a None
+check.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from psdsim.sim.overlap import overlapped
 
 if TYPE_CHECKING:
     from psdsim.sim.timeline import Timeline
@@ -76,7 +85,12 @@ class Verifier:
     timeline: Timeline | None = None
     # Slowdown of a pass after the verifier idled this long (sim/overlap.py); None: none.
     after_idle: Callable[[float], float] | None = None
+    # Drafter workers whose drafting contends with the passes (sim/overlap.py); None: none.
+    drafter: Drafter | None = None
     busy_s: float = 0.0
+    pass_start: float = math.inf  # the pass computing or about to: when it starts and ends
+    pass_end: float = -math.inf
+    _job: VerifyJob | None = None
     _queue: deque[VerifyJob] = field(default_factory=deque)
     _wakeup: simpy.Event | None = None
     _last_end: float = -math.inf
@@ -104,9 +118,15 @@ class Verifier:
                 delay, hold = self.link.reserve(TO_VERIFIER, job.send_bytes)
                 job.transfer_s += hold
             began = self.env.now + delay
+            if self.drafter is not None:
+                job.compute_s = self.drafter.contend(delay, job.compute_s)
             if self.after_idle is not None:
                 job.compute_s *= self.after_idle(began - self._last_end)
+            self._job, self.pass_start, self.pass_end = job, began, self.env.now + (delay + job.compute_s)
             yield self.env.timeout(delay + job.compute_s)
+            while self.pass_end > self.env.now:   # drafting that began meanwhile slowed it
+                yield self.env.timeout(self.pass_end - self.env.now)
+            self._job, self.pass_start, self.pass_end = None, math.inf, -math.inf
             self._last_end = self.env.now
             self.busy_s += job.compute_s
             if self.timeline is not None:
@@ -115,5 +135,169 @@ class Verifier:
                 delay, hold = self.link.reserve(TO_DRAFTER, job.return_bytes)
                 job.transfer_s += hold
                 yield self.env.timeout(delay)
+            assert job.done is not None
+            job.done.succeed()
+
+    def slowed_by(self, drafting: float, overlap: tuple[float, float]) -> float:
+        """Drafting of `drafting` seconds alone begins now beside the current pass (if any): its
+        wall time; the pass is pushed later by the overlap (sim/overlap.py)."""
+        now = self.env.now
+        if self._job is None or self.pass_end <= now:
+            return drafting
+        offset = max(0.0, self.pass_start - now)
+        left = self.pass_end - max(now, self.pass_start)
+        drafting, pass_s = overlapped(drafting, left, offset, *overlap)
+        end = now + offset + pass_s
+        self._job.compute_s += end - self.pass_end
+        self.pass_end = end
+        return drafting
+
+
+@dataclass(slots=True, eq=False)
+class DraftJob:
+    """Drafting handed to a drafter worker. `size()` -> (seconds alone, slice args) is called
+    when a drafter takes the job (a sub-batch is drafted with the members it has then); the
+    drafter scales it by its slowdown after idling and calls `finish()` when it is done.
+    Contention with a target pass that starts meanwhile may push `end_s` (and `seconds`) later
+    (sim/methods/passes.py)."""
+
+    name: str
+    size: Callable[[], tuple[float, dict[str, Any]]]
+    finish: Callable[[], None]
+    done: simpy.Event | None = None
+    seconds: float = 0.0
+    end_s: float = math.inf
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class AfterPassJob:
+    """The driver's GPU work after a target pass, handed to a drafter worker: `parts` (timeline
+    name, seconds alone) run end to end. The driver started waiting for the pass at
+    `waited_from`: the drafter's idle before the job counts from then at the earliest."""
+
+    parts: tuple[tuple[str, float], ...]
+    waited_from: float
+    done: simpy.Event | None = None
+    seconds: float = 0.0
+    end_s: float = math.inf
+
+
+Job = DraftJob | AfterPassJob
+
+
+class Drafter:
+    """The drafter GPU(s): `tracks` names each one's timeline track. Each keeps its slowdown
+    after idling (sim/overlap.py: `idle(seconds)` -> factor, None: none), set when it takes up
+    the driver's work after a pass and kept until it next does."""
+
+    def __init__(self, env: simpy.Environment, tracks: list[str], timeline: Timeline | None = None,
+                 idle: Callable[[float], float] | None = None, overlap: tuple[float, float] | None = None,
+                 verifier: Verifier | None = None) -> None:
+        self.env = env
+        self.overlap = overlap      # (draft, verify) slowdowns while both compute; None: none
+        self.verifier = verifier
+        self.tracks = tracks
+        self.timeline = timeline
+        self.idle = idle
+        count = len(tracks)
+        self.busy_s = 0.0
+        self.slowdown = [1.0] * count       # factor on each drafter's work since it last waited
+        self.last_end = [0.0] * count       # when each drafter last finished work
+        self.running: list[Job | None] = [None] * count
+        self._urgent: deque[Job] = deque()
+        self._background: deque[Job] = deque()
+        self._idle: deque[tuple[int, simpy.Event]] = deque()   # workers waiting for work, in order
+        for i in range(count):
+            env.process(self._work(i))
+
+    # -- the driver's own drafter work (drafter 0) ---------------------------------------
+
+    def run(self, seconds: float, name: str, **args: Any) -> simpy.Timeout:
+        """Work the driver runs now on drafter 0 and waits for (a single timeout)."""
+        now = self.env.now
+        self.last_end[0] = now + seconds
+        if self.timeline is not None:
+            self.timeline.drafting(self.tracks[0], name, now, now + seconds, **args)
+        return self.env.timeout(seconds)
+
+    # -- drafter workers ------------------------------------------------------------------
+
+    def submit(self, job: Job, urgent: bool) -> simpy.Event:
+        """Queue `job` for the first free drafter; returns the event of its end. Jobs submitted
+        in one instant are handed out once the submitter waits, urgent first."""
+        job.done = self.env.event()
+        (self._urgent if urgent else self._background).append(job)
+        if self._idle:
+            dispatch = self.env.event()
+            dispatch.callbacks.append(self._dispatch)
+            dispatch.succeed()
+        return job.done
+
+    def _dispatch(self, _: simpy.Event) -> None:
+        while self._idle and (self._urgent or self._background):
+            i, wake = self._idle.popleft()
+            job = (self._urgent or self._background).popleft()
+            self._begin(i, job)
+            wake.succeed(job)
+
+    def contend(self, delay: float, compute_s: float) -> float:
+        """A target pass of `compute_s` alone starts in `delay`: the drafting the workers are
+        doing now slows it (returns its wall time) and is pushed later by it (sim/overlap.py)."""
+        if self.overlap is None:
+            return compute_s
+        now, slowed = self.env.now, compute_s
+        for job in self.running:
+            if isinstance(job, DraftJob) and job.end_s > now:
+                left = job.end_s - now
+                drafting, pass_s = overlapped(left, compute_s, delay, *self.overlap)
+                job.seconds += drafting - left
+                job.end_s = now + drafting
+                slowed = max(slowed, pass_s)
+        return slowed
+
+    def _begin(self, i: int, job: Job) -> None:
+        """Drafter `i` takes `job` now: size it and apply its slowdown."""
+        now = self.env.now
+        if isinstance(job, AfterPassJob):
+            if self.idle is not None:
+                self.slowdown[i] = self.idle(now - max(self.last_end[i], job.waited_from))
+            job.parts = tuple((name, t * self.slowdown[i]) for name, t in job.parts)
+            job.seconds = sum(t for _, t in job.parts)
+        else:
+            alone, job.args = job.size()
+            job.seconds = alone * self.slowdown[i]
+            if self.overlap is not None and self.verifier is not None:
+                job.seconds = self.verifier.slowed_by(job.seconds, self.overlap)
+            if self.timeline is not None:
+                job.args["step"] = self.timeline.step   # drafting may outlast the step it began in
+        job.end_s = now + job.seconds
+        self.running[i] = job
+
+    def _work(self, i: int) -> Generator[Any, Any, None]:
+        env, tl = self.env, self.timeline
+        while True:
+            if self._urgent or self._background:
+                job = (self._urgent or self._background).popleft()
+                self._begin(i, job)
+                yield self.env.timeout(0)   # taken up once what ended with the last job has run
+            else:
+                wake = env.event()
+                self._idle.append((i, wake))
+                job = yield wake
+            began = env.now
+            yield env.timeout(job.seconds)
+            while job.end_s > env.now:   # a target pass slowed it down meanwhile
+                yield env.timeout(job.end_s - env.now)
+            self.running[i] = None
+            self.last_end[i] = env.now
+            self.busy_s += job.seconds
+            if isinstance(job, AfterPassJob):
+                if tl is not None:
+                    tl.drafter_parts(self.tracks[i], began, env.now, job.parts)
+            else:
+                if tl is not None:
+                    tl.drafting(self.tracks[i], job.name, began, env.now, **job.args)
+                job.finish()
             assert job.done is not None
             job.done.succeed()

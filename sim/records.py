@@ -1,7 +1,14 @@
-"""One record per engine step; the run's step table is built from them at the end."""
+"""One record per engine step; the run's step table is built from them at the end.
+
+A method's step fills a `StepStats` by field name as it goes (the target-pass helper its verify,
+link and wait figures, the outcome its token counts, ...); `StepRecord` adds what the plan and
+the running set say and is built by keyword (sim/methods/common.record). A new column is one
+field here, with its default, and one assignment where it is measured.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -42,6 +49,36 @@ class StepRecord(NamedTuple):
 
 
 STEP_COLUMNS = StepRecord._fields
+
+
+@dataclass(slots=True)
+class StepStats:
+    """What a method measured in one step, filled in by name as the step goes. Each field is the
+    step-table column of the same name; `batch0` None means every decoding request of the running
+    set (the methods without sub-batches). `drafter_s` is the drafter GPU time of the step's own
+    work (a ring's background drafting is charged by the drafters, sim/devices.Drafter)."""
+
+    parallelised: bool = False
+    batch0: int | None = None
+    batch1: int = 0
+    verified: int = 0
+    drafted: int = 0
+    scored: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    generated: int = 0
+    unproposed: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    comm_s: float = 0.0
+    wait_s: float = 0.0
+    link_critical_s: float = 0.0
+    swap_s: float = 0.0
+    drafter_s: float = 0.0
+
+
+# the StepStats fields that are step-table columns (batch0 is resolved by the recorder)
+STAT_COLUMNS = tuple(f.name for f in fields(StepStats) if f.name in STEP_COLUMNS and f.name != "batch0")
 
 
 def step_table(records: list[StepRecord]) -> dict[str, np.ndarray]:

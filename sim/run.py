@@ -12,9 +12,9 @@ import numpy as np
 import simpy
 from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.costs import AnalyticCost, StepCost
-from psdsim.sim.devices import Link, Verifier
+from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.kv import KVPools
-from psdsim.sim.layout import layout_for
+from psdsim.sim.layout import NONE, layout_for
 from psdsim.sim.memory import MemoryPlan, plan_memory
 from psdsim.sim.methods import method_class
 from psdsim.sim.methods.common import SimContext
@@ -26,7 +26,7 @@ from psdsim.sim.requests import RequestTable
 from psdsim.sim.scenario import Scenario, catalog_for, validate
 from psdsim.sim.scenario import warnings as scenario_warnings
 from psdsim.sim.scheduler import Scheduler
-from psdsim.sim.timeline import Timeline
+from psdsim.sim.timeline import DRAFTER, Timeline, drafter_track
 from psdsim.sim.workload import make_workload
 
 Progress = Callable[[float], None]
@@ -113,21 +113,29 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
                           swap=s.preemption_mode == "swap", swap_blocks=memory.swap_blocks(s.swap_space_gb),
                           max_running=kind.running_cap(s), token_budget=s.max_num_batched_tokens)
     target = cat.models[s.target]
-    dedicated = layout_for(s).over_link   # the drafter has a device (a process) of its own
+    layout = layout_for(s)
+    dedicated = layout.over_link   # the drafter has a device (a process) of its own
     slow = slowdowns(cost, dedicated)
+    drafter = None
+    if layout.drafter != NONE:
+        gpus = max(1, layout.drafter_gpus)
+        tracks = [DRAFTER] if gpus == 1 else [drafter_track(i) for i in range(gpus)]
+        drafter = Drafter(env, tracks, tl, slow.driver_idle, slow.overlap)
     ctx = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
                      verifier=Verifier(env, link, tl, slow.verifier_idle), link=link, vocab=target.vocab,
-                     acceptance=AcceptanceSampler(rng),
+                     acceptance=AcceptanceSampler(rng), drafter=drafter,
                      hidden=target.hidden if s.uses_draft and cat.models[s.draft].eagle else 0,
                      timeline=tl, slow=slow, overlap_prefill=s.overlap_draft_prefill and dedicated)
+    if drafter is not None and slow.overlap is not None:   # worker drafting and passes contend
+        drafter.verifier, ctx.verifier.drafter = ctx.verifier, drafter
     method = kind(ctx)
     env.run(until=env.process(_engine_loop(ctx, method, progress)))
 
     steps = step_table(ctx.steps)
     requests = table.columns()
     summary = summarize(s, steps, requests, gpus=kind.gpus(s), uses_drafter=method.uses_drafter,
-                        drafter_busy_s=ctx.drafter_busy_s, verifier_busy_s=ctx.verifier.busy_s,
-                        kv=kv)
+                        drafter_busy_s=drafter.busy_s if drafter is not None else 0.0,
+                        verifier_busy_s=ctx.verifier.busy_s, kv=kv)
     summary["warnings"] = scenario_warnings(s)
     if isinstance(cost, FittedCost):
         summary["warnings"] += source_warnings(cost.profile, s) + cost.warnings()

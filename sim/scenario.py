@@ -134,7 +134,7 @@ class Scenario:
     @property
     def sub_batched(self) -> bool:
         """MineDraft's two sub-batches with one drafter (whose imbalance the summary reports);
-        other N and D run the ring pipeline of sim/methods/psd_ring.py."""
+        other N and D run the round-robin ring of sim/methods/pipelined.py."""
         return self.method in ("psd", "psd+tetris") and self.sub_batches == 2 and self.drafters == 1
 
     @property

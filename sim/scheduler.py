@@ -392,7 +392,7 @@ class Scheduler:
 
 class EngineHooks:
     """What the scheduler asks of a method, with the defaults of methods that keep no
-    per-request state of their own (AR, SD). PSD overrides them (sim/methods/psd.py)."""
+    per-request state of their own (AR, SD). PSD overrides them (sim/methods/refill.py)."""
 
     lookahead: int = 0  # KV slots beyond the context a decode needs (k when drafts are scored)
 

@@ -64,6 +64,15 @@ class Timeline:
         """The verifier group's compute for one step (its outcome is added at export)."""
         self.add(VERIFIER, name, ON_VERIFIER, start_s, end_s, **(args or {}))
 
+    def drafting(self, track: str, name: str, start_s: float, end_s: float, **args: Any) -> None:
+        """Work on a drafter GPU (what the summary's drafter_busy counts)."""
+        self.add(track, name, ON_DRAFTER, start_s, end_s, **args)
+
+    def drafter_parts(self, track: str, start_s: float, end_s: float,
+                      parts: Sequence[tuple[str, float]]) -> None:
+        """Work on a drafter GPU in one wait: (name, seconds) parts laid end to end."""
+        self.after(start_s, end_s, [(track, name, ON_DRAFTER, seconds) for name, seconds in parts])
+
     def after(self, start_s: float, end_s: float, parts: Sequence[Part]) -> None:
         """Work the simulation waits for as one timeout, `parts` = (track, name, cat, seconds) in
         the order the method sums them: laid end to end, the last ending at `end_s` exactly."""

@@ -61,6 +61,51 @@ def test_more_sub_batches_and_drafters_hide_slow_drafting():
                                       .summary["throughput_tok_s_trim80"], rel=0.01)
 
 
+class _Slowed(ConstantCost):
+    """Fixed costs with measured-style slowdowns (sim/overlap.py): drafting and a target pass
+    slow each other while both run (`contention`), and work after idling is slowed (`idle`)."""
+
+    def __init__(self, contention: tuple[float, float] = (1.0, 1.0), idle: float = 0.0) -> None:
+        super().__init__(0.004, 0.006, draft_per_token_s=0.0005, prefill_s=0.003, comm_s=1e-4,
+                         reject_s=2e-4, overhead_s=5e-4)
+        self.contention = contention
+        self.idle = idle
+
+    def after_idle(self, side: str, idle_s: float) -> float:
+        return 1.0 + min(idle_s, 0.01) * self.idle
+
+
+PIPELINES = [(2, 1), (3, 1), (3, 2)]
+
+
+@pytest.mark.parametrize(("sub_batches", "drafters"), PIPELINES)
+def test_every_pipeline_pays_measured_contention(sub_batches, drafters):
+    """Issue #13: the ring (N x D beyond MineDraft's 2 x 1) ignored the profile's contention
+    factors and lost nothing where MineDraft's pipeline lost 12-16%. Drafting on a drafter worker
+    now slows, and is slowed by, any target pass it overlaps: every pipeline pays a similar share."""
+    s = Scenario(requests=48, m=4, k=3, output_len=24, seed=3, prompt_len=64, sub_batches=sub_batches,
+                 drafters=drafters)
+    free = simulate(s, cost=_Slowed()).summary
+    contended = simulate(s, cost=_Slowed(contention=(1.4, 1.2))).summary
+    assert contended["throughput_tok_s"] < 0.9 * free["throughput_tok_s"]
+    assert contended["mean_verify_ms"] > 1.1 * free["mean_verify_ms"]
+    assert free == simulate(s, cost=ConstantCost(0.004, 0.006, draft_per_token_s=0.0005, prefill_s=0.003,
+                                                 comm_s=1e-4, reject_s=2e-4, overhead_s=5e-4)).summary
+
+
+@pytest.mark.parametrize(("sub_batches", "drafters"), PIPELINES)
+def test_every_pipeline_pays_the_after_idle_slowdown(sub_batches, drafters):
+    """The drafter's work after it waited for the verifier is slowed by that wait, whichever
+    pipeline runs (the ring ignored it too)."""
+    s = Scenario(requests=48, m=4, k=3, output_len=24, seed=3, prompt_len=64, sub_batches=sub_batches,
+                 drafters=drafters)
+    free = simulate(s, cost=_Slowed()).summary
+    slowed = simulate(s, cost=_Slowed(idle=100.0)).summary
+    assert slowed["throughput_tok_s"] < 0.95 * free["throughput_tok_s"]
+    busy_s = [r["drafter_busy"] * r["makespan_s"] for r in (free, slowed)]
+    assert busy_s[1] > busy_s[0]
+
+
 def test_fair_comparisons_are_simulated_not_scaled():
     s = Scenario(**SMALL)
     psd, sd = simulate(s), simulate(s.replace(method="sd"))

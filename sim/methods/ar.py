@@ -6,30 +6,24 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-from psdsim.sim.devices import VerifyJob
-from psdsim.sim.methods.common import EngineMethod, chunk_work, emit_first_tokens, record, verify_outcome
+from psdsim.sim.methods.common import EngineMethod, record, verify_outcome
+from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
+from psdsim.sim.records import StepStats
 from psdsim.sim.scheduler import StepPlan
-from psdsim.sim.timeline import driver_parts
 
 
 class AutoRegressive(EngineMethod):
     uses_drafter = False
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx = self.ctx
-        env, cost = ctx.env, ctx.cost
-        ids = plan.decode
+        ctx, st = self.ctx, StepStats()
+        ids, start = plan.decode, ctx.env.now
         batch = len(ids)
-        start = env.now
-        job = VerifyJob(cost.verify(batch, batch, ctx.table.context(ids), chunk_work(ctx, plan)))
-        if ctx.timeline is not None:
-            job.name = "decode" if batch else "prefill"
-        yield ctx.verifier.submit(job)
-        swap_s = cost.swap(plan.swap_blocks)
-        verified_at = env.now
-        yield env.timeout(cost.overhead + swap_s)
-        if ctx.timeline is not None:
-            ctx.timeline.after(verified_at, env.now, driver_parts(cost.overhead, swap_s))
-        out = verify_outcome(ctx, ids, np.zeros(batch, dtype=np.int64), 0)
-        record(ctx, plan, start, verified=batch, scored=batch, out=out,
-               first_tokens=emit_first_tokens(ctx, plan), verify_s=job.compute_s, swap_s=swap_s)
+        chunks = chunk_work(ctx, plan)
+        target = TargetPass(ctx, batch, batch, ctx.table.context(ids), chunks, over_link=False)
+        yield target.submit("decode" if batch else "prefill")
+        yield from after_pass(ctx, plan, st, chunks, batch, False, ctx.env.now, reject_on=None)
+        verify_outcome(ctx, st, ids, np.zeros(batch, dtype=np.int64), 0)
+        target.measured(st)
+        st.verified = st.scored = batch
+        record(ctx, plan, start, st)

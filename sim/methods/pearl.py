@@ -26,21 +26,10 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-from psdsim.sim.devices import VerifyJob
-from psdsim.sim.methods.common import (
-    EngineMethod,
-    SimContext,
-    after_verify,
-    chunk_work,
-    draft_counts,
-    emit_first_tokens,
-    link_bytes,
-    record,
-    verify_outcome,
-)
-from psdsim.sim.overlap import overlapped
+from psdsim.sim.methods.common import EngineMethod, SimContext, draft_counts, record, verify_outcome
+from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
+from psdsim.sim.records import StepStats
 from psdsim.sim.scheduler import StepPlan
-from psdsim.sim.timeline import DRAFTER, ON_DRAFTER
 
 
 class PEARL(EngineMethod):
@@ -53,69 +42,58 @@ class PEARL(EngineMethod):
         self.per_request = ctx.scenario.pearl_variant == "per-request"
         self.drafted = np.zeros(n, dtype=bool)  # pre-drafted tokens exist (valid or stale)
         self.valid = np.zeros(n, dtype=bool)    # ... and continue the request's real prefix
-        self.after_wait = 1.0                   # driver: slowdown after its last wait (sim/overlap.py)
 
     def left(self, ids: np.ndarray) -> None:
         self.drafted[ids] = False
         self.valid[ids] = False
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx = self.ctx
-        env, cost, table, k, tl = ctx.env, ctx.cost, ctx.table, ctx.scenario.k, ctx.timeline
+        ctx, st = self.ctx, StepStats()
+        env, drafter, k, start = ctx.env, ctx.drafter, ctx.scenario.k, ctx.env.now
+        assert drafter is not None
         ids = plan.decode
         batch = len(ids)
-        chunks = chunk_work(ctx, plan)
-        context = table.context(ids)
-        start = env.now
-        if self.per_request:
-            use_drafts = batch > 0
-            proposed = self.valid[ids] * (k - 1)
-        else:
-            use_drafts = batch > 0 and bool(self.valid[ids].any())
-            proposed = (self.drafted[ids] * k if use_drafts else np.zeros(batch, dtype=np.int64))
-        proposed = draft_counts(plan, ids, proposed)
-        total_proposed = int(proposed.sum())
-        tokens = total_proposed + batch
-        job = VerifyJob(cost.verify(batch, tokens, context, chunks),
-                        *link_bytes(ctx, batch, tokens, context, chunks))
-        if tl is not None:
-            job.name, job.args = (("verify", {"k": k, "drafts_used": use_drafts}) if batch
-                                  else ("prefill", None))
+        chunks, context = chunk_work(ctx, plan), ctx.table.context(ids)
+        proposed, use_drafts = self._proposals(plan, ids)
+        total = int(proposed.sum())
+        tokens = total + batch
+        target = TargetPass(ctx, batch, tokens, context, chunks)
         # post-verify: draft the next k for everyone while the target verifies
-        ahead_s = cost.draft(batch, k, context + batch * k) * self.after_wait if batch else 0.0
-        if ahead_s and ctx.slow.overlap is not None:  # the two slow each other while both run
-            ahead_s, job.compute_s = overlapped(ahead_s, job.compute_s, cost.broadcast(job.send_bytes),
-                                                *ctx.slow.overlap)
-        done = ctx.verifier.submit(job)
+        ahead_s = ctx.cost.draft(batch, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
+        ahead_s = target.contend(ahead_s)
+        done = target.submit("verify", k=k, drafts_used=use_drafts) if batch else target.submit("prefill")
         if batch:
-            yield env.timeout(ahead_s)
-            if tl is not None:
-                tl.add(DRAFTER, "draft ahead", ON_DRAFTER, start, env.now, batch=batch, k=k)
+            yield drafter.run(ahead_s, "draft ahead", batch=batch, k=k)
         drafted_at = env.now
         yield done
-        wait_s = env.now - drafted_at
-        sync_s, reject_s, swap_s, self.after_wait = yield from after_verify(
-            ctx, plan, chunks, tokens, bool(batch), drafted_at, reject_on_drafter=True)
+        st.wait_s = env.now - drafted_at if batch else 0.0
+        st.draft_s = st.drafter_s = ahead_s
+        yield from after_pass(ctx, plan, st, chunks, tokens, bool(batch), drafted_at)
+        self._verify(ids, proposed, total, st)
+        target.measured(st, ahead_s if batch else None)
+        st.parallelised, st.verified, st.drafted, st.scored = batch > 0, batch, batch, tokens if batch else 0
+        record(ctx, plan, start, st)
 
-        # Stale drafts continue a rejected prefix: they are scored and accept nothing.
+    def _proposals(self, plan: StepPlan, ids: np.ndarray) -> tuple[np.ndarray, bool]:
+        """Drafts each request has scored, and whether the pre-drafted tokens are used at all."""
+        k = self.ctx.scenario.k
+        if self.per_request:
+            return draft_counts(plan, ids, self.valid[ids] * (k - 1)), len(ids) > 0
+        use_drafts = len(ids) > 0 and bool(self.valid[ids].any())
+        proposed = self.drafted[ids] * k if use_drafts else np.zeros(len(ids), dtype=np.int64)
+        return draft_counts(plan, ids, proposed), use_drafts
+
+    def _verify(self, ids: np.ndarray, proposed: np.ndarray, total: int, st: StepStats) -> None:
+        """Stale drafts continue a rejected prefix: they are scored and accept nothing."""
+        ctx, table = self.ctx, self.ctx.table
         valid = self.valid[ids]
-        out = verify_outcome(ctx, ids, proposed, total_proposed,
-                             acceptable=None if self.per_request else valid)
-        if batch:
-            first_match = ctx.acceptance.bernoulli(table.log_acceptance[ids])
-            if self.per_request:  # every proposal passed, then the first token drafted ahead
-                self.valid[ids] = (table.last_accepted == proposed) & first_match
-            else:
-                all_accepted = valid & (table.last_accepted == proposed)
-                self.valid[ids] = np.where(proposed > 0, all_accepted, first_match)
-                self.drafted[ids] = True
-        ctx.drafter_busy_s += ahead_s + sync_s + reject_s
-        verifier_path = job.transfer_s + job.compute_s
-        record(ctx, plan, start, parallelised=batch > 0, verified=batch, drafted=batch,
-               scored=tokens if batch else 0,
-               out=out, first_tokens=emit_first_tokens(ctx, plan),
-               draft_s=ahead_s + sync_s, verify_s=job.compute_s, comm_s=job.transfer_s,
-               wait_s=wait_s if batch else 0.0,
-               link_critical_s=(max(verifier_path, ahead_s) - max(job.compute_s, ahead_s)
-                                if batch else job.transfer_s),
-               swap_s=swap_s)
+        verify_outcome(ctx, st, ids, proposed, total, acceptable=None if self.per_request else valid)
+        if not len(ids):
+            return
+        first_match = ctx.acceptance.bernoulli(table.log_acceptance[ids])
+        if self.per_request:  # every proposal passed, then the first token drafted ahead
+            self.valid[ids] = (table.last_accepted == proposed) & first_match
+        else:
+            all_accepted = valid & (table.last_accepted == proposed)
+            self.valid[ids] = np.where(proposed > 0, all_accepted, first_match)
+            self.drafted[ids] = True

@@ -1,0 +1,146 @@
+"""A step's target pass and the driver's work after it, for every method.
+
+`TargetPass` owns what the pass costs: its prefill chunks' work, the bytes its inputs and sampler
+output put on the link, the contention with drafting that runs beside it (sim/overlap.py), and
+what the step's figures say of it (verify_s, comm_s, link_critical_s). `after_pass` is the
+driver's work once the pass is back: what is left of the draft model's prompt pass, rejection
+sampling, the framework overhead and KV swaps, slowed by the drafter's idling where a profile
+measured it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+from psdsim.sim.costs import NO_CHUNKS, Chunks
+from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob
+from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
+from psdsim.sim.methods.common import SimContext
+from psdsim.sim.overlap import overlapped
+from psdsim.sim.records import StepStats
+from psdsim.sim.scheduler import StepPlan
+from psdsim.sim.timeline import DRAFT_PREFILL, DRAFTER, DRIVER, ON_DRAFTER, ON_DRIVER, REJECT, driver_parts
+
+
+def chunk_work(ctx: SimContext, plan: StepPlan) -> Chunks:
+    """The prefill work of a plan: each chunk attends to its prompt's earlier chunks and itself."""
+    if not len(plan.prefill):
+        return NO_CHUNKS
+    computed = ctx.table.computed[plan.prefill]
+    chunk = plan.chunk
+    pairs = float((chunk * computed).sum() + (chunk * chunk).sum() / 2)
+    return Chunks(int(chunk.sum()), pairs, int(computed.sum()), int(plan.completes.sum()))
+
+
+def link_bytes(ctx: SimContext, requests: int, scored: int, context: int,
+               chunks: Chunks) -> tuple[int, int]:
+    """(inputs broadcast to the verifier group, sampler output back) for one target pass."""
+    s = ctx.scenario
+    send = step_inputs_bytes(requests, scored + chunks.tokens, context + chunks.ctx, s.block_size)
+    back = sampler_output_bytes(scored + chunks.completing, ctx.vocab, s.sampler_output == "compact")
+    if ctx.hidden:
+        back += hidden_state_bytes(scored + chunks.tokens, ctx.hidden)
+    return send, back
+
+
+def link_seconds(ctx: SimContext, requests: int, context: int, chunks: Chunks) -> Callable[[int], float]:
+    """Seconds the step's messages hold the link, both ways, as a function of the positions
+    the target pass scores (adaptive k prices each choice with it)."""
+    def seconds(scored: int) -> float:
+        send, back = link_bytes(ctx, requests, scored, context, chunks)
+        return ctx.link.seconds(TO_VERIFIER, send) + ctx.link.seconds(TO_DRAFTER, back)
+
+    return seconds
+
+
+class TargetPass:
+    """One target pass: `requests` decodes scoring `tokens` positions over `context` cached
+    tokens, plus the plan's prefill chunks; over the link when the drafter has a GPU of its own."""
+
+    __slots__ = ("ctx", "job")
+
+    def __init__(self, ctx: SimContext, requests: int, tokens: int, context: int, chunks: Chunks,
+                 over_link: bool = True) -> None:
+        self.ctx = ctx
+        self.job = VerifyJob(ctx.cost.verify(requests, tokens, context, chunks))
+        if over_link:
+            self.job.send_bytes, self.job.return_bytes = link_bytes(ctx, requests, tokens, context, chunks)
+
+    def contend(self, drafting: float) -> float:
+        """Price the contention of this pass with `drafting` seconds (alone) that the driver
+        starts beside it now (sim/overlap.py): returns the drafting's wall time and slows the
+        pass. (Drafting on drafter workers is priced by the devices, sim/devices.py.)"""
+        overlap = self.ctx.slow.overlap
+        if drafting and overlap is not None:
+            job = self.job
+            inputs_s = self.ctx.cost.broadcast(job.send_bytes)
+            drafting, job.compute_s = overlapped(drafting, job.compute_s, inputs_s, *overlap)
+        return drafting
+
+    def submit(self, name: str, **args: Any) -> simpy.Event:
+        """Hand the pass to the verifier; `name` and `args` label its timeline slice."""
+        if self.ctx.timeline is not None:
+            self.job.name, self.job.args = name, args
+        return self.ctx.verifier.submit(self.job)
+
+    def measured(self, st: StepStats, beside: float | None = None) -> None:
+        """The pass's figures, once it is back. `beside`: the drafting the driver did while the
+        pass ran (None: none); a free link shortens the step by the transfers only where they
+        outlast that drafting."""
+        job = self.job
+        st.verify_s, st.comm_s = job.compute_s, job.transfer_s
+        if beside is None:
+            st.link_critical_s = job.transfer_s
+        else:
+            st.link_critical_s = (max(job.transfer_s + job.compute_s, beside)
+                                  - max(job.compute_s, beside))
+
+
+def after_pass(ctx: SimContext, plan: StepPlan, st: StepStats, chunks: Chunks, tokens: int,
+               scored: bool, waited_from: float, reject_on: str | None = DRAFTER,
+               queued: bool = False) -> Generator[Any, Any, None]:
+    """The driver's work once the target pass is back (it waited from `waited_from`): what is
+    left of the draft model's prompt pass, rejection sampling of the `tokens` scored positions
+    (if `scored`), the step overhead and swaps. The drafter's part is slowed by its idling where
+    a profile measured it and drawn on the drafter's track, rejection sampling on the drafter's
+    GPU (MineDraft's driver runs there) or, with `reject_on` = DRIVER, on the driver's; None:
+    no draft model. `queued`: the drafter's part waits for a free drafter worker (a PSD ring,
+    whose drafters draft in the background), and the driver's part follows it; otherwise the
+    driver runs it all in one wait (MineDraft's driver runs on its drafter GPU)."""
+    env, cost, tl, drafter = ctx.env, ctx.cost, ctx.timeline, ctx.drafter
+    sync_s = cost.draft_chunks(chunks) if reject_on is not None else 0.0
+    reject_s = cost.reject(tokens) if scored else 0.0
+    swap_s = st.swap_s = cost.swap(plan.swap_blocks)
+    if queued:
+        assert drafter is not None
+        if sync_s + reject_s:
+            yield drafter.submit(AfterPassJob(((DRAFT_PREFILL, sync_s), (REJECT, reject_s)), waited_from),
+                                 urgent=True)
+        st.draft_s += sync_s
+        on_cpu = env.now
+        yield env.timeout(cost.overhead + swap_s)
+        if tl is not None:
+            tl.after(on_cpu, env.now, driver_parts(cost.overhead, swap_s))
+        return
+    idle = ctx.slow.driver_idle
+    after_wait = idle(env.now - waited_from) if idle is not None else 1.0
+    if drafter is not None:
+        drafter.slowdown[0] = after_wait
+    # with overlap_prefill the draft's prompt pass ran beside the target's: only the rest is left
+    left = max(0.0, waited_from + sync_s - env.now) if ctx.overlap_prefill and sync_s else sync_s
+    left_s = left * after_wait   # what is left runs after the wait, slowed by it
+    reject_s *= after_wait
+    verified_at = env.now
+    yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
+    st.draft_s += sync_s
+    st.drafter_s += sync_s
+    if reject_on == DRAFTER:
+        st.drafter_s += reject_s
+    if tl is not None:
+        if left < sync_s:  # the overlapped part ran beside the target pass
+            tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, waited_from, waited_from + sync_s - left)
+        reject = (DRAFTER, REJECT, ON_DRAFTER) if reject_on == DRAFTER else (DRIVER, REJECT, ON_DRIVER)
+        tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s), (*reject, reject_s),
+                                        *driver_parts(cost.overhead, swap_s)])

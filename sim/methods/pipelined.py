@@ -1,0 +1,228 @@
+"""`psd`, `psd+tetris`: batch-parallel SD, N sub-batches pipelined over D drafter GPUs.
+
+N x m requests run in N sub-batches. Each step verifies one of them while the drafter drafts
+others, so drafting hides behind verification. Two choices plug in:
+
+- the refill policy (sim/methods/refill.py): which sub-batch each request joins and which one a
+  step verifies. MineDraft's Batch Manager (N = 2, D = 1, docs/reference/paper.md §4.2): the driver
+  drafts the other sub-batch beside each pass, within the step, so a step costs
+      [draft(S), when S has no proposals yet: init or fallback]
+      + max(draft(D), inputs over the link + target pass (verify S, prefill chunks) + output back)
+      + the draft model's pass over the step's prompt tokens (to fill its KV) + rejection sampling
+      + fixed overhead (+ KV swap time).
+  Round robin (the ring, any N and D, beyond the paper, docs/design.md §2): D drafter workers draft the
+  other non-empty sub-batches in the background, first come first served, and the driver's GPU
+  work after a pass takes a free drafter ahead of queued drafting. A step verifies the next
+  sub-batch in turn: at once if its drafts are ready, after them if they are being drafted, and
+  after drafting it first when nobody has (at the start, or after a sub-batch emptied). In steady
+  state a step costs max(V, drafting / D, drafting / (N - 1)): N = 3 and D = 2 hide drafting up
+  to twice the verification time, where MineDraft's N = 2, D = 1 hide it up to once.
+- the draft-length policy (sim/methods/draft_length.py): k, adaptive k (MineDraft's pipeline
+  only), or TETRIS (k + e drafted, the best k x m scored).
+
+Drafting that overlaps a target pass slows it and is slowed by it where a profile measured
+contention, and drafter work after idling is slowed where it measured that (sim/overlap.py),
+whichever pipeline runs. A request verified without proposals (refills that joined a sub-batch
+after it was drafted) is scored with zero drafts and emits one token: a wasted step. Every
+drafter GPU holds the draft KV of every request (sim/memory.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import simpy
+from psdsim.sim.costs import NO_CHUNKS, Chunks
+from psdsim.sim.devices import Drafter, DraftJob
+from psdsim.sim.methods.common import (
+    EngineMethod,
+    SimContext,
+    draft_counts,
+    emit_outcome,
+    record,
+    verify_outcome,
+)
+from psdsim.sim.methods.draft_length import Selection, draft_length
+from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
+from psdsim.sim.methods.refill import EMPTY, BatchManagerRefill, RoundRobinRefill
+from psdsim.sim.records import StepStats
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.scheduler import StepPlan
+
+
+class PipelinedSD(EngineMethod):
+    uses_drafter = True
+
+    @staticmethod
+    def running_cap(s: Scenario) -> int:
+        return s.sub_batches * s.m
+
+    def __init__(self, ctx: SimContext) -> None:
+        super().__init__(ctx)
+        s, n = ctx.scenario, len(ctx.table)
+        self.lengths = draft_length(ctx)
+        self.lookahead = self.lengths.width
+        self.refill = (BatchManagerRefill(n, s.kv_patch, s.rebalance, self.lookahead) if s.sub_batched
+                       else RoundRobinRefill(n, s.sub_batches))
+        self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
+        self.ready = [False] * s.sub_batches           # background drafting: a sub-batch's drafts are done
+        self.drafting: dict[int, simpy.Event] = {}     # ... and the end of those being drafted
+        assert ctx.drafter is not None
+        self.drafter: Drafter = ctx.drafter
+
+    # -- scheduler hooks --------------------------------------------------------------------
+
+    def allocating(self, decode: np.ndarray) -> np.ndarray | None:
+        return self.refill.allocating(decode)
+
+    def target_tokens(self, ids: np.ndarray) -> np.ndarray:
+        tokens = self.refill.target_tokens(ids)
+        return super().target_tokens(ids) if tokens is None else tokens
+
+    def admitted(self, ids: np.ndarray, mixed: bool) -> None:
+        self.refill.admitted(ids, mixed, restart=len(self.ctx.scheduler.running) == len(ids))
+        self.proposals[ids] = 0
+
+    def graduated(self, ids: np.ndarray) -> None:
+        self.refill.graduated(ids)
+
+    def resumed(self, ids: np.ndarray) -> None:
+        self.refill.resumed(ids)
+        self.proposals[ids] = 0
+
+    def left(self, ids: np.ndarray) -> None:
+        self.refill.left(ids, self.ctx.table.state)
+        self.proposals[ids] = 0
+
+    # -- a step -----------------------------------------------------------------------------
+
+    def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
+        ctx, st, refill = self.ctx, StepStats(), self.refill
+        env, start = ctx.env, ctx.env.now
+        v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
+        ids = refill.members[v] if v is not None else EMPTY
+        chunks, context = chunk_work(ctx, plan), ctx.table.context(ids)
+        if refill.background:
+            st.drafted = self._queue_drafts(v, st)
+        if v is not None:
+            st.parallelised = yield from self._drafts_of(v, ids, context, chunks, st)
+        proposed, selection = self._scored(plan, ids)
+        total = int(proposed.sum())
+        tokens = total + len(ids)
+        target = TargetPass(ctx, len(ids), tokens, context, chunks)
+        k_ahead, ahead_s = self._ahead(ahead)
+        ahead_s = target.contend(ahead_s)
+        done = (target.submit(f"verify B{v}", sub_batch=v, k=int(proposed.max())) if v is not None
+                else target.submit("prefill"))
+        if ahead is not None:   # the driver drafts the other sub-batch while the pass runs
+            yield from self._draft_beside(ahead, k_ahead, ahead_s, st)
+        drafted_at = env.now
+        yield done
+        if v is not None and not refill.background:
+            st.wait_s = env.now - drafted_at
+        yield from after_pass(ctx, plan, st, chunks, tokens, v is not None, drafted_at,
+                              queued=refill.background)
+        self.proposals[ids] = 0
+        self._outcome(ids, proposed, total, selection, st)
+        if v is not None:
+            self.ready[v] = False
+            refill.verified(v, ahead)
+        target.measured(st, ahead_s if v is not None and not refill.background else None)
+        st.verified, st.scored = len(ids), tokens if v is not None else 0
+        record(ctx, plan, start, st)
+
+    def _scored(self, plan: StepPlan, ids: np.ndarray) -> tuple[np.ndarray, Selection | None]:
+        """Drafts each verified request has scored (TETRIS's choice, the vllm-v1 cap) and
+        TETRIS's selection."""
+        proposed = self.proposals[ids]
+        selection = self.lengths.select(ids, proposed) if len(ids) else None
+        if selection is not None:
+            proposed = selection.lengths
+        return draft_counts(plan, ids, proposed), selection
+
+    def _outcome(self, ids: np.ndarray, proposed: np.ndarray, total: int, selection: Selection | None,
+                 st: StepStats) -> None:
+        if selection is None:
+            verify_outcome(self.ctx, st, ids, proposed, total)
+            self.lengths.seen(proposed, total)
+        else:
+            emit_outcome(self.ctx, st, ids, proposed, total, selection.leading())
+
+    # -- drafting ---------------------------------------------------------------------------
+
+    def _drafts_of(self, v: int, ids: np.ndarray, context: int, chunks: Chunks,
+                   st: StepStats) -> Generator[Any, Any, bool]:
+        """Make sure the verified sub-batch has its drafts: returns whether they were drafted
+        before this step (parallelised); otherwise it is drafted first and the step waits."""
+        if self.refill.background:
+            if v in self.drafting:   # its drafter is still at it: wait
+                yield self.drafting[v]
+                return True
+            if self.ready[v]:
+                return True
+            job = self._draft_job(v)
+            yield self.drafter.submit(job, urgent=True)
+            st.draft_s += job.seconds
+            return False
+        if self.refill.drafted(v):
+            return True
+        k = self.lengths.k(ids, context, chunks, parallel=False)
+        seconds = self.ctx.cost.draft(len(ids), k, context) * self.drafter.slowdown[0] if k else 0.0
+        yield self.drafter.run(seconds, f"draft B{v}", sub_batch=v, batch=len(ids), k=k)
+        self.proposals[ids] = k
+        st.draft_s += seconds
+        st.drafter_s += seconds
+        return False
+
+    def _ahead(self, ahead: int | None) -> tuple[int, float]:
+        """(k, seconds alone) of drafting sub-batch `ahead` beside the pass."""
+        if ahead is None:
+            return 0, 0.0
+        ids = self.refill.members[ahead]
+        context = self.ctx.table.context(ids)
+        k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
+        return k, self.ctx.cost.draft(len(ids), k, context) * self.drafter.slowdown[0] if k else 0.0
+
+    def _draft_beside(self, ahead: int, k: int, seconds: float, st: StepStats) -> Generator[Any, Any, None]:
+        ids = self.refill.members[ahead]
+        yield self.drafter.run(seconds, f"draft B{ahead}", sub_batch=ahead, batch=len(ids), k=k)
+        self.proposals[ids] = k
+        st.drafted = len(ids)
+        st.draft_s += seconds
+        st.drafter_s += seconds
+
+    def _queue_drafts(self, v: int | None, st: StepStats) -> int:
+        """Background drafting: queue every other non-empty sub-batch without drafts for the
+        drafter workers; returns the requests queued. Also the record's split: `batch0` is the
+        verified sub-batch and `batch1` the others."""
+        members = self.refill.members
+        decoding = sum(len(m) for m in members)
+        st.batch0 = len(members[v]) if v is not None else 0
+        st.batch1 = decoding - st.batch0
+        if v is None:
+            return 0
+        queued, n = 0, len(members)
+        for i in range(1, n):
+            b = (v + i) % n
+            if len(members[b]) and not self.ready[b] and b not in self.drafting:
+                self.drafting[b] = self.drafter.submit(self._draft_job(b), urgent=False)
+                queued += len(members[b])
+        return queued
+
+    def _draft_job(self, b: int) -> DraftJob:
+        """Drafting sub-batch `b` on a drafter worker, sized with its members when it starts."""
+        k, drafted = self.lookahead, [EMPTY]
+
+        def size() -> tuple[float, dict[str, Any]]:
+            drafted[0] = ids = self.refill.members[b]
+            return self.ctx.cost.draft(len(ids), k, self.ctx.table.context(ids)), \
+                {"sub_batch": b, "batch": len(ids), "k": k}
+
+        def finish() -> None:
+            self.proposals[drafted[0]] = k
+            self.ready[b] = True
+            self.drafting.pop(b, None)
+
+        return DraftJob(f"draft B{b}", size, finish)

@@ -1,0 +1,184 @@
+"""Which of a pipelined method's sub-batches each running request belongs to, and which
+sub-batch each step verifies: the refill policy of `PipelinedSD` (sim/methods/pipelined.py).
+
+`BatchManagerRefill` is MineDraft's (2 sub-batches, docs/reference/paper.md §4.2): the scheduler's
+Batch Manager (sim/batches.py) flags each admitted request; the worker verifies the decoding
+sub-batch whose flag equals `send` while it drafts the other one, and flips `send`. When one
+sub-batch is empty, everything is verified and nothing is drafted ahead; `send` resets to True
+and the next step must draft before it verifies (not parallelised): the sequential fallback, or
+tail. With `rebalance`, and for prompts admitted into a mixed (chunked-prefill) batch, refills
+restore the balance instead of joining the sub-batch drafted next; a prompt that graduates into
+the sub-batch verified next has no drafts yet, and its first verification is a wasted step.
+KV (`kv_patch`): `has_deferred` (MineDraft's patch) grows a request's KV only when its sub-batch
+is verified, or at its first decode; `default` (vLLM) grows every running request's KV every step.
+
+`RoundRobinRefill` is the ring's (N sub-batches, beyond the paper, docs/design.md §2): steps verify the
+non-empty sub-batches in turn; refills join the sub-batch verified last, which is drafted next
+(before any decode, the emptiest one). KV grows for every running request at every step (no
+has_deferred patch). In the step table `batch0` is the verified sub-batch and `batch1` the others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from psdsim.sim.batches import BatchManager
+from psdsim.sim.records import StepStats
+from psdsim.sim.requests import DECODING
+from psdsim.sim.scheduler import StepPlan
+
+EMPTY = np.empty(0, dtype=np.int64)
+
+
+class Refill:
+    """What both policies keep: each request's sub-batch and each sub-batch's decoding members
+    (in graduation order; the verified set is always exactly one of them)."""
+
+    def __init__(self, requests: int, sub_batches: int, dtype: type) -> None:
+        self.flag = np.zeros(requests, dtype=dtype)
+        self.members = [EMPTY.copy() for _ in range(sub_batches)]
+        self.table_state: np.ndarray | None = None
+
+    def graduated(self, ids: np.ndarray) -> None:
+        flags = self.flag[ids]
+        for b in range(len(self.members)):
+            if (flags == b).any():
+                self.members[b] = np.concatenate([self.members[b], ids[flags == b]])
+
+    def _drop_left(self, flags: np.ndarray, state: np.ndarray) -> None:
+        for b in set(flags.tolist()):  # the request states already say who left
+            members = self.members[b]
+            self.members[b] = members[state[members] == DECODING]
+
+
+class BatchManagerRefill(Refill):
+    """MineDraft's Batch Manager and worker (see the module docstring)."""
+
+    background = False  # the driver drafts the other sub-batch beside each pass, within the step
+
+    def __init__(self, requests: int, kv_patch: str, rebalance: bool, lookahead: int) -> None:
+        super().__init__(requests, 2, bool)
+        self.batches = BatchManager()
+        self.fresh: list[int] = []  # decoding requests not yet scheduled for a decode step
+        self.send = True            # worker: the sub-batch verified next
+        self.have_previous = False  # worker: proposals drafted in the last step
+        self.deferred = kv_patch == "has_deferred"
+        self.rebalance = rebalance
+        self.lookahead = lookahead
+
+    def _verified_flag(self) -> bool | None:
+        """The flag of the sub-batch the coming decode step verifies (None: nothing decodes)."""
+        if len(self.members[self.send]):
+            return self.send
+        if len(self.members[not self.send]):
+            return not self.send  # one sub-batch empty: the other is verified whole
+        return None
+
+    # -- scheduler hooks --------------------------------------------------------------------
+
+    def allocating(self, decode: np.ndarray) -> np.ndarray | None:
+        if not self.deferred:
+            return None
+        verified = self._verified_flag()
+        ids = self.members[verified] if verified is not None else EMPTY
+        if self.fresh:  # a request's first decode step always allocates
+            ids = np.union1d(ids, np.array(self.fresh, dtype=np.int64))
+        return ids
+
+    def target_tokens(self, ids: np.ndarray) -> np.ndarray | None:
+        verified = self.flag[ids] == self._verified_flag()
+        return np.where(verified, 1 + self.lookahead, 0)
+
+    def admitted(self, ids: np.ndarray, mixed: bool, restart: bool) -> None:
+        if restart:  # nothing was running before
+            self.batches.reset()
+        balanced = mixed or self.rebalance
+        self.flag[ids] = [self.batches.assign(balanced) for _ in range(len(ids))]
+
+    def graduated(self, ids: np.ndarray) -> None:
+        super().graduated(ids)
+        self.fresh.extend(ids.tolist())
+
+    def resumed(self, ids: np.ndarray) -> None:
+        self.flag[ids] = [self.batches.assign(self.rebalance) for _ in range(len(ids))]
+        self.graduated(ids)
+
+    def left(self, ids: np.ndarray, state: np.ndarray) -> None:
+        flags = self.flag[ids]
+        for flag in flags.tolist():
+            self.batches.recycle(flag)
+        self._drop_left(flags, state)
+        if self.fresh:
+            gone = set(ids.tolist())
+            self.fresh = [r for r in self.fresh if r not in gone]
+
+    # -- the worker -------------------------------------------------------------------------
+
+    def turn(self, plan: StepPlan, st: StepStats) -> tuple[int | None, int | None]:
+        """(the sub-batch this step verifies, the one it drafts ahead); None: none."""
+        st.batch0, st.batch1 = len(self.members[False]), len(self.members[True])
+        v = self.send
+        if not len(plan.decode):  # a prefill-only step: the decoding requests wait
+            return None, None
+        if not len(self.members[v]):  # one sub-batch empty: verify all, draft nothing ahead
+            v = not v
+        if not len(self.members[v]):
+            return None, None
+        self.batches.decode_scheduled()
+        self.fresh.clear()
+        return int(v), int(not v) if len(self.members[not v]) else None
+
+    def drafted(self, verified: int) -> bool:
+        """Whether the verified sub-batch's drafts were drafted in an earlier step."""
+        return self.have_previous
+
+    def verified(self, verified: int, ahead: int | None) -> None:
+        self.have_previous, self.send = (True, not self.send) if ahead is not None else (False, True)
+
+
+class RoundRobinRefill(Refill):
+    """The ring's round-robin order (see the module docstring)."""
+
+    background = True  # drafter workers draft the other sub-batches, across steps
+
+    def __init__(self, requests: int, sub_batches: int) -> None:
+        super().__init__(requests, sub_batches, np.int64)
+        self.flagged = np.zeros(sub_batches, dtype=np.int64)   # running requests per sub-batch
+        self.last_verified: int | None = None
+        self.next = 0
+
+    def allocating(self, decode: np.ndarray) -> np.ndarray | None:
+        return None
+
+    def target_tokens(self, ids: np.ndarray) -> np.ndarray | None:
+        return None
+
+    def admitted(self, ids: np.ndarray, mixed: bool, restart: bool) -> None:
+        for r in ids.tolist():
+            # refills join the sub-batch drafted next; before any decode, balance the ring
+            target = self.last_verified if self.last_verified is not None else int(np.argmin(self.flagged))
+            self.flag[r] = target
+            self.flagged[target] += 1
+
+    def resumed(self, ids: np.ndarray) -> None:
+        self.admitted(ids, False, False)
+        self.graduated(ids)
+
+    def left(self, ids: np.ndarray, state: np.ndarray) -> None:
+        flags = self.flag[ids]
+        for b in set(flags.tolist()):
+            self.flagged[b] -= int(np.count_nonzero(flags == b))
+        self._drop_left(flags, state)
+
+    def turn(self, plan: StepPlan, st: StepStats) -> tuple[int | None, int | None]:
+        if not len(plan.decode):
+            return None, None
+        n = len(self.members)
+        for i in range(n):
+            b = (self.next + i) % n
+            if len(self.members[b]):
+                return b, None
+        return None, None
+
+    def verified(self, verified: int, ahead: int | None) -> None:
+        self.last_verified = verified
+        self.next = (verified + 1) % len(self.members)
