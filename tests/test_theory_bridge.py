@@ -7,8 +7,10 @@ import math
 import pytest
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.studies.theory_bridge import bridge, scenario_tail
+from psdsim.theory.model import FrontierModel, best_k
 
 # One acceptance rate for every request: the frontier is exactly exponential in t = k t_tok.
 IDEAL = Scenario(m=16, requests=800, output_len=256, prompt_len=16, acceptance=0.7,
@@ -38,3 +40,21 @@ def test_scenario_tail_needs_an_offline_pool():
     with pytest.raises(ScenarioError):
         scenario_tail(Scenario(rate=2.0))
     assert 0.9 < scenario_tail(Scenario(requests=64)).parallelization_rate < 1.0
+
+
+def test_drafter_side_cost_c_d_matches_the_simulator():
+    """c_d, the drafter's fixed cost per drafting (max(t + c_d, V + c) in theory.model), is what the
+    simulator's PSD pays for a draft pass of d0 + k t_tok: each k's simulated throughput is the
+    model's m x tokens / step within 1%, and c_d moves the best k from 3 to 2, in both."""
+    d0 = 4.0
+    model = FrontierModel.from_acceptance(0.7, T_TOKEN, V, comm_drafter=d0)
+    assert best_k(FrontierModel.from_acceptance(0.7, T_TOKEN, V), T_TOKEN, "psd", k_max=4).k == 3
+    assert best_k(model, T_TOKEN, "psd", k_max=4).k == 2
+    cost = ConstantCost(d0, V, draft_per_token_s=T_TOKEN)
+    simulated = {}
+    for k in (1, 2, 3, 4):
+        summary = simulate(IDEAL.replace(method="psd", k=k), cost=cost).summary
+        simulated[k] = summary["throughput_tok_s_trim80"]
+        predicted = IDEAL.m * float(model.tokens(k * T_TOKEN)) / float(model.step_psd(k * T_TOKEN))
+        assert simulated[k] == pytest.approx(predicted, rel=0.01), k
+    assert max(simulated, key=simulated.get) == 2
