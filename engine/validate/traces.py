@@ -157,9 +157,11 @@ def read_run(folder: Path) -> TraceRun:
     if s.profile:
         notes.append("the manifest's profile is not used: the profile is fitted to the calibration runs")
     calibration = options.get("calibration", label in CALIBRATION_LABELS)
+    gpu_traces = tuple(p for p in files if formats[p] != "minedraft")
+    if gpu_traces and not calibration:
+        notes.append(f"{len(gpu_traces)} nsys/Kineto traces not used: only calibration runs' are")
     return TraceRun(folder, s, label, k, calibration, options.get("engine_version", ""),
-                    options.get("ranges", "minedraft"), jsonl,
-                    tuple(p for p in files if formats[p] != "minedraft"), tuple(iterations), tuple(notes))
+                    options.get("ranges", "minedraft"), jsonl, gpu_traces, tuple(iterations), tuple(notes))
 
 
 def _validate_table(folder: Path, table: Any) -> dict[str, Any]:
