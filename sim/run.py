@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import simpy
 from psdsim.sim.acceptance import AcceptanceSampler
-from psdsim.sim.costs import AnalyticCost, StepCost
+from psdsim.sim.costs import StepCost
 from psdsim.sim.devices import Drafter, Link, Verifier
+from psdsim.sim.execution import step_cost
 from psdsim.sim.kv import KVPools
 from psdsim.sim.layout import NONE, layout_for
 from psdsim.sim.memory import MemoryPlan, plan_memory
@@ -101,7 +102,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
     table = RequestTable(make_workload(s, cat, rng))
     env = simpy.Environment()
     if cost is None:
-        cost = AnalyticCost(s, cat)
+        cost = step_cost(s, cat)
         if s.profile:
             profile = load_profile(s.profile)
             cost = FittedCost(profile, cost)

@@ -23,6 +23,7 @@ from psdsim.sim.presets import preset_fields
 
 METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
 SCHEDULERS = ("vllm-v0", "vllm-v1")
+SCHEDULER_ENGINES = {"vllm-v0": "vllm-0.9.2-v0-eager", "vllm-v1": "vllm-v1"}  # engine = "" resolves so
 PREEMPTION_MODES = ("recompute", "swap")
 KV_PATCHES = ("has_deferred", "default")
 PEARL_VARIANTS = ("minedraft", "per-request")
@@ -83,6 +84,9 @@ class Scenario:
     max_model_len: int = _field(2048, "engine", int, "prompt + output limit per request")
     max_num_batched_tokens: int = _field(2048, "engine", int, "token budget of one engine step")
     scheduler: str = _field("vllm-v0", "engine", str, "vllm-v0 (MineDraft's 0.9.2) | vllm-v1")
+    engine: str = _field("", "engine", str,
+                         "execution profile pricing each step (`psdsim catalog`): roofline | "
+                         "vllm-0.9.2-v0-eager | vllm-v1; empty = the scheduler's own (sim/execution.py)")
     enable_chunked_prefill: bool | None = _field(None, "engine", bool,
                                                  "absent = the engine's default (v0 off, v1 on)",
                                                  optional=True)
@@ -140,6 +144,11 @@ class Scenario:
     @property
     def drafter_gpu_key(self) -> str:
         return self.drafter_gpu or self.gpu
+
+    @property
+    def engine_key(self) -> str:
+        """The engine profile that prices the run: `engine`, or the one the scheduler emulates."""
+        return self.engine or SCHEDULER_ENGINES[self.scheduler]
 
     @property
     def tp_link_key(self) -> str:
@@ -418,6 +427,8 @@ def _check_engine(s: Scenario, cat: Catalog) -> None:
     _in_range(s, "block_size", 1, 256)
     _in_range(s, "max_model_len", 2, 1 << 20)
     _one_of(s, "scheduler", SCHEDULERS)
+    if s.engine:
+        _in_catalog("engine", s.engine, cat.engines, "engine")
     _one_of(s, "preemption_mode", PREEMPTION_MODES)
     _one_of(s, "kv_patch", KV_PATCHES)
     if s.scheduler == "vllm-v1":

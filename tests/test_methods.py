@@ -21,7 +21,9 @@ def _thr(r) -> float:
 def test_pearl_degrades_as_m_grows_and_falls_below_sd_at_16():
     ratios = []
     for m in (1, 4, 16):
-        s = Scenario(m=m, requests=20 * m, output_len=128, seed=4)
+        # the paper's claim under the roofline engine; the eager engine's CPU floor changes the
+        # balance at small m (docs/engine-costs.md)
+        s = Scenario(m=m, requests=20 * m, output_len=128, seed=4, engine="roofline")
         ratios.append(_thr(simulate(s.replace(method="pearl"))) / _thr(simulate(s.replace(method="sd"))))
     assert ratios[0] > ratios[1] > ratios[2]
     assert ratios[2] < 1.0   # typical acceptance (0.61 for the 1.7B draft), m = 16
@@ -177,7 +179,9 @@ def test_adaptive_k_turns_speculation_off_when_drafts_are_poor_and_tracks_the_be
     """k_policy = adaptive (SD): each step picks k' in 0..k for the most expected tokens/s with
     the acceptance measured so far. Poor drafts: it stops drafting and runs as fast as AR, ahead
     of every fixed k; good drafts: within 2% of the best fixed k, found without being told."""
-    base = Scenario(method="sd", requests=200, output_len=64, seed=3)
+    # roofline: a cheap draft token makes the long k worth it; under the eager engine a draft pass
+    # costs ~13 ms of CPU and the best k is shorter (docs/engine-costs.md)
+    base = Scenario(method="sd", requests=200, output_len=64, seed=3, engine="roofline")
     ar = _thr(simulate(base.replace(method="ar")))
     for acceptance in (0.1, 0.6, 0.9):
         s = base.replace(acceptance=acceptance)

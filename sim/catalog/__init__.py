@@ -5,8 +5,8 @@ The built-in numbers live in TOML files beside this module, one entry per table,
 what the cost model needs (parameter counts, weight and KV bytes) from a model's published shape,
 so that a number is written once and checked against the published counts in the tests. Users
 add or override entries with a TOML file of their own (`load_catalog`), in the same format
-under tables `[gpus.NAME]`, `[links.NAME]`, `[models.NAME]`, `[datasets.NAME]` and
-`[acceptance."DRAFT -> TARGET"]`.
+under tables `[gpus.NAME]`, `[links.NAME]`, `[models.NAME]`, `[datasets.NAME]`,
+`[engines.NAME]` and `[acceptance."DRAFT -> TARGET"]`.
 """
 
 from __future__ import annotations
@@ -221,6 +221,47 @@ class AcceptancePrior:
     source: str
 
 
+ENGINE_KINDS = ("roofline", "execution")
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """How a serving engine executes a forward pass and a step (sim/execution.py): kernels per
+    layer and their fixed GPU time, the CPU's launch and framework costs, how the two overlap.
+    `kind = "roofline"` is the ideal engine of sim/costs.py and uses none of the other fields."""
+
+    key: str
+    name: str
+    kind: str
+    source: str
+    cuda_graphs: bool = False
+    async_scheduling: bool = False
+    minedraft: bool = False           # MineDraft's critical-path extras (driver prep, rebuild, timers)
+    kernels_per_layer: int = 0        # dense Llama-family layer at TP=1 (TP > 1 adds 2 all-reduces)
+    qk_norm_kernels: int = 0          # more per layer with per-head q/k RMSNorm (Qwen3)
+    moe_kernels: int = 0              # more per layer for an MoE block (router, top-k, expert GEMMs)
+    kernels_per_pass: int = 0         # embedding, final norm, LM head, logits, sampler
+    kernel_us: float = 0.0            # GPU: fixed time per kernel (small-kernel floor + gap)
+    launch_us: float = 0.0            # CPU: per kernel launched eagerly (framework stack included)
+    graph_launch_us: float = 0.0      # CPU: one CUDA graph replay
+    collective_us: float = 0.0        # GPU: an eager all-reduce's latency over an in-graph one
+    collective_launch_us: float = 0.0  # CPU: launching one collective eagerly, over a kernel
+    prepare_ms: float = 0.0           # CPU: building one pass's inputs, fixed
+    prepare_request_us: float = 0.0   # ... per request
+    prepare_token_us: float = 0.0     # ... per token
+    sampler_host_ms: float = 0.0      # CPU: the sampler per call
+    sampler_host_row_us: float = 0.0  # ... per sampled row
+    sampler_vocab_bytes: float = 0.0  # GPU: bytes per sampled row per vocabulary entry
+    sync_us: float = 0.0              # a GPU->CPU synchronisation
+    step_ms: float = 0.0              # CPU: per-step scheduling and output processing, fixed
+    step_request_us: float = 0.0      # ... per running request (scheduling)
+    output_request_us: float = 0.0    # ... per request emitting tokens (output processing)
+    exposed_ms: float = 0.0           # async scheduling: framework time left on the critical path
+    metadata_ms: float = 0.0          # MineDraft: one side of the metadata broadcast, fixed
+    metadata_request_us: float = 0.0  # ... per request
+    timer_syncs: int = 0              # MineDraft: Timer synchronize() calls per target pass
+
+
 @dataclass(frozen=True)
 class Catalog:
     gpus: dict[str, GPU]
@@ -228,6 +269,7 @@ class Catalog:
     models: dict[str, Model]
     datasets: dict[str, Dataset]
     acceptance: dict[tuple[str, str], AcceptancePrior]
+    engines: dict[str, EngineProfile]
 
     def acceptance_prior(self, draft: str, target: str) -> AcceptancePrior | None:
         return self.acceptance.get((draft, target))
@@ -306,7 +348,7 @@ def _builtin(name: str) -> dict[str, Any]:
 
 
 def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance: dict,
-              filename: str) -> Catalog:
+              engines: dict, filename: str) -> Catalog:
     for key, gpu in gpus.items():
         if gpu.host_link not in links:
             raise CatalogError(f"{filename}: GPU {key!r}: host_link {gpu.host_link!r} is not a known link")
@@ -319,7 +361,13 @@ def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance:
             raise CatalogError(f"{filename}: model {key!r}: layers, heads, hidden and vocab must be >= 1")
         if m.moe and not 0 < m.experts_per_token <= m.experts:
             raise CatalogError(f"{filename}: model {key!r}: experts_per_token must be in 1..experts")
-    return Catalog(gpus=gpus, links=links, models=models, datasets=datasets, acceptance=acceptance)
+    for key, e in engines.items():
+        if e.kind not in ENGINE_KINDS:
+            raise CatalogError(f"{filename}: engine {key!r}: kind must be one of {', '.join(ENGINE_KINDS)}")
+        if e.kind == "execution" and e.kernels_per_layer < 1:
+            raise CatalogError(f"{filename}: engine {key!r}: kernels_per_layer must be >= 1")
+    return Catalog(gpus=gpus, links=links, models=models, datasets=datasets, acceptance=acceptance,
+                   engines=engines)
 
 
 @cache
@@ -332,11 +380,12 @@ def builtin_catalog() -> Catalog:
         models,
         _load_datasets(_builtin("datasets.toml"), "datasets.toml"),
         _load_acceptance(_builtin("acceptance.toml"), models, "acceptance.toml"),
+        _load_group(EngineProfile, _builtin("engines.toml"), "engines.toml"),
         "built-in catalog",
     )
 
 
-USER_TABLES = ("gpus", "links", "models", "datasets", "acceptance")
+USER_TABLES = ("gpus", "links", "models", "datasets", "acceptance", "engines")
 
 
 @cache
@@ -361,6 +410,7 @@ def _user_catalog(path: str, mtime: float) -> Catalog:
         models,
         {**base.datasets, **_load_datasets(doc.get("datasets", {}), name)},
         {**base.acceptance, **_load_acceptance(doc.get("acceptance", {}), models, name)},
+        {**base.engines, **_load_group(EngineProfile, doc.get("engines", {}), name)},
         name,
     )
 

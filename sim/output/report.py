@@ -8,17 +8,17 @@ from typing import Any
 from psdsim.sim.layout import COLOCATED, NONE, layout_for
 from psdsim.sim.scenario import Scenario, catalog_for
 
-APPROXIMATE = ("analytic cost model: roofline with estimated efficiencies (sim/costs.py); "
-               "figures are approximate until calibrated")
+APPROXIMATE = "figures are approximate until calibrated"
 
 
 def cost_model_line(s: Scenario) -> str:
-    """Which cost model priced the run, and so how far to trust its figures."""
+    """Which cost model (and engine execution profile) priced the run, and how far to trust it."""
+    engine = catalog_for(s).engines[s.engine_key]
     if not s.profile:
-        return APPROXIMATE
+        return f"engine {s.engine_key}: {engine.name} (sim/catalog/engines.toml); {APPROXIMATE}"
     name = s.profile.rsplit("/", 1)[-1]
     return (f"fitted cost profile {name} (psdsim calibrate); its fit errors are in the profile, and "
-            "terms it lacks are analytic estimates")
+            f"terms it lacks are priced by engine {s.engine_key}")
 
 
 def _num(value: Any, digits: int = 1) -> str:

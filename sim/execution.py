@@ -1,0 +1,210 @@
+"""The engine execution model: what a step costs on a real serving engine, CPU side included.
+
+The roofline of sim/costs.py prices the GPU's bytes and FLOPs and nothing else. A real engine
+also pays, per forward pass, a fixed GPU time per kernel (a small kernel's floor and the gap
+between kernels) and, on the CPU, the launch of every kernel (eager mode) or of one CUDA graph;
+and per step the framework's work: preparing inputs, the sampler, its GPU->CPU sync, scheduling
+and output processing. How the two sides combine depends on the engine:
+
+    eager pass        the CPU launches kernel after kernel and runs ahead of the GPU until a sync;
+                      a pass of L layers is a two-stage pipeline, so it takes
+                      max(cpu, gpu) + min(cpu, gpu) / L   (the faster side's first layer is exposed)
+    CUDA graph pass   one graph launch, then the GPU's kernels back to back: cpu + gpu
+    sync              the CPU waits for the GPU (sync_us), then works alone: serial CPU work
+    async scheduling  (vLLM V1) the next step's framework work hides behind this step's GPU work;
+                      only `exposed_ms` of it stays on the critical path
+
+Per pass, with n = layers x (kernels per layer + 2 all-reduces when TP > 1) + kernels per pass:
+    gpu = roofline(bytes, FLOPs, all-reduces) + n x kernel_us (+ 2L x collective_us, eager)
+          + logits gather to the first TP rank + the sampler's full-vocabulary passes
+    cpu = n x launch_us (+ 2L x collective_launch_us) + the sampler's host work     (eager)
+        = graph_launch_us + the sampler's host work                                 (graphs)
+
+MineDraft (engine profile `minedraft = true`) adds work on the critical path, each a named term
+(`Parts`): the driver prepares the target's inputs and broadcasts the sequence metadata before it
+drafts (`driver_prep`); the first verifier rank rebuilds the model input from that metadata
+(`rebuild`, parallel layouts only: the driver is not in the verifier group); every Timer region
+synchronises the GPU (`timer_s`); vLLM's MultiStepWorker drafts one extra row for each request
+whose drafts were all accepted (`extra_rows` of `draft`).
+
+The constants are the engine profile's (sim/catalog/engines.toml, each with its source); the
+`roofline` profile is sim/costs.AnalyticCost itself, unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psdsim.sim.catalog import GPU, Catalog, EngineProfile, Link, Model
+from psdsim.sim.costs import NO_CHUNKS, AnalyticCost, Chunks, ForwardModel, StepCost
+from psdsim.sim.layout import DEDICATED, layout_for
+from psdsim.sim.scenario import Scenario
+
+LOGIT_BYTES = 2  # bf16 logits gathered to the first TP rank before sampling
+
+
+class PassModel:
+    """One model on one TP group under one engine: the CPU and GPU seconds of a forward pass.
+
+    Everything that does not depend on the pass's tokens is computed here once, so a pass adds
+    a few arithmetic operations to the roofline's."""
+
+    __slots__ = ("_gather", "_roof", "_samp_host", "_samp_row", "_sample_bw", "cpu_pass", "eager",
+                 "gpu_pass", "layers")
+
+    def __init__(self, model: Model, gpu: GPU, tp: int, fabric: Link, engine: EngineProfile,
+                 mem_efficiency: float, compute_efficiency: float) -> None:
+        self._roof = ForwardModel(model, gpu, tp, fabric, mem_efficiency, compute_efficiency, 0.0)
+        self.layers = model.layers
+        self.eager = not engine.cuda_graphs
+        collectives = 2 * model.layers if tp > 1 else 0
+        per_layer = (engine.kernels_per_layer + (engine.qk_norm_kernels if model.qk_norm else 0)
+                     + (engine.moe_kernels if model.moe else 0))
+        kernels = model.layers * per_layer + collectives + engine.kernels_per_pass
+        self.gpu_pass = kernels * engine.kernel_us * 1e-6
+        if self.eager:
+            self.gpu_pass += collectives * engine.collective_us * 1e-6
+            self.cpu_pass = (kernels * engine.launch_us + collectives * engine.collective_launch_us) * 1e-6
+        else:
+            self.cpu_pass = engine.graph_launch_us * 1e-6
+        # the full-vocabulary logits of each sampled row gathered to the first rank: (tp-1)/tp
+        # of them cross the TP fabric
+        self._gather = (lambda rows: fabric.p2p_seconds(rows * model.vocab * LOGIT_BYTES * (tp - 1) / tp)) \
+            if tp > 1 else None
+        self._sample_bw = engine.sampler_vocab_bytes * model.vocab / (
+            gpu.memory_bandwidth_gbps * 1e9 * mem_efficiency)
+        self._samp_host = engine.sampler_host_ms * 1e-3
+        self._samp_row = engine.sampler_host_row_us * 1e-6
+
+    def gpu(self, tokens: float, rows: float, ctx: float, pairs: float) -> float:
+        """GPU seconds of a pass of `tokens` tokens sampling `rows` positions."""
+        t = self._roof.seconds(tokens, rows, ctx, pairs) + self.gpu_pass + rows * self._sample_bw
+        if self._gather is not None and rows:
+            t += self._gather(rows)
+        return t
+
+    def cpu(self, rows: float) -> float:
+        """CPU seconds of a pass: its launches and the sampler's host work."""
+        return self.cpu_pass + (self._samp_host + rows * self._samp_row if rows else 0.0)
+
+    def combine(self, cpu: float, gpu: float) -> float:
+        """Wall time of CPU and GPU work that ends in a sync (see the module docstring)."""
+        if self.eager:
+            return max(cpu, gpu) + min(cpu, gpu) / self.layers
+        return cpu + gpu
+
+    def draft_gpu(self, batch: int, k: int, ctx: int) -> float:
+        """GPU seconds of k chained draft passes of `batch` rows (pass j over ctx + j*batch)."""
+        roof = self._roof.draft_passes(batch, k, ctx)
+        fixed = self.gpu_pass + batch * self._sample_bw
+        return roof + k * fixed
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Named critical-path terms of one step beyond drafting and the target pass (seconds)."""
+
+    driver_prep: float = 0.0   # the driver's target-input preparation and metadata broadcast
+    rebuild: float = 0.0       # the first verifier rank rebuilding the model input (in verify)
+    timer: float = 0.0         # Timer synchronize() calls on the critical path
+    framework: float = 0.0     # scheduling and output processing (serial in V0)
+
+
+class EngineCost:
+    """A StepCost from an engine execution profile (the non-roofline engines)."""
+
+    def __init__(self, s: Scenario, cat: Catalog, engine: EngineProfile) -> None:
+        self.engine = engine
+        self.base = AnalyticCost(s, cat)   # links, rejection sampling and swaps as today
+        layout = layout_for(s)
+        gpu = cat.gpus[s.gpu]
+        driver_gpu = cat.gpus[s.drafter_gpu_key] if layout.drafter == DEDICATED else gpu
+        effs = (s.mem_efficiency, s.compute_efficiency)
+        self.target = PassModel(cat.models[s.target], gpu, layout.verifier_tp, cat.links[s.tp_link_key],
+                                engine, *effs)
+        self.drafter = PassModel(cat.models[s.draft], driver_gpu, 1, cat.links[s.link], engine, *effs)
+        self.parallel = layout.drafter == DEDICATED and engine.minedraft
+        e = engine
+        self._prep = (e.prepare_ms * 1e-3, e.prepare_request_us * 1e-6, e.prepare_token_us * 1e-6)
+        self._meta = (e.metadata_ms * 1e-3, e.metadata_request_us * 1e-6)
+        self._sync = e.sync_us * 1e-6
+        self._timer = e.timer_syncs * self._sync if e.minedraft else 0.0
+        self._step = (e.step_ms * 1e-3, e.step_request_us * 1e-6, e.output_request_us * 1e-6)
+        self._exposed = e.exposed_ms * 1e-3
+        self.overhead = self.framework(0, 0)
+
+    # -- named terms -------------------------------------------------------------------------
+
+    def prepare(self, requests: int, tokens: int) -> float:
+        """Building one pass's inputs on the CPU (V0 prepare_model_input)."""
+        fixed, per_request, per_token = self._prep
+        return fixed + requests * per_request + tokens * per_token
+
+    def metadata(self, requests: int) -> float:
+        """One side of MineDraft's metadata broadcast (pickled sequence metadata through the CPU
+        group's shared memory), paid by the driver sending and the verifier receiving."""
+        return self._meta[0] + requests * self._meta[1]
+
+    def framework(self, running: int, emitting: int) -> float:
+        """Per-step scheduling over `running` requests and output processing of `emitting`
+        (serial in V0; with async scheduling only `exposed_ms` stays on the critical path)."""
+        if self.engine.async_scheduling:
+            return self._exposed
+        fixed, per_running, per_output = self._step
+        return fixed + running * per_running + emitting * per_output
+
+    def driver_prep(self, requests: int, tokens: int) -> float:
+        """MineDraft's driver work before it drafts: the target inputs and their broadcast."""
+        if not self.parallel:
+            return 0.0
+        return self.prepare(requests, tokens) + self.metadata(requests)
+
+    def timer(self) -> float:
+        return self._timer
+
+    # -- StepCost ----------------------------------------------------------------------------
+
+    def draft(self, batch: int, k: int, ctx: int, extra_rows: int = 0) -> float:
+        if not k or not batch:
+            return 0.0
+        rows = batch + extra_rows
+        d = self.drafter
+        gpu = d.draft_gpu(rows, k, ctx)
+        return self.prepare(rows, rows) + d.combine(k * d.cpu(rows), gpu) + self._sync
+
+    def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
+        t = self.target
+        pairs = tokens * ctx / batch if batch else 0.0
+        rows = tokens + chunks.completing
+        gpu = t.gpu(tokens + chunks.tokens, rows, ctx + chunks.ctx, pairs + chunks.pairs)
+        host = self.prepare(batch + (1 if chunks.tokens else 0), tokens + chunks.tokens)
+        if self.parallel:  # rank 1 rebuilds the inputs from the metadata it received
+            host += self.metadata(batch)
+        return host + t.combine(t.cpu(rows), gpu) + self._sync + self._timer
+
+    def draft_chunks(self, chunks: Chunks) -> float:
+        if not chunks.tokens:
+            return 0.0
+        d = self.drafter
+        gpu = d.gpu(chunks.tokens, chunks.completing, chunks.ctx, chunks.pairs)
+        return self.prepare(chunks.completing, chunks.tokens) + d.combine(d.cpu(0), gpu) + self._sync
+
+    def comm(self, nbytes: int) -> float:
+        return self.base.comm(nbytes)
+
+    def broadcast(self, nbytes: int) -> float:
+        return self.base.broadcast(nbytes)
+
+    def reject(self, positions: int) -> float:
+        return self.base.reject(positions) + self._sync
+
+    def swap(self, blocks: int) -> float:
+        return self.base.swap(blocks)
+
+
+def step_cost(s: Scenario, cat: Catalog) -> StepCost:
+    """The StepCost of the scenario's engine: the roofline, or the execution model."""
+    engine = cat.engines[s.engine_key]
+    if engine.kind == "roofline":
+        return AnalyticCost(s, cat)
+    return EngineCost(s, cat, engine)
