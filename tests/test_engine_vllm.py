@@ -40,8 +40,8 @@ from psdsim.engine.vllm.summary import (
 )
 from psdsim.engine.vllm.workload import FIRST_ORDINARY_ID, prompt_lengths, prompt_token_ids
 
-from psdsim.cli import _pick_engine
 from psdsim.cli import main as psdsim_main
+from psdsim.commands.engine import pick_engine
 
 # The summary keys the simulator and the reference engine share (docs/design.md §7).
 SHARED_KEYS = ("method", "k", "m", "requests", "makespan_s", "throughput_tok_s", "throughput_tok_s_trim80",
@@ -103,11 +103,12 @@ def test_scenario_workload_feeds_the_config():
     assert (fanned.requests, fanned.n) == (5, 3) and fanned.prompt_lens == cfg.prompt_lens
 
 
-def test_engine_flag_defaults_to_the_reference_engine():
-    assert _pick_engine(["--method", "sd"]) == ("reference", ["--method", "sd"])
-    assert _pick_engine(["--engine", "vllm", "--k", "2"]) == ("vllm", ["--k", "2"])
-    assert _pick_engine(["--engine=vllm"]) == ("vllm", [])
-    assert _pick_engine(["--engine", "tgi"])[0] is None
+def test_engine_flag_defaults_to_the_reference_engine(capsys):
+    assert pick_engine(["engine", "run", "--method", "sd"]) == "reference"
+    assert pick_engine(["engine", "run", "--engine", "vllm", "--k", "2"]) == "vllm"
+    assert pick_engine(["engine", "run", "--engine=vllm"]) == "vllm"
+    err = _one_line_error(capsys, ["engine", "run", "--engine", "tgi"])
+    assert err.startswith("psdsim: error: --engine: invalid choice: 'tgi'")
 
 
 def _one_line_error(capsys, argv: list[str]) -> str:
@@ -135,7 +136,8 @@ def test_missing_vllm_from_a_fresh_process():
 @pytest.mark.skipif(importlib.util.find_spec("minedraft") is not None, reason="MineDraft is installed")
 def test_psd_without_the_plugin_points_to_the_reference_engine(capsys):
     err = _one_line_error(capsys, ["engine", "run", "--engine", "vllm", "--method", "psd"])
-    assert err == f"error: {PSD_HINT}"
+    problem, _, fix = PSD_HINT.partition("; ")
+    assert err == f"psdsim: error: --engine: {problem}; fix: {fix}"
     assert "--engine reference" in err and "0.9.2" in err
 
 

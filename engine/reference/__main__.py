@@ -19,18 +19,24 @@ from typing import Any
 from psdsim.engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
 
 
-def config_from_args(argv: list[str]) -> tuple[EngineConfig, bool]:
-    p = argparse.ArgumentParser(prog="python -m psdsim.engine.reference", description=__doc__.split("\n")[0])
-    p.add_argument("--method", default="psd")
-    p.add_argument("--k", type=int, default=3)
-    p.add_argument("--m", type=int, default=4)
-    p.add_argument("--requests", type=int, default=16)
-    p.add_argument("--output-len", type=int, default=32)
-    p.add_argument("--trace-dir", type=Path)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The reference engine's flags (also `psdsim engine run`'s)."""
+    p.add_argument("--method", default="psd", help="ar | sd | psd | pearl (default psd)")
+    p.add_argument("--k", type=int, default=3, help="draft tokens per verification (default 3)")
+    p.add_argument("--m", type=int, default=4,
+                   help="requests per verification batch; psd runs 2m (default 4)")
+    p.add_argument("--requests", type=int, default=16, help="requests (default 16)")
+    p.add_argument("--output-len", type=int, default=32, help="output tokens per request (default 32)")
+    p.add_argument("--trace-dir", type=Path, help="write per-process step traces (JSONL) here")
     p.add_argument("--profile", action="store_true", help="also write Kineto traces (needs --trace-dir)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    p.add_argument("--json", action="store_true")
-    a = p.parse_args(argv)
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="engine field, or model.NAME for the models, e.g. --set prompt_len=64 "
+                        "--set model.draft_noise=0.3")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+
+
+def config_from_namespace(a: argparse.Namespace) -> tuple[EngineConfig, bool]:
+    """The run's configuration from parsed flags (EngineConfigError names a bad field)."""
     changes: dict[str, Any] = {"method": a.method, "k": a.k, "m": a.m, "requests": a.requests,
                                "output_len": a.output_len, "trace_dir": a.trace_dir, "profile": a.profile}
     for item in a.set:
@@ -42,21 +48,30 @@ def config_from_args(argv: list[str]) -> tuple[EngineConfig, bool]:
     return EngineConfig().with_changes(**changes), a.json
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        cfg, as_json = config_from_args(sys.argv[1:] if argv is None else argv)
-        cfg.check()
-    except EngineConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+def config_from_args(argv: list[str]) -> tuple[EngineConfig, bool]:
+    p = argparse.ArgumentParser(prog="python -m psdsim.engine.reference", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return config_from_namespace(p.parse_args(argv))
+
+
+def run_config(cfg: EngineConfig, as_json: bool) -> int:
+    """Check cfg, run it, print its summary (EngineConfigError for a bad field, before any run)."""
+    cfg.check()
     if importlib.util.find_spec("torch") is None:
-        print("error: the reference engine needs PyTorch: pip install 'psdsim[engine]' "
-              "(CPU only: pip install torch==2.13.0)", file=sys.stderr)
-        return 2
+        raise EngineConfigError("the reference engine needs PyTorch: pip install 'psdsim[engine]' "
+                                "(CPU only: pip install torch==2.13.0)")
     from psdsim.engine.reference.runner import run
 
     print_summary(run(cfg).summary(), as_json)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run_config(*config_from_args(sys.argv[1:] if argv is None else argv))
+    except EngineConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def print_summary(summary: dict[str, Any], as_json: bool) -> None:

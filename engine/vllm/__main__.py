@@ -36,8 +36,8 @@ class _Parser(argparse.ArgumentParser):
         raise EngineConfigError(message)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="psdsim engine run --engine vllm", description=__doc__.split("\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """vLLM's run flags (also `psdsim engine run --engine vllm`'s)."""
     p.add_argument("--method", help="ar | sd | psd (psd needs the MineDraft plugin; default sd)")
     p.add_argument("--k", type=int, help="num_speculative_tokens (default 3)")
     p.add_argument("--m", type=int, help="max_num_seqs (default 4)")
@@ -59,13 +59,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="scenario field override (implies the default scenario without --scenario)")
     p.add_argument("--option", action="append", default=[], metavar="FIELD=VALUE",
                    help="any VllmConfig field, e.g. dtype=auto, temperature_fix=off, tiny.draft_noise=0.1")
-    p.add_argument("--json", action="store_true")
-    return p
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON line (vLLM's log "
+                                                       "goes to stderr)")
 
 
 def config_from_args(argv: list[str]) -> tuple[VllmConfig, bool]:
+    p = _Parser(prog="python -m psdsim.engine.vllm", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    return config_from_namespace(p.parse_args(argv))
+
+
+def config_from_namespace(a: argparse.Namespace) -> tuple[VllmConfig, bool]:
     """The run's configuration: defaults, then the scenario, then flags, then --option."""
-    a = _parser().parse_args(argv)
     changes: dict[str, Any] = {}
     if a.scenario is not None or a.set:
         from psdsim.engine.vllm.workload import from_scenario
@@ -106,20 +111,26 @@ def stdout_to_stderr(active: bool) -> Iterator[None]:
         os.close(saved)
 
 
+def run_config(cfg: VllmConfig, as_json: bool) -> int:
+    """Check cfg, run it, print its summary; a bad field or a missing vLLM raises before any run."""
+    from psdsim.engine.vllm.runner import require_vllm, run
+
+    cfg.check()
+    require_vllm(cfg)
+    with stdout_to_stderr(as_json):
+        summary = run(cfg)   # a model folder it cannot load: EngineConfigError, before any run
+    print_summary(summary, as_json)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    from psdsim.engine.vllm.runner import VllmUnavailable, require_vllm, run
+    from psdsim.engine.vllm.runner import VllmUnavailable
 
     try:
-        cfg, as_json = config_from_args(sys.argv[1:] if argv is None else argv)
-        cfg.check()
-        require_vllm(cfg)
-        with stdout_to_stderr(as_json):
-            summary = run(cfg)   # a model folder it cannot load: EngineConfigError, before any run
+        return run_config(*config_from_args(sys.argv[1:] if argv is None else argv))
     except (EngineConfigError, VllmUnavailable, ScenarioError) as exc:   # each names its field
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print_summary(summary, as_json)
-    return 0
 
 
 if __name__ == "__main__":

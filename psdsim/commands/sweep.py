@@ -1,4 +1,4 @@
-"""`psdsim sweep SPEC.toml --out DIR`: argument parsing and reporting for sim/sweep.py."""
+"""`psdsim sweep SPEC.toml --out DIR`: argument parsing and reporting for studies/sweep.py."""
 
 from __future__ import annotations
 
@@ -7,22 +7,19 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsim.sim.errors import ScenarioError
-from psdsim.sim.output.results import write_file
-from psdsim.studies.executors import EXECUTORS, WorkerDied, require_ray
-from psdsim.studies.sweep import RUNS, run_sweep
-from psdsim.studies.sweep_design import load_design
-from psdsim.studies.sweep_figures import sweep_figures
+from psdsim.commands.common import check_workers, user_error
 
+HELP = "run a grid or sampled design of scenarios into one table (parallel, resumable)"
 EXIT_ALL_FAILED = 1
 
 
-def add_sweep_parser(sub: Any) -> None:
-    sw = sub.add_parser("sweep", help="run a grid or sampled design of scenarios into one table "
-                                      "(parallel, resumable)")
+def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.studies.executors import EXECUTORS
+
     sw.add_argument("spec", type=Path, metavar="SPEC.toml",
                     help="[base] scenario fields, [grid] field = [values], [sample] random/LHS design")
     sw.add_argument("--out", type=Path, help="sweep folder (default: results/sweep-SPEC); run the same "
@@ -76,6 +73,9 @@ def _clock(seconds: float) -> str:
 
 
 def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: str) -> list[Path]:
+    from psdsim.sim.output.results import write_file
+    from psdsim.studies.sweep_figures import sweep_figures
+
     folder = out / "figures"
     if folder.is_dir():
         for old in folder.iterdir():
@@ -89,11 +89,14 @@ def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: st
     return [write_file(folder / name, data) for name, data in figures.items()]
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    if args.workers < 1:
-        raise ScenarioError("--workers", f"must be >= 1, got {args.workers}", "write --workers 2")
+def run(args: argparse.Namespace) -> int:
+    from psdsim.studies.executors import WorkerDied, require_ray
+    from psdsim.studies.sweep import RUNS, run_sweep
+    from psdsim.studies.sweep_design import load_design
+
+    check_workers(args.workers)
     if args.ray_address and args.executor != "ray":
-        raise ScenarioError("--ray-address", "applies to the Ray executor only", "add --executor ray")
+        raise user_error("--ray-address", "applies to the Ray executor only", "add --executor ray")
     if args.executor == "ray":
         require_ray()
     design = load_design(args.spec)

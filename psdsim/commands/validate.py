@@ -14,22 +14,21 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsim.sim.errors import ScenarioError
-from psdsim.sim.output.results import claim_folder
+from psdsim.commands.common import user_error
 
+HELP = ("run a real engine in AR and SD, calibrate on those runs only, simulate every method, run PSD "
+        "and PEARL, compare measured with predicted")
 ENGINES = ("reference", "vllm")
 # EngineConfig fields validate sets itself, per run.
 RESERVED = ("method", "k", "separate_verifier", "trace_dir", "profile")
 VLLM_RESERVED = ("method", "k", "target", "draft", "profile_dir")
 
 
-def add_validate_parser(sub: Any) -> None:
-    v = sub.add_parser("validate", help="run a real engine in AR and SD, calibrate on those runs only, "
-                                        "simulate every method, run PSD and PEARL, compare measured "
-                                        "with predicted")
+def add_arguments(v: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     v.add_argument("scenario", nargs="?", type=Path,
                    help="scenario TOML whose workload fields (k, m, requests, output_len, prompt_len, "
                         "seed, max_num_batched_tokens) the engine runs; flags override them")
@@ -51,10 +50,14 @@ def add_validate_parser(sub: Any) -> None:
                    help="engine field, or model.NAME for the models, e.g. --set model.draft_noise=0.3")
     v.add_argument("--out", type=Path, help="report folder (default: results/validate-reference-…)")
     v.add_argument("--json", action="store_true", help="print the report as JSON on stdout only")
-
-
-def _bad(option: str, problem: str, fix: str) -> ScenarioError:
-    return ScenarioError(option, problem, fix)
+    v.add_argument("--traces", nargs="+", type=Path, metavar="RUN_DIR",
+                   help="validate real runs from their traces instead of running an engine: each RUN_DIR "
+                        "holds one run's MineDraft JSONL (optionally nsys/Kineto) traces and a manifest.toml "
+                        "(docs/validating-minedraft-runs.md)")
+    v.add_argument("--max-error", action="append", default=[], metavar="METRIC=PCT",
+                   help="--traces: exit 1 when a held-out run's |error| in METRIC (throughput, e2el, p50, "
+                        "p99, par_rate, vsr) exceeds PCT percent; repeatable")
+    v.add_argument("--junit", type=Path, metavar="FILE", help="--traces: also write the rows as JUnit XML")
 
 
 def _ks(text: str) -> tuple[int, ...]:
@@ -63,7 +66,7 @@ def _ks(text: str) -> tuple[int, ...]:
     except ValueError:
         ks = ()
     if not ks or min(ks) < 1 or max(ks) > 16 or len(set(ks)) != len(ks):
-        raise _bad("--k", f"expected distinct k in 1..16, got {text!r}", "write e.g. --k 1,3,5")
+        raise user_error("--k", f"expected distinct k in 1..16, got {text!r}", "write e.g. --k 1,3,5")
     return ks
 
 
@@ -93,8 +96,8 @@ def validate_config(args: argparse.Namespace) -> Any:
     text = args.methods if args.methods is not None else ",".join(MEASURED_LABELS)
     methods = tuple(m.strip() for m in text.split(",") if m.strip())
     if not methods or not set(methods) <= set(MEASURED_LABELS) or len(set(methods)) != len(methods):
-        raise _bad("--methods", f"expected distinct methods among {','.join(MEASURED_LABELS)}, got "
-                                f"{text!r}", "write e.g. --methods psd")
+        raise user_error("--methods", f"expected distinct methods among {','.join(MEASURED_LABELS)}, got "
+                                      f"{text!r}", "write e.g. --methods psd")
     _check_repeats(args)
     changes: dict[str, Any] = dict(base)
     try:
@@ -102,17 +105,17 @@ def validate_config(args: argparse.Namespace) -> Any:
             name, sep, value = item.partition("=")
             name = name.strip()
             if not sep or not name:
-                raise _bad("--set", f"expected FIELD=VALUE, got {item!r}",
-                           "write e.g. --set model.draft_noise=0.3")
+                raise user_error("--set", f"expected FIELD=VALUE, got {item!r}",
+                                 "write e.g. --set model.draft_noise=0.3")
             if name in RESERVED:
-                raise _bad("--set", f"{name} is set by validate itself", f"remove --set {name}=…")
+                raise user_error("--set", f"{name} is set by validate itself", f"remove --set {name}=…")
             cls = ModelConfig if name.startswith("model.") else EngineConfig
             changes[name] = parse_field(cls, name.removeprefix("model."), value.strip())
         engine = EngineConfig().with_changes(**changes)
         for k in ks:
             engine.with_changes(method="psd", k=k).check()
     except EngineConfigError as exc:
-        raise _bad("--set" if args.overrides else "engine", str(exc), "fix the value named") from None
+        raise user_error("--set" if args.overrides else "engine", str(exc), "fix the value named") from None
     out = args.out or Path("results") / (f"validate-{args.engine}-m{engine.m}-k{'-'.join(map(str, ks))}"
                                          f"-r{engine.requests}x{engine.output_len}")
     return ValidateConfig(engine, out, ks, methods, contention=not args.no_contention, repeats=args.repeats)
@@ -120,7 +123,7 @@ def validate_config(args: argparse.Namespace) -> Any:
 
 def _check_repeats(args: argparse.Namespace) -> None:
     if args.repeats < 1:
-        raise _bad("--repeats", f"must be >= 1, got {args.repeats}", "write e.g. --repeats 3")
+        raise user_error("--repeats", f"must be >= 1, got {args.repeats}", "write e.g. --repeats 3")
 
 
 def vllm_validate_config(args: argparse.Namespace) -> Any:
@@ -129,8 +132,9 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
     from psdsim.engine.vllm.config import EngineConfigError, VllmConfig, option_changes
 
     if args.methods is not None:
-        raise _bad("--methods", "vLLM validation predicts standard SD only (PSD runs on vLLM only through "
-                                "the MineDraft plugin)", "remove --methods, or use --engine reference")
+        raise user_error("--methods", "vLLM validation predicts standard SD only (PSD runs on vLLM only "
+                                      "through the MineDraft plugin)",
+                         "remove --methods, or use --engine reference")
     base: dict[str, Any] = {"m": 4, "requests": 16, "output_len": 64}
     if args.scenario is not None:
         base.update(_from_scenario(args.scenario))
@@ -141,21 +145,22 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
     base.pop("k", None)
     ks = _ks(k_text)
     if args.no_contention:
-        raise _bad("--no-contention", "applies to the reference engine only (vLLM's SD runs in one process)",
-                   "remove --no-contention")
+        raise user_error("--no-contention",
+                         "applies to the reference engine only (vLLM's SD runs in one process)",
+                         "remove --no-contention")
     _check_repeats(args)
     for item in args.overrides:
         name = item.partition("=")[0].strip()
         if name in VLLM_RESERVED:
-            raise _bad("--set", f"{name} is set by validate itself (it runs and describes the tiny local "
-                                "pair, SD at each --k)", f"remove --set {name}=…")
+            raise user_error("--set", f"{name} is set by validate itself (it runs and describes the tiny "
+                                      "local pair, SD at each --k)", f"remove --set {name}=…")
     try:
         changes = {**base, **option_changes(args.overrides)}
         engine = VllmConfig(method="sd").with_changes(**changes)
         for k in ks:
             engine.with_changes(k=k).check()
     except EngineConfigError as exc:
-        raise _bad("--set" if args.overrides else "engine", str(exc), "fix the value named") from None
+        raise user_error("--set" if args.overrides else "engine", str(exc), "fix the value named") from None
     out = args.out or Path("results") / (f"validate-vllm-m{engine.m}-k{'-'.join(map(str, ks))}"
                                          f"-r{engine.requests}x{engine.output_len}")
     return VllmValidateConfig(engine, out, ks, repeats=args.repeats)
@@ -168,7 +173,10 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
     try:
         require_vllm(cfg.base)
     except VllmUnavailable as exc:
-        raise _bad("--engine", str(exc), "install vLLM as described, or use --engine reference") from None
+        raise user_error("--engine", str(exc),
+                         "install vLLM as described, or use --engine reference") from None
+    from psdsim.sim.output.results import claim_folder
+
     claim_folder(cfg.out, "validate")
     from psdsim.engine.validate.reference import report_json
     from psdsim.engine.validate.vllm import run_validate, table_lines
@@ -179,7 +187,7 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
         with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report goes there alone
             report = run_validate(cfg, log=_log)
     except EngineConfigError as exc:   # a model it cannot load or build
-        raise _bad("--set", str(exc), "fix the value named") from None
+        raise user_error("--set", str(exc), "fix the value named") from None
     if args.json:
         sys.stdout.write(report_json(report))
         return 0
@@ -195,13 +203,65 @@ def _log(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def run_traces(args: argparse.Namespace) -> int:
+    """`validate --traces`: what ran comes from the manifests, so the engine flags do not apply;
+    the work is engine/validate/traces.py's, the gate engine/validate/gate.py's. Exit 1 when a
+    gate misses."""
+    engine_flags = (("SCENARIO", args.scenario is not None), ("--engine", args.engine != "reference"),
+                    ("--k", args.k is not None), ("--m", args.m is not None),
+                    ("--requests", args.requests is not None),
+                    ("--output-len", args.output_len is not None), ("--methods", args.methods is not None),
+                    ("--repeats", args.repeats != 1), ("--no-contention", args.no_contention),
+                    ("--set", bool(args.overrides)))
+    for flag, given in engine_flags:
+        if given:
+            raise user_error(flag, "does not apply to --traces (each run's manifest says what ran)",
+                             f"remove {flag}")
+    from psdsim.engine.validate.gate import check, gate_line, junit_xml, parse_max_errors
+    from psdsim.engine.validate.reference import report_json
+    from psdsim.engine.validate.report import table_lines
+    from psdsim.engine.validate.traces import summary_lines, validate_traces
+    from psdsim.sim.output.results import check_output_file, check_results_folder, claim_folder, write_file
+
+    bounds = parse_max_errors(args.max_error)
+    out = args.out or Path("results") / "validate-traces"
+    check_results_folder(out, "validate")
+    if args.junit is not None:
+        check_output_file(args.junit, "--junit")
+    report, files = validate_traces(args.traces, out, log=_log)
+    report["gate"] = check(report["rows"], bounds)
+    files["validate.json"] = report_json(report)
+    claim_folder(out, "validate")
+    for name, content in files.items():
+        write_file(out / name, content)
+    if args.junit is not None:
+        write_file(args.junit, junit_xml(report))
+    if args.json:
+        sys.stdout.write(report_json(report))
+    else:
+        print(f"psdsim validate · {len(report['rows'])} runs from their traces · acceptance spread "
+              f"(fitted on SD): {report['acceptance']['spread']:g}")
+        print("\n".join([*table_lines(report), *summary_lines(report)]))
+        if bounds:
+            print(f"  {gate_line(report['gate'])}")
+        print(f"\n  report: {out / 'validate.json'}, {out / 'validate.png'}")
+    if not report["gate"]["passed"]:
+        print(f"psdsim: {gate_line(report['gate'])}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.traces is not None:
+        return run_traces(args)
     if args.engine == "vllm":
         return cmd_validate_vllm(args)
     cfg = validate_config(args)
     if importlib.util.find_spec("torch") is None:
-        raise _bad("--engine", "the reference engine needs PyTorch",
-                   "pip install 'psdsim[engine]' (CPU only: pip install torch==2.13.0)")
+        raise user_error("--engine", "the reference engine needs PyTorch",
+                         "pip install 'psdsim[engine]' (CPU only: pip install torch==2.13.0)")
+    from psdsim.sim.output.results import claim_folder
+
     claim_folder(cfg.out, "validate")
     from psdsim.engine.validate.reference import report_json, run_validate
     from psdsim.engine.validate.report import table_lines

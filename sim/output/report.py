@@ -188,3 +188,79 @@ def format_compare(summaries: dict[str, dict[str, Any]], s: Scenario,
     lines.append("")
     lines.append("  ↑ higher is better, ↓ lower is better; a/b columns divide a's value by b's")
     return "\n".join(lines)
+
+
+def catalog_json(cat: Any) -> dict[str, Any]:
+    """The catalog as plain data: every entry with its derived sizes and its source."""
+    return {
+        "gpus": {k: vars(v) for k, v in cat.gpus.items()},
+        "links": {k: vars(v) for k, v in cat.links.items()},
+        "models": {k: {**vars(v), "total_params": v.total_params, "weight_gb": v.weight_bytes / 1e9,
+                       "kv_bytes_per_token": v.kv_bytes_per_token} for k, v in cat.models.items()},
+        "datasets": {k: {"max_requests": v.max_requests, "min_prompt": v.min_prompt,
+                         "max_prompt": v.max_prompt, "source": v.source} for k, v in cat.datasets.items()},
+        "acceptance": {f"{d} -> {t}": {"alpha": p.alpha, "source": p.source}
+                       for (d, t), p in cat.acceptance.items()},
+    }
+
+
+def _model_kind(md: Any) -> str:
+    kind = []
+    if md.moe:
+        kind.append(f"MoE {md.experts}x{md.experts_per_token}, {md.active_params / 1e9:.1f} B active")
+    if md.compute == "fp8":
+        kind.append("FP8")
+    elif md.bytes_per_param < 2:
+        kind.append(f"{md.bytes_per_param * 8:.1f}-bit weights")
+    if md.eagle:
+        kind.append("EAGLE head")
+    return f" [{'; '.join(kind)}]" if kind else ""
+
+
+def format_catalog(cat: Any) -> str:
+    """The built-in GPUs, links, models, datasets and acceptance priors, one line each."""
+    lines = ["GPUs"]
+    for k, g in cat.gpus.items():
+        fp8 = f"{g.fp8_tflops:>5.0f} FP8" if g.fp8_tflops else "   no FP8"
+        lines.append(f"  {k:<11} {g.memory_gb:>5.0f} GB  {g.memory_bandwidth_gbps:>6.0f} GB/s  "
+                     f"{g.bf16_tflops:>5.0f} TFLOPS bf16 {fp8}  {'NVLink' if g.nvlink else 'PCIe only'}")
+    lines.append("links (per direction; all-reduce bus bandwidth)")
+    for k, ln in cat.links.items():
+        lines.append(f"  {k:<13} p2p {ln.p2p_latency_us:>4.0f} us + {ln.p2p_bandwidth_gbps:>5.0f} GB/s   "
+                     f"all-reduce {ln.allreduce_latency_us:>4.0f} us + {ln.allreduce_busbw_gbps:>5.0f} GB/s")
+    lines.append("models")
+    for k, md in cat.models.items():
+        lines.append(f"  {k:<20} {md.total_params / 1e9:>7.2f} B params  {md.weight_bytes / 1e9:>7.2f} GB  "
+                     f"KV {md.kv_bytes_per_token / 1024:>6.1f} KiB/token{_model_kind(md)}  ({md.hf_id})")
+    lines.append("datasets (prompt tokens, MineDraft filters)")
+    for k, d in cat.datasets.items():
+        limit = f"{d.max_requests} prompts" if d.max_requests else "unlimited"
+        lines.append(f"  {k:<11} {d.min_prompt}–{d.max_prompt} tokens, {limit}")
+    lines.append("acceptance priors (per-token, temperature 1.0, estimates)")
+    lines += [f"  {d} -> {t}: {p.alpha}" for (d, t), p in cat.acceptance.items()]
+    lines.append("\nEvery entry names its source: `psdsim catalog --json`, or sim/catalog/*.toml.")
+    return "\n".join(lines)
+
+
+def _pct(g: dict[str, Any], name: str) -> str:
+    value = g.get(name)
+    return f"{value:+.1%}" if value is not None else "–"
+
+
+def format_paper(title: str, runs: int, note: str | None, gains: dict[str, dict[str, Any]],
+                 infeasible: Sequence[str], folder: Any) -> str:
+    """The paper grid's improvement table: per dataset, the best k and PSD's gains over each baseline."""
+    lines = [f"psdsim paper · {title} · {runs} runs"]
+    if note:
+        lines.append(f"  note: {note}")
+    lines.append(f"  {'dataset/variant':<24}{'best k':>7}{'tok/s':>9}{'max vs SD':>11}{'E2EL vs SD':>12}"
+                 f"{'vs best BL':>12}{'vs sd-2m':>10}{'vs sd-5gpu':>12}")
+    for key, g in gains.items():
+        lines.append(f"  {key:<24}{g['best_k']:>7}{g['best_throughput']:>9.1f}"
+                     f"{_pct(g, 'max_throughput_gain_vs_sd'):>11}{_pct(g, 'max_e2el_gain_vs_sd'):>12}"
+                     f"{_pct(g, 'gain_vs_best_baseline'):>12}{_pct(g, 'best_vs_sd-2m'):>10}"
+                     f"{_pct(g, 'best_vs_sd-5gpu'):>12}")
+    lines += [f"  {line}" for line in infeasible]
+    lines.append("\n  best BL = the paper's baselines (SD, PEARL) at their best k; sd-2m and sd-5gpu are the")
+    lines.append(f"  memory-fair and GPU-fair comparisons the paper did not run. results: {folder}/")
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""`psdsim calibrate`: fit a cost profile to traces and report how well it fits."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from psdsim.commands.common import guarded_write
+
+HELP = "fit a cost profile to traces (nsys SQLite, Kineto JSON, MineDraft JSONL) and report how well it fits"
+PROVENANCE = (("--engine", "engine name, e.g. vllm"), ("--engine-version", "engine version"),
+              ("--gpu", "verifier GPU (catalog key)"), ("--drafter-gpu", "drafter GPU (catalog key)"),
+              ("--target", "target model (catalog key)"), ("--draft", "draft model (catalog key)"))
+
+
+def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.calibration.calibrate import TIMINGS
+    from psdsim.calibration.ranges import PRESETS
+
+    p.add_argument("traces", nargs="+", type=Path, metavar="TRACE",
+                   help="nsys export (.sqlite), Kineto trace (.json[.gz]) or MineDraft step trace (.jsonl)")
+    p.add_argument("--out", type=Path, default=Path("profile.json"),
+                   help="profile file (default: profile.json)")
+    p.add_argument("--ranges", default="psdsim", choices=list(PRESETS),
+                   help="range-name preset: psdsim (default), minedraft, vllm")
+    p.add_argument("--range", dest="range_rules", action="append", default=[], metavar="KIND=REGEX",
+                   help="extra range rule, tried before the preset's, e.g. --range draft='^my_propose$'")
+    p.add_argument("--timing", choices=TIMINGS, default="busy",
+                   help="busy: union of a phase's GPU ops (default); span: first to last op")
+    for flag, what in PROVENANCE:
+        p.add_argument(flag, help=f"provenance: {what}")
+    p.add_argument("--tp", type=int, help="provenance: the target's tensor-parallel size")
+    p.add_argument("--plot", type=Path, metavar="FILE.png",
+                   help="also write measured vs fitted times (PNG, or SVG by extension)")
+    p.add_argument("--samples", type=Path, metavar="FILE.csv", help="also write the samples as CSV")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    from psdsim.calibration.calibrate import calibrate
+    from psdsim.calibration.report import fit_figure, report_lines
+    from psdsim.calibration.samples import COLUMNS, sample_columns
+    from psdsim.sim.output.results import OWN_FILE_SIGNATURE, check_output_file, table_csv, write_file
+
+    samples_header = ",".join(COLUMNS).encode()
+    for option, path in (("--out", args.out), ("--plot", args.plot), ("--samples", args.samples)):
+        if path is not None:
+            check_output_file(path, option, samples_header if option == "--samples" else OWN_FILE_SIGNATURE)
+    source = {"engine": args.engine, "engine_version": args.engine_version, "gpu": args.gpu,
+              "drafter_gpu": args.drafter_gpu, "target": args.target, "draft": args.draft,
+              "tensor_parallel_size": args.tp}
+    cal = calibrate(args.traces, preset=args.ranges, ranges=args.range_rules, timing=args.timing,
+                    source=source)
+    files: list[tuple[str, Path, str | bytes]] = [("--out", args.out, cal.profile.to_json())]
+    if args.plot:
+        fmt = "svg" if args.plot.suffix.lower() == ".svg" else "png"
+        files.append(("--plot", args.plot, fit_figure(cal, fmt)))
+    if args.samples:
+        files.append(("--samples", args.samples, table_csv(sample_columns(cal.samples))))
+    for option, path, content in files:
+        guarded_write(path, lambda path=path, content=content: write_file(path, content), option,
+                      f"choose a writable file with {option} FILE")
+    if args.json:
+        sys.stdout.write(cal.profile.to_json())
+    else:
+        print("\n".join(report_lines(cal)))
+        print(f"\n  profile: {args.out}" + "".join(f"\n  {p}" for _, p, _ in files[1:]))
+        print(f"  use it:  psdsim run --profile {args.out}")
+    return 0

@@ -1,0 +1,77 @@
+"""`psdsim compare`: several methods on the same scenario and seed, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from psdsim.commands.common import (
+    EXIT_BAD_INPUT,
+    Progress,
+    add_scenario_args,
+    default_out,
+    guarded_write,
+    overrides,
+    user_error,
+)
+
+HELP = "simulate ar, sd and psd (or --methods) on the same scenario and seed"
+COMPARE_PAIRS = (("psd", "sd"), ("psd", "ar"), ("sd", "ar"), ("psd+tetris", "sd"),
+                 ("psd", "sd-2m"), ("psd", "sd-5gpu"), ("psd", "pearl"))
+
+
+def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.sim.scenario import METHODS
+
+    add_scenario_args(p)
+    p.add_argument("--methods", default="ar,sd,psd",
+                   help=f"comma-separated methods, any of {','.join(METHODS)} (default: ar,sd,psd)")
+    p.add_argument("--no-write", action="store_true", help="do not write results folders")
+
+
+def _methods(text: str) -> list[str]:
+    from psdsim.sim.scenario import METHODS
+
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    for m in methods:
+        if m not in METHODS:
+            raise user_error("--methods", f"unknown method {m!r}",
+                             f"use a comma-separated subset of {','.join(METHODS)}")
+    if not methods or len(set(methods)) != len(methods):
+        raise user_error("--methods", "needs distinct methods", "write e.g. --methods sd,psd")
+    return methods
+
+
+def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.output.report import format_compare, ratios
+    from psdsim.sim.output.results import check_results_folder, result_files, write_folder
+    from psdsim.sim.run import compare_methods
+    from psdsim.sim.scenario import load_scenario, scenario_to_toml
+
+    methods = _methods(args.methods)
+    s = load_scenario(args.scenario, overrides(args), preset=args.preset)
+    out = None if args.no_write else args.out or default_out(s, "compare")
+    if out is not None:
+        check_results_folder(out, "compare")
+    progress = Progress(not args.json)
+    results = compare_methods(s, methods, progress=progress)
+    summaries = {m: r.summary for m, r in results.items()}
+    pairs = [(a, b) for a, b in COMPARE_PAIRS if a in methods and b in methods]
+    report = {"scenario": s.name, "summaries": summaries, "ratios": ratios(summaries, pairs)}
+    report_dir = None
+    if out is not None:
+        files: dict[str, Any] = {"compare.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
+                                 "scenario.toml": scenario_to_toml(s)}
+        for m, r in results.items():
+            files.update({f"{m}/{name}": content for name, content in result_files(r).items()})
+        report_dir = guarded_write(out, lambda: write_folder(out, files, "compare"))
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    else:
+        print(format_compare(summaries, s, pairs))
+        if report_dir is not None:
+            print(f"\n  results: {report_dir}/")
+    return 0 if any(r.fits for r in results.values()) else EXIT_BAD_INPUT

@@ -1,0 +1,58 @@
+"""`psdsim paper`: a preset's k × dataset × method grid, reported in the paper's style."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from psdsim.commands.common import Progress, add_preset, add_set, check_workers, default_out, guarded_write
+
+HELP = "a preset's k x dataset x method grid, in the paper's style"
+
+
+def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.studies.paper import QUICK_REQUESTS
+
+    add_preset(p, "setting2", "the paper's configuration to reproduce (default setting2)")
+    p.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS} requests per run instead of the "
+                                                        "preset's")
+    add_set(p)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="processes to simulate with (default: all cores)")
+    p.add_argument("--out", type=Path, help="results folder (default: results/paper-PRESET-HASH)")
+    p.add_argument("--json", action="store_true", help="print the improvement figures as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.output.report import format_paper
+    from psdsim.sim.output.results import check_results_folder, write_folder
+    from psdsim.sim.presets import PRESETS
+    from psdsim.sim.scenario import load_scenario, scenario_to_toml
+    from psdsim.studies.paper import figures, grid, improvements, run_grid, table
+
+    check_workers(args.workers)
+    base = load_scenario(None, args.overrides, preset=args.preset)
+    preset = PRESETS[args.preset]
+    out = args.out or default_out(base, "paper" + ("-quick" if args.quick else ""))
+    check_results_folder(out, "paper")
+    runs = grid(args.preset, base, args.quick)
+    progress = Progress(not args.json)
+    rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f))
+    gains = improvements(rows)
+    infeasible = sorted({f"{r['method']}: {r['infeasible_reason']}" for r in rows if not r["fits"]})
+    title = f"{args.preset}: {preset.title}" + (" (quick)" if args.quick else "")
+    report = {"preset": args.preset, "title": preset.title, "quick": args.quick,
+              "note": preset.note, "improvements": gains, "infeasible": infeasible}
+    files: dict[str, Any] = {"paper.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
+                             "results.csv": table(rows), "scenario.toml": scenario_to_toml(base),
+                             **figures(rows, title)}
+    folder = guarded_write(out, lambda: write_folder(out, files, "paper"))
+    if args.json:
+        print(json.dumps(report, indent=2, allow_nan=False))
+    else:
+        print(format_paper(title, len(runs), preset.note, gains, infeasible, folder))
+    return 0

@@ -1,0 +1,56 @@
+"""`psdsim plan`: the largest sustainable rate of every configuration of a space under latency
+objectives, the Pareto front, and when PSD's extra GPU pays off."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from psdsim.commands.common import EXIT_BAD_INPUT, Progress, add_set, check_workers, guarded_write
+
+HELP = ("largest sustainable rate of every configuration of a space under latency objectives; Pareto "
+        "front; when PSD's extra GPU pays off")
+
+
+def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    p.add_argument("plan", type=Path, metavar="PLAN.toml",
+                   help="[base] scenario fields, [space] candidate lists, [slo] objectives, [search]")
+    add_set(p, "override a [base] scenario field, e.g. --set requests=200")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="processes to search with (default: all cores)")
+    p.add_argument("--out", type=Path, help="results folder (default: results/plan-NAME-HASH)")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
+    p.add_argument("--json", action="store_true", help="print the rows, front and verdicts as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.output.results import check_results_folder, write_folder
+    from psdsim.studies.plan import load_plan
+    from psdsim.studies.plan_report import plan_figures, plan_lines, plan_table
+    from psdsim.studies.plan_verdict import run_plan
+
+    check_workers(args.workers)
+    spec = load_plan(args.plan, args.overrides)
+    out = args.out or Path("results") / f"plan-{args.plan.stem}-{spec.base.digest()}"
+    check_results_folder(out, "plan")
+    progress = Progress(not args.json)
+    result = run_plan(spec, args.workers, lambda f: progress("plan", f))
+    report = {"rows": result.rows, "pareto": result.front, "verdicts": result.verdicts,
+              "invalid": [{"config": c, "error": e} for c, e in result.invalid]}
+    text = json.dumps(report, indent=2, allow_nan=False) + "\n"
+    files: dict[str, Any] = {"plan.json": text, "plan.csv": plan_table(result.rows),
+                             "plan.toml": args.plan.read_text(encoding="utf-8")}
+    if not args.no_figures:
+        files.update({f"figures/{name}": data for name, data in plan_figures(result).items()})
+    folder = guarded_write(out, lambda: write_folder(out, files, "plan"))
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        print("\n".join(plan_lines(result)))
+        print(f"\n  results: {folder}/")
+    return 0 if any(r["max_rate_req_s"] for r in result.rows) else EXIT_BAD_INPUT

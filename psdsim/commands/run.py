@@ -1,0 +1,75 @@
+"""`psdsim run`: simulate one scenario, print its summary, write its results folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from psdsim.commands.common import (
+    EXIT_BAD_INPUT,
+    Progress,
+    add_scenario_args,
+    default_out,
+    guarded_write,
+    overrides,
+    user_error,
+)
+
+HELP = "simulate one scenario (default: the built-in Setting-2 scenario)"
+
+
+def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.sim.scenario import METHODS
+
+    add_scenario_args(p)
+    p.add_argument("--method", choices=METHODS, help="override the scenario's method")
+    p.add_argument("--no-write", action="store_true", help="do not write a results folder")
+    p.add_argument("--plots", action="store_true",
+                   help="add occupancy.png (sub-batches, queue, KV use over time) to the results")
+    p.add_argument("--trace", type=Path, metavar="FILE.json",
+                   help="also write the simulated timeline as Chrome trace-event JSON (open it in "
+                        "ui.perfetto.dev or chrome://tracing): drafter, verifier, link lanes, driver")
+
+
+def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.output.report import format_run
+    from psdsim.sim.output.results import check_output_file, check_results_folder, summary_json, write_result
+    from psdsim.sim.output.timeline import write_trace
+    from psdsim.sim.run import simulate
+    from psdsim.sim.scenario import load_scenario
+
+    s = load_scenario(args.scenario, overrides(args), args.method, args.preset)
+    trace = args.trace
+    if trace is not None and not trace.parent.is_dir():  # checked first: a typo costs no run
+        raise user_error("--trace", f"cannot write {str(trace)!r} (no folder {str(trace.parent)!r})",
+                         "choose a file in an existing folder with --trace FILE")
+    if trace is not None:
+        check_output_file(trace, "--trace")
+    out = None if args.no_write else args.out or default_out(s, s.method)
+    if out is not None:
+        check_results_folder(out, "run")
+    progress = Progress(not args.json)
+    result = simulate(s, progress=lambda f: progress(s.method, f), timeline=trace is not None)
+    if not result.fits:
+        if args.json:
+            sys.stdout.write(summary_json(result.summary))
+        field = result.memory.field or "gpu"
+        print(f"psdsim: error: {field}: {result.summary['infeasible_reason']}; fix: raise "
+              "gpu_memory_utilization or tensor_parallel_size, or choose a GPU with more memory",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if trace is not None:
+        guarded_write(trace, lambda: write_trace(result, trace), "--trace",
+                      "choose a writable file with --trace FILE")
+    where = None
+    if out is not None:
+        where = str(guarded_write(out, lambda: write_result(result, out, plots=args.plots))) + "/"
+    if args.json:
+        sys.stdout.write(summary_json(result.summary))
+    else:
+        print(format_run(result.summary, s, where, result.wall_s))
+        if trace is not None:
+            print(f"  timeline: {trace} (open in ui.perfetto.dev or chrome://tracing)")
+    return 0

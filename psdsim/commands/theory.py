@@ -1,0 +1,120 @@
+"""`psdsim theory`: the closed-form PSD theory, and its tie to a scenario (--tail, --bridge)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from psdsim.commands.common import Progress, add_set, guarded_write, user_error
+
+HELP = ("closed-form PSD theory (optima, ratio, published constants); --tail and --bridge tie it to a "
+        "scenario")
+
+
+def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.theory.published import A0
+
+    p.add_argument("--alpha", type=float, default=1.0, help="frontier sharpness (1/time unit)")
+    p.add_argument("--V", type=float, default=A0, help="verification time per step (default a0)")
+    p.add_argument("--c", type=float, default=0.0, help="PSD link time on the verifier's side")
+    p.add_argument("--c-drafter", type=float, default=0.0, help="PSD link time on the drafter's side")
+    p.add_argument("--serial-psd", type=float, default=0.0, help="PSD time outside the overlap")
+    p.add_argument("--serial-sd", type=float, default=0.0, help="SD time besides draft + verify")
+    p.add_argument("--bonus", type=float, default=0.0,
+                   help="tokens per verification beyond the frontier (1 counts the bonus token)")
+    p.add_argument("--scale", type=float, default=1.0, help="tokens the frontier saturates at")
+    p.add_argument("--t-token", type=float, help="drafting time per draft token: report the best whole k")
+    p.add_argument("--k-max", type=int, default=32, help="largest k considered (default 32)")
+    p.add_argument("--plot", type=Path, metavar="DIR", help="write the theory figures (PNG and SVG)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--tail", action="store_true",
+                   help="expected parallelization rate of the scenario's finite request pool")
+    p.add_argument("--bridge", action="store_true",
+                   help="simulate SD and PSD over --ks and compare with the fitted theory")
+    p.add_argument("--ks", default="1-6", help="k values for --bridge: 1-6 or 1,2,4 (default 1-6)")
+    p.add_argument("scenario", nargs="?", help="scenario for --tail/--bridge (default: built-in)")
+    add_set(p, "scenario field for --tail/--bridge, e.g. --set requests=64")
+
+
+def parse_ks(text: str) -> list[int]:
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            ks = list(range(lo, hi + 1))
+        else:
+            ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        ks = []
+    if len(ks) < 2 or min(ks) < 1 or max(ks) > 32 or len(set(ks)) != len(ks):
+        raise user_error("--ks", f"expected at least two distinct k in 1..32, got {text!r}",
+                         "write e.g. --ks 1-6 or --ks 1,2,4,8")
+    return ks
+
+
+def theory_model(args: argparse.Namespace) -> Any:
+    from psdsim.theory.model import FrontierModel
+
+    for name in ("alpha", "V", "scale"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            raise user_error(f"--{name}", f"must be a positive number, got {value}",
+                             f"write e.g. --{name} 1.0")
+    for name in ("c", "c_drafter", "serial_psd", "serial_sd", "bonus"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0):
+            flag = "--" + name.replace("_", "-")
+            raise user_error(flag, f"must be >= 0, got {value}", f"write e.g. {flag} 0")
+    if args.t_token is not None and not (math.isfinite(args.t_token) and args.t_token > 0):
+        raise user_error("--t-token", f"must be a positive number, got {args.t_token}",
+                         "write e.g. --t-token 0.1")
+    if args.k_max < 1:
+        raise user_error("--k-max", f"must be >= 1, got {args.k_max}", "write e.g. --k-max 16")
+    return FrontierModel(alpha=args.alpha, V=args.V, bonus=args.bonus, scale=args.scale,
+                         comm=args.c, comm_drafter=args.c_drafter, serial_psd=args.serial_psd,
+                         serial_sd=args.serial_sd)
+
+
+def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.scenario import load_scenario
+    from psdsim.studies.theory_bridge import bridge, scenario_tail
+    from psdsim.studies.theory_report import (
+        bridge_json,
+        bridge_lines,
+        optima_lines,
+        plot_theory,
+        published_lines,
+        tail_lines,
+        theory_json,
+    )
+
+    doc: dict[str, Any] = {}
+    lines: list[str] = []
+    if args.tail or args.bridge:
+        s = load_scenario(args.scenario, args.overrides)
+        if args.tail:
+            est = scenario_tail(s)
+            doc["tail"] = {"requests": s.requests, "m": s.m, **vars(est)}
+            lines += tail_lines(est, s.requests, s.m)
+        if args.bridge:
+            progress = Progress(not args.json)
+            rep = bridge(s, parse_ks(args.ks), progress=lambda f: progress("bridge", f))
+            doc["bridge"] = bridge_json(rep)
+            lines += bridge_lines(rep)
+    else:
+        m = theory_model(args)
+        doc = theory_json(m, args.t_token, args.k_max)
+        lines += [*optima_lines(m, args.t_token, args.k_max), "", *published_lines()]
+        if args.plot:
+            paths = guarded_write(args.plot, lambda: plot_theory(m, args.plot), "--plot",
+                                  "choose a writable folder with --plot DIR")
+            doc["figures"] = [str(p) for p in paths]
+            lines += ["", "figures: " + ", ".join(str(p) for p in paths)]
+    if args.json:
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        print("\n".join(lines))
+    return 0

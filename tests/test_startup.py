@@ -1,0 +1,52 @@
+"""The front door loads only what a command needs (issue #13.4, #15.3): `psdsim --help` no
+simulator at all, `psdsim run` neither scipy.stats nor scipy.optimize (the theory's and the
+calibration's), and the lazy public API still resolves every name. Times are in
+benchmarks/startup.py, not here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import psdsim
+
+RUN = ["run", "--set", "requests=6", "--set", "output_len=4", "--set", "prompt_len=8", "--no-write", "--json"]
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    code = ("import contextlib, io, sys\nfrom psdsim.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n    code = main(sys.argv[1:])\n"
+            "assert code == 0, code\nprint(' '.join(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return set(proc.stdout.split())
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["engine", "run", "--help"]])
+def test_help_loads_no_simulator(argv):
+    loaded = _modules_after(argv)
+    assert not {"numpy", "simpy", "scipy", "matplotlib", "psdsim.sim.run"} & loaded
+
+
+def test_run_never_imports_the_theory_or_the_fitting():
+    loaded = _modules_after(RUN)
+    assert "psdsim.sim.run" in loaded   # it did simulate
+    heavy = {"scipy.stats", "scipy.optimize", "matplotlib", "psdsim.theory", "psdsim.calibration",
+             "psdsim.studies", "psdsim.engine"}
+    assert not heavy & loaded, sorted(heavy & loaded)
+
+
+def test_python_m_psdsim_is_the_command():
+    proc = subprocess.run([sys.executable, "-m", "psdsim", "--help"], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and "usage: psdsim" in proc.stdout and "engine" in proc.stdout
+
+
+def test_the_public_api_resolves_lazily():
+    for name in psdsim.__all__:
+        assert getattr(psdsim, name) is not None
+    assert set(psdsim.__all__) <= set(dir(psdsim))
+    with pytest.raises(AttributeError):
+        psdsim.no_such_name  # noqa: B018
