@@ -7,6 +7,10 @@ k, m, requests, output_len, prompt_len, seed, max_num_batched_tokens); the model
 engine's own (`--set model.NAME=VALUE` for the reference engine, `--set FIELD=VALUE` or
 `tiny.NAME=VALUE` for vLLM's). Bad input is one line on stderr and exit code 2, before any engine
 runs.
+
+`psdsim validate --traces RUN_DIR…` validates recorded real runs instead (engine/validate/traces.py:
+each folder's manifest says what ran; docs/validating-minedraft-runs.md); `--max-error` and
+`--junit` gate CI on it (engine/validate/gate.py; exit 1 when a held-out run misses).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 from psdsim.commands.common import user_error
 
 HELP = ("run a real engine in AR and SD, calibrate on those runs only, simulate every method, run PSD "
-        "and PEARL, compare measured with predicted")
+        "and PEARL, compare measured with predicted (or do so from recorded runs' traces: --traces)")
 ENGINES = ("reference", "vllm")
 # EngineConfig fields validate sets itself, per run.
 RESERVED = ("method", "k", "separate_verifier", "trace_dir", "profile")

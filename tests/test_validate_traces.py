@@ -1,0 +1,320 @@
+"""`psdsim validate --traces RUN_DIR…`: a real run set's own traces against the simulator.
+
+- The reference engine's traces (MineDraft's format plus psdsim's fields) validated from their
+  folders alone give what `validate --engine reference` gives on the same measurements: the same
+  profiles, the same predictions (needs PyTorch; skipped without it).
+- A hand-built MineDraft trace set (MineDraft's fields only) whose measured metrics are known by
+  construction; the gate and the JUnit file on it.
+- Malformed folders: one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from psdsim.engine.validate.gate import check, parse_max_errors
+from psdsim.sim.errors import ScenarioError
+
+from psdsim.cli import main
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+# -- a hand-built MineDraft run set ----------------------------------------------------------
+
+K, M, ACCEPT, OUT_LEN, PROMPT = 2, 2, 1, 9, 8    # every verification accepts ACCEPT of K drafts
+VERIFIES = (OUT_LEN - 1) // (ACCEPT + 1)           # verifications per request after its prefill: 4
+PREFILL_US, SD_US, PSD_INIT_US, PSD_US = 20_000, 10_000, 10_000, 8_000   # step wall times
+
+
+def _steps(psd: bool, t0: float) -> tuple[list[dict], dict[str, float]]:
+    """An offline iteration starting at t0 µs: one prompt step, then decode steps verifying
+    sub-batch A then B (PSD) or every request (SD); returns the steps and each request's end."""
+    n = 2 * M if psd else M
+    tids = [f"Request:{i}" for i in range(n)]
+    steps = [{"tid": "Step:0", "type": "Step", "start_us": t0 + 100, "end_us": t0 + 100 + PREFILL_US,
+              "is_prompt_run": n, "batched_requests": tids, "is_parallelised": False,
+              "measured_target_time": 0.015}]
+    t, ends = t0 + 100 + PREFILL_US, {}
+    batches = [tids[:M], tids[M:]] * VERIFIES if psd else [tids] * VERIFIES
+    for i, verified in enumerate(batches):
+        parallel = psd and i > 0
+        wall = PSD_US if parallel else (PSD_INIT_US if psd else SD_US)
+        running = [x for x in tids if x not in ends]
+        steps.append({"tid": f"Step:{i + 1}", "type": "Step", "start_us": t, "end_us": t + wall,
+                      "is_prompt_run": 0, "batched_requests": running, "is_parallelised": parallel,
+                      "proposed_len": K, "verify_len": K * len(verified),
+                      "accepted_num": ACCEPT * len(verified),
+                      "generated_num": (ACCEPT + 1) * len(verified),
+                      "measured_draft_time": 0.0001 if parallel else 0.003,
+                      "measured_target_time": 0.006 if parallel else 0.005, "measured_overhead_time": 0.001})
+        t += wall
+        if i >= len(batches) - (2 if psd else 1):
+            ends.update(dict.fromkeys(verified, t))
+    return steps, ends
+
+
+def write_minedraft(folder: Path, method: str, *, k: int = K, manifest: str | None = None,
+                    iterations: int = 2, calibration: bool | None = None) -> Path:
+    """A run folder: MineDraft's JSONL (a warm-up bundle, then `iterations` measured ones,
+    named as benchmarks/benchmark_psd.py names it) and a manifest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    psd = method == "psd"
+    lines = []
+    for b in range(1 + iterations):
+        t0 = 5e6 + b * 1e6
+        steps, ends = _steps(psd, t0)
+        for s in steps:
+            if "proposed_len" in s:
+                s["proposed_len"] = k
+        reqs = [{"tid": tid, "type": "Request", "start_us": t0, "end_us": end, "prompt_len": PROMPT,
+                 "gen_len": OUT_LEN} for tid, end in ends.items()]
+        lines.append(json.dumps({"metadata": {}, "traces": steps + sorted(reqs, key=lambda r: r["tid"])}))
+    name = (f"input=4_spec_bench_Qwen3-32B_Qwen3-1.7B_{M}_False_parallel={psd}_k={k}_t=0_n=1_c=0_"
+            f"warmup=1_runs={iterations}.jsonl")
+    (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    table = "" if calibration is None else f"\n[validate]\ncalibration = {str(calibration).lower()}\n"
+    (folder / "manifest.toml").write_text(manifest if manifest is not None else f"""
+[run]
+method = "{method}"
+k = {K}
+m = {M}
+
+[hardware]
+gpu = "h100-sxm"
+tensor_parallel_size = 4
+
+[workload]
+requests = {2 * M if psd else M}
+output_len = {OUT_LEN}
+prompt_len = {PROMPT}
+{table}""", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def handbuilt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("handbuilt")
+    sd, psd = write_minedraft(root / "sd", "sd"), write_minedraft(root / "psd", "psd")
+    code, stdout, err = _run(["validate", "--traces", str(sd), str(psd), "--out", str(root / "out"),
+                              "--json"])
+    assert code == 0, err
+    return root, json.loads(stdout)
+
+
+def test_measured_metrics_are_minedrafts_own(handbuilt):
+    _, report = handbuilt
+    rows = {r["run"]: r for r in report["rows"]}
+    assert set(rows) == {"sd_k2", "psd_k2"}
+    sd, psd = rows["sd_k2"]["metrics"], rows["psd_k2"]["metrics"]
+    # SD: VERIFIES steps of SD_US, each emitting (ACCEPT + 1) tokens for each of M requests
+    assert sd["throughput_tok_s"]["measured"] == pytest.approx((ACCEPT + 1) * M / (SD_US * 1e-6))
+    sd_latency = (100 + PREFILL_US + VERIFIES * SD_US) * 1e-3
+    assert sd["latency_ms.p50"]["measured"] == pytest.approx(sd_latency)
+    assert sd["e2el_ms"]["measured"] == pytest.approx(sd_latency / M)
+    assert sd["vsr"]["measured"] == pytest.approx(ACCEPT / K)
+    assert sd["parallelization_rate"]["measured"] == 0
+    # PSD: 2 * VERIFIES steps of M verified requests, all but the first parallelised
+    steps = 2 * VERIFIES
+    decode_us = PSD_INIT_US + (steps - 1) * PSD_US
+    assert psd["throughput_tok_s"]["measured"] == pytest.approx(steps * (ACCEPT + 1) * M / (decode_us * 1e-6))
+    assert psd["parallelization_rate"]["measured"] == pytest.approx((steps - 1) / steps)
+    makespan = (100 + PREFILL_US + decode_us) * 1e-3
+    assert psd["e2el_ms"]["measured"] == pytest.approx(makespan / (2 * M))
+    assert psd["latency_ms.p99"]["measured"] == pytest.approx(makespan, rel=0.01)
+    # two measured iterations each (the warm-up bundle dropped): repeats, identical here
+    assert sd["throughput_tok_s"]["repeats"] == pytest.approx([sd["throughput_tok_s"]["measured"]] * 2)
+    assert report["runs"]["sd_k2"]["iterations"] == 2
+
+
+def test_sd_calibrates_and_psd_is_predicted(handbuilt):
+    root, report = handbuilt
+    rows = {r["run"]: r for r in report["rows"]}
+    assert rows["sd_k2"]["in_sample"] and not rows["psd_k2"]["in_sample"]
+    assert report["engine"] == "traces" and report["schema"] == 1
+    assert report["runs"]["psd_k2"]["calibration"] is False
+    verify = report["profiles"]["profile.json"]["terms"]["verify"]
+    assert verify["mape"] == pytest.approx(0, abs=1e-6)       # every SD pass took 5 ms
+    assert verify["coef"][0] == pytest.approx(0.005, rel=1e-6)
+    # the in-sample SD run is reproduced closely; its acceptance is the traces' (1 of 2 drafts)
+    assert rows["sd_k2"]["metrics"]["throughput_tok_s"]["error"] == pytest.approx(0, abs=0.25)
+    assert report["acceptance"]["per_k"]["2"]["mean_accepted"] == pytest.approx(ACCEPT)
+    assert any("no fitted" in w for w in report["warnings"])   # MineDraft times no channel: said so
+    for name in ("validate.json", "validate.png", "profile.json", "scenarios/psd_k2.toml",
+                 "requests/psd_k2.jsonl"):
+        assert (root / "out" / name).is_file(), name
+    assert json.loads((root / "out" / "validate.json").read_text()) == report
+
+
+def test_the_gate_exits_1_naming_the_worst_row_and_writes_junit(handbuilt, tmp_path):
+    root, report = handbuilt
+    worst = max((r for r in report["rows"] if not r["in_sample"]),
+                key=lambda r: abs(r["metrics"]["throughput_tok_s"]["error"]))
+    junit = tmp_path / "validate.xml"
+    code, _, err = _run(["validate", "--traces", str(root / "sd"), str(root / "psd"),
+                         "--out", str(tmp_path / "o"), "--max-error", "throughput=0.001",
+                         "--junit", str(junit)])
+    assert code == 1
+    said = [line for line in err.splitlines() if line.startswith("psdsim:")]   # the rest is progress
+    assert len(said) == 1 and said[0] == err.strip().splitlines()[-1]
+    assert said[0].startswith("psdsim: gate missed: ") and f"{worst['run']} throughput_tok_s" in said[0]
+    suite = ET.parse(junit).getroot()
+    assert suite.get("name") == "psdsim validate"
+    assert int(suite.get("tests")) == 2 * 6 and int(suite.get("failures")) == 1
+    failed = [c for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert [(c.get("classname"), c.get("name")) for c in failed] == [
+        (f"psdsim.validate.{worst['run']}", "throughput_tok_s")]
+    code, _, err = _run(["validate", "--traces", str(root / "sd"), str(root / "psd"),
+                         "--out", str(tmp_path / "p"), "--max-error", "throughput=1000",
+                         "--max-error", "vsr=1000"])
+    assert code == 0, err
+
+
+def test_gate_rules():
+    row = {"run": "psd_k3", "in_sample": False,
+           "metrics": {"vsr": {"measured": 0.5, "predicted": 0.56, "error": 0.12},
+                       "throughput_tok_s": {"measured": 100.0, "predicted": None, "error": None}}}
+    ar = {"run": "ar", "in_sample": False,
+          "metrics": {"vsr": {"measured": None, "predicted": None, "error": None},
+                      "throughput_tok_s": {"measured": 9.0, "predicted": 9.0, "error": 0.0}}}
+    g = check([row, ar], parse_max_errors(["vsr=10", "throughput_tok_s=5%"]))
+    assert g["checked"] == 3 and not g["passed"]
+    missed = [(m["run"], m["metric"]) for m in g["missed"]]
+    assert missed == [("psd_k3", "throughput_tok_s"), ("psd_k3", "vsr")]   # no prediction is the worst
+    assert check([{**row, "in_sample": True}], {"vsr": 0.1})["passed"]
+    for bad in (["vsr"], ["nosuch=5"], ["vsr=-1"], ["vsr=x"]):
+        with pytest.raises(ScenarioError, match="--max-error"):
+            parse_max_errors(bad)
+
+
+# -- malformed folders ------------------------------------------------------------------------
+
+
+def _two_k(folder: Path) -> None:
+    write_minedraft(folder, "sd")
+    other = write_minedraft(folder.parent / "tmp3", "sd", k=3)
+    for p in other.glob("*.jsonl"):
+        shutil.copy(p, folder / p.name.replace("k=3", "k=3b"))
+
+
+@pytest.mark.parametrize(("make", "needle"), [
+    (lambda d: write_minedraft(d, "sd").joinpath("manifest.toml").unlink(), "has no manifest.toml"),
+    (lambda d: write_minedraft(d, "sd", k=3), "k: the manifest says 2, its traces propose 3"),
+    (lambda d: write_minedraft(d, "sd", manifest='method = "sd"\nk = 2\nm = 1\nrequests = 2\noutput_len = 9\n'
+                               'prompt_len = 8\n'), "m: the manifest says 1"),
+    (lambda d: write_minedraft(d, "sd", manifest='method = "sd"\nk = 2\nm = 2\nrequests = 5\noutput_len = 9\n'
+                               'prompt_len = 8\n'), "requests: the manifest asks 5 prompts"),
+    (lambda d: write_minedraft(d, "sd", manifest='method = "sd"\nk = 2\nm = 2\nrequests = 2\noutput_len = 9\n'
+                               'prompt_len = 30\n'), "prompt_len: the manifest says 30"),
+    (_two_k, "holds traces of two different k"),
+    (lambda d: write_minedraft(d, "psd"), "none of the 1 runs is a calibration run"),
+    (lambda d: write_minedraft(d, "sd", calibration=False), "none of the 1 runs is a calibration run"),
+    (lambda d: write_minedraft(d, "sd", manifest='method = "sd"\nk = 2\nm = 2\nnosuch = 1\n'), "nosuch"),
+])
+def test_malformed_folders_are_one_line_and_exit_2(tmp_path, make, needle):
+    run = tmp_path / "run"
+    make(run)
+    code, stdout, err = _run(["validate", "--traces", str(run), "--out", str(tmp_path / "out")])
+    lines = err.strip().splitlines()
+    assert code == 2 and stdout == ""
+    assert len(lines) == 1 and lines[0].startswith("psdsim: error:") and needle in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_traces_refuses_engine_flags(tmp_path):
+    run = write_minedraft(tmp_path / "sd", "sd")
+    code, _, err = _run(["validate", "--traces", str(run), "--k", "1,2", "--out", str(tmp_path / "o")])
+    assert code == 2 and "--k" in err and len(err.strip().splitlines()) == 1
+
+
+# -- the reference engine's traces: the same answer as validate --engine reference --------------
+
+SMALL = ["--k", "2", "--m", "2", "--requests", "6", "--output-len", "12", "--set", "prompt_len=8",
+         "--set", "prompt_len_max=16", "--set", "warmup_passes=1", "--no-contention", "--methods", "psd"]
+
+
+def trace_folders(validated: Path, root: Path) -> list[Path]:
+    """One folder per engine run: its JSONL trace, the catalog and request list it ran, and a
+    manifest: the scenario validate wrote for it, without the profile (the traces make it)."""
+    folders = []
+    for scen in sorted((validated / "scenarios").glob("*.toml")):
+        run = root / scen.stem
+        run.mkdir(parents=True)
+        (trace,) = (validated / "traces" / scen.stem.split("_k")[0] / "r0").glob("*.jsonl")
+        for src in (trace, validated / "catalog.toml", validated / "requests.jsonl"):
+            shutil.copy(src, run / src.name)
+        text = "\n".join(line for line in scen.read_text(encoding="utf-8").splitlines()
+                         if not line.startswith("profile ="))
+        text = text.replace(json.dumps(str(validated / "catalog.toml")), '"catalog.toml"')
+        text = text.replace(json.dumps(str(validated / "requests.jsonl")), '"requests.jsonl"')
+        (run / "manifest.toml").write_text(text + "\n", encoding="utf-8")
+        folders.append(run)
+    return folders
+
+
+@pytest.mark.skipif(not HAVE_TORCH, reason="the reference engine needs PyTorch: pip install 'psdsim[engine]'")
+def test_reference_traces_give_validates_answer(tmp_path):
+    live = tmp_path / "live"
+    code, stdout, err = _run(["validate", *SMALL, "--out", str(live), "--json"])
+    assert code == 0, err
+    engine = json.loads(stdout)
+    folders = trace_folders(live, tmp_path / "runs")
+    assert {f.name for f in folders} == {"ar", "sd_k2", "sd-2proc_k2", "psd_k2"}
+    code, stdout, err = _run(["validate", "--traces", *map(str, folders), "--out", str(tmp_path / "t"),
+                              "--json"])
+    assert code == 0, err
+    traced = json.loads(stdout)
+    for name in ("profile.json", "profile-one-process.json", "profile-ar.json"):
+        a, b = (json.loads((d / name).read_text(encoding="utf-8")) for d in (live, tmp_path / "t"))
+        assert (a["terms"], a["acceptance"], a.get("contention")) == (
+            b["terms"], b["acceptance"], b.get("contention"))
+    assert traced["acceptance"]["spread"] == engine["acceptance"]["spread"]
+    assert traced["predicted"] == engine["predicted"]               # the same predictions, exactly
+    rows = {r["run"]: r for r in traced["rows"]}
+    for row in engine["rows"]:
+        mine = rows[row["run"]]
+        assert mine["in_sample"] == row["in_sample"] and mine["sim_method"] == row["sim_method"]
+        for key, cell in row["metrics"].items():   # measured from µs timestamps: equal to 1e-4
+            got, want = mine["metrics"][key]["measured"], cell["measured"]
+            assert got == (want if want is None else pytest.approx(want, rel=1e-4)), (row["run"], key)
+
+
+def test_nsys_exports_join_their_own_runs_jsonl(tmp_path):
+    """A calibration run's nsys export (MineDraft's `score` ranges, 4 ms of kernels each) is
+    joined with that run's JSONL, run by run: two SD runs with exports starting at the same
+    clock join 12 passes each, and the verify term is the kernels' time, not the JSONL timer's."""
+    from psdsim.calibration.synthetic import GpuOp, NsysWriter, NvtxRange
+
+    folders = []
+    for name in ("sd-a", "sd-b"):
+        run = write_minedraft(tmp_path / name, "sd")
+        passes = 3 * VERIFIES                       # every bundle's speculative steps, warm-up included
+        with NsysWriter(run / "profile.sqlite", gpus={0: "NVIDIA H100"}) as w:
+            for i in range(passes):
+                t = i * 20_000_000
+                w.add_range(NvtxRange("score", t, t + 5_000_000, ops=[GpuOp(t + 100_000, t + 4_100_000)]))
+        folders.append(run)
+    folders.append(write_minedraft(tmp_path / "psd", "psd"))
+    code, stdout, err = _run(["validate", "--traces", *map(str, folders), "--out", str(tmp_path / "o"),
+                              "--json"])
+    assert code == 0, err
+    report = json.loads(stdout)
+    assert {r["run"] for r in report["rows"]} == {"sd_k2@sd-a", "sd_k2@sd-b", "psd_k2"}
+    verify = report["profiles"]["profile.json"]["terms"]["verify"]
+    assert verify["samples"] == 2 * 3 * VERIFIES and verify["coef"][0] == pytest.approx(0.004, rel=1e-6)
+    notes = json.loads((tmp_path / "o" / "profile.json").read_text(encoding="utf-8"))["notes"]
+    assert sum(n.startswith(f"verify: joined {3 * VERIFIES} samples") for n in notes) == 2
