@@ -318,3 +318,48 @@ def test_nsys_exports_join_their_own_runs_jsonl(tmp_path):
     assert verify["samples"] == 2 * 3 * VERIFIES and verify["coef"][0] == pytest.approx(0.004, rel=1e-6)
     notes = json.loads((tmp_path / "o" / "profile.json").read_text(encoding="utf-8"))["notes"]
     assert sum(n.startswith(f"verify: joined {3 * VERIFIES} samples") for n in notes) == 2
+
+
+def test_n_samples_of_a_prompt_are_one_request():
+    """With n = 2, consecutive request records are one prompt's samples: E2EL divides by the
+    prompts, a prompt's latency is its last sample's, TTFT its first's."""
+    from psdsim.calibration.minedraft import Iteration
+    from psdsim.engine.validate.traces import measured_summary
+    from psdsim.sim.scenario import Scenario
+
+    tids = ["R:0", "R:1", "R:2", "R:3"]
+    steps = [{"start_us": 0, "end_us": 1000, "is_prompt_run": 4, "batched_requests": tids},
+             {"start_us": 1000, "end_us": 3000, "is_prompt_run": 0, "batched_requests": tids,
+              "generated_num": 4}]
+    ends = [3000, 2000, 2500, 3000]
+    reqs = [{"tid": t, "start_us": 0, "end_us": e, "prompt_len": 8, "gen_len": 2}
+            for t, e in zip(tids, ends, strict=True)]
+    s = Scenario(method="ar", n=2, requests=2, output_len=2, prompt_len=8)
+    m = measured_summary(Iteration(1, steps, reqs), s)
+    assert (m["requests"], m["sequences"]) == (2, 4)
+    assert m["e2el_ms"] == pytest.approx(3.0 / 2)
+    assert m["latency_ms"]["mean"] == pytest.approx(3.0)          # both prompts end with their last sample
+    assert m["ttft_ms"]["mean"] == pytest.approx(1.0)             # the prompt step's end
+    assert m["throughput_tok_s"] == pytest.approx(4 / 0.002)
+
+
+def test_a_request_list_is_checked_against_the_records(tmp_path):
+    run = write_minedraft(tmp_path / "sd", "sd", manifest=f"""
+method = "sd"
+k = {K}
+m = {M}
+requests = {M}
+output_len = {OUT_LEN}
+trace = "requests.jsonl"
+""")
+    rows = [{"arrival_s": 0.0, "prompt_tokens": PROMPT, "output_tokens": OUT_LEN}] * M
+    (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert _run(["validate", "--traces", str(run), "--out", str(tmp_path / "ok")])[0] == 0
+    rows[1] = {"arrival_s": 0.0, "prompt_tokens": PROMPT + 1, "output_tokens": OUT_LEN}
+    (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    code, _, err = _run(["validate", "--traces", str(run), "--out", str(tmp_path / "bad")])
+    assert code == 2 and "trace: request 1 of the request list has 9 prompt tokens" in err
+    rows[1] = {"arrival_s": 2.0, "prompt_tokens": PROMPT, "output_tokens": OUT_LEN}
+    (run / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    code, _, err = _run(["validate", "--traces", str(run), "--out", str(tmp_path / "late")])
+    assert code == 2 and "arrives at 2 s" in err
