@@ -25,7 +25,8 @@ MineDraft (engine profile `minedraft = true`) adds work on the critical path, ea
 drafts (`driver_prep`); the first verifier rank rebuilds the model input from that metadata
 (`rebuild`, parallel layouts only: the driver is not in the verifier group); every Timer region
 synchronises the GPU (`timer_s`); vLLM's MultiStepWorker drafts one extra row for each request
-whose drafts were all accepted (`extra_rows` of `draft`).
+whose drafts were all accepted (`extra_draft_rows`: the methods add those rows to the batch they
+draft). The methods record each term in its own step column (sim/records.py).
 
 The constants are the engine profile's (sim/catalog/engines.toml, each with its source); the
 `roofline` profile is sim/costs.AnalyticCost itself, unchanged.
@@ -41,6 +42,7 @@ from psdsim.sim.layout import DEDICATED, layout_for
 from psdsim.sim.scenario import Scenario
 
 LOGIT_BYTES = 2  # bf16 logits gathered to the first TP rank before sampling
+DRIVER_PREP = "driver prep"  # its timeline slice (the driver's track)
 
 
 class PassModel:
@@ -124,6 +126,7 @@ class EngineCost:
                                 engine, *effs)
         self.drafter = PassModel(cat.models[s.draft], driver_gpu, 1, cat.links[s.link], engine, *effs)
         self.parallel = layout.drafter == DEDICATED and engine.minedraft
+        self.extra_draft_rows = engine.extra_draft_rows
         e = engine
         self._prep = (e.prepare_ms * 1e-3, e.prepare_request_us * 1e-6, e.prepare_token_us * 1e-6)
         self._meta = (e.metadata_ms * 1e-3, e.metadata_request_us * 1e-6)
@@ -164,13 +167,13 @@ class EngineCost:
 
     # -- StepCost ----------------------------------------------------------------------------
 
-    def draft(self, batch: int, k: int, ctx: int, extra_rows: int = 0) -> float:
+    def draft(self, batch: int, k: int, ctx: int) -> float:
+        """k chained passes over `batch` rows (the methods add V0's extra rows to the batch)."""
         if not k or not batch:
             return 0.0
-        rows = batch + extra_rows
         d = self.drafter
-        gpu = d.draft_gpu(rows, k, ctx)
-        return self.prepare(rows, rows) + d.combine(k * d.cpu(rows), gpu) + self._sync
+        gpu = d.draft_gpu(batch, k, ctx)
+        return self.prepare(batch, batch) + d.combine(k * d.cpu(batch), gpu) + self._sync
 
     def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
         t = self.target
@@ -200,6 +203,19 @@ class EngineCost:
 
     def swap(self, blocks: int) -> float:
         return self.base.swap(blocks)
+
+
+def driver_prep(cost: StepCost, requests: int, tokens: int) -> float:
+    """The driver's input preparation before a target pass: the engine's, 0 for other costs."""
+    prep = getattr(cost, "driver_prep", None)
+    return prep(requests, tokens) if prep is not None else 0.0
+
+
+def framework(cost: StepCost, running: int, emitting: int) -> float:
+    """Per-step framework work on the critical path: the engine's for the running set and the
+    requests emitting tokens, or the cost's fixed `overhead` (roofline, constant, fitted)."""
+    work = getattr(cost, "framework", None)
+    return work(running, emitting) if work is not None else cost.overhead
 
 
 def step_cost(s: Scenario, cat: Catalog) -> StepCost:

@@ -33,6 +33,7 @@ from typing import Any
 
 from psdsim.sim.costs import NO_CHUNKS, Chunks, StepCost
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.execution import driver_prep, framework
 from psdsim.sim.overlap import idle_factor
 
 PROFILE_FORMAT = "psdsim-profile"
@@ -280,6 +281,17 @@ class FittedCost:
     def after_idle(self, side: str, idle_s: float) -> float:
         """How much slower `side`'s work runs after it idled `idle_s` (1 when not measured)."""
         return idle_factor(self._idle[side], idle_s)
+
+    def framework(self, running: int, emitting: int) -> float:
+        """Per-step framework work: the fitted overhead where the profile has one, else the
+        fallback engine's for this batch."""
+        if "overhead" in self.profile.terms:
+            return self.overhead
+        return framework(self.fallback, running, emitting)
+
+    def driver_prep(self, requests: int, tokens: int) -> float:
+        """The driver's input preparation (no trace term measures it): the fallback engine's."""
+        return driver_prep(self.fallback, requests, tokens)
 
     def draft(self, batch: int, k: int, ctx: int) -> float:
         if self._draft is None:

@@ -46,6 +46,10 @@ class StepRecord(NamedTuple):
     preempted: int          # requests preempted while planning this step
     kv_blocks: int          # KV blocks in use once the step was planned
     waiting: int            # requests queued once the step was planned
+    # the engine's named terms (sim/execution.py; 0 under the roofline engine)
+    prep_s: float = 0.0     # driver input prep before drafting (MineDraft), a part of draft_s
+    framework_s: float = 0.0  # per-step scheduling and output processing on the critical path
+    extra_rows: int = 0     # draft rows for requests whose drafts were all accepted (vLLM V0)
 
 
 STEP_COLUMNS = StepRecord._fields
@@ -75,6 +79,9 @@ class StepStats:
     link_critical_s: float = 0.0
     swap_s: float = 0.0
     drafter_s: float = 0.0
+    prep_s: float = 0.0
+    framework_s: float = 0.0
+    extra_rows: int = 0
 
 
 # the StepStats fields that are step-table columns (batch0 is resolved by the recorder)

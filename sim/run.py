@@ -129,6 +129,8 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
                      timeline=tl, slow=slow, overlap_prefill=s.overlap_draft_prefill and dedicated)
     if drafter is not None and slow.overlap is not None:   # worker drafting and passes contend
         drafter.verifier, ctx.verifier.drafter = ctx.verifier, drafter
+    if getattr(cost, "extra_draft_rows", False) and s.uses_draft:
+        ctx.all_accepted = np.zeros(len(table), dtype=bool)
     method = kind(ctx)
     env.run(until=env.process(_engine_loop(ctx, method, progress)))
 

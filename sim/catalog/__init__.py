@@ -260,6 +260,7 @@ class EngineProfile:
     metadata_ms: float = 0.0          # MineDraft: one side of the metadata broadcast, fixed
     metadata_request_us: float = 0.0  # ... per request
     timer_syncs: int = 0              # MineDraft: Timer synchronize() calls per target pass
+    extra_draft_rows: bool = False    # V0 MultiStepWorker: one more draft row per all-accepted request
 
 
 @dataclass(frozen=True)

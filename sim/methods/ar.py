@@ -22,7 +22,8 @@ class AutoRegressive(EngineMethod):
         chunks = chunk_work(ctx, plan)
         target = TargetPass(ctx, batch, batch, ctx.table.context(ids), chunks, over_link=False)
         yield target.submit("decode" if batch else "prefill")
-        yield from after_pass(ctx, plan, st, chunks, batch, False, ctx.env.now, reject_on=None)
+        yield from after_pass(ctx, plan, st, chunks, batch, False, ctx.env.now, reject_on=None,
+                              emitting=batch)
         verify_outcome(ctx, st, ids, np.zeros(batch, dtype=np.int64), 0)
         target.measured(st)
         st.verified = st.scored = batch

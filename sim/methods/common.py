@@ -39,6 +39,9 @@ class SimContext:
     timeline: Timeline | None = None  # records the run's work when asked (sim/timeline.py)
     slow: Slowdowns = NO_SLOWDOWNS    # a profile's measured slowdowns this run pays (sim/overlap.py)
     overlap_prefill: bool = False     # the drafter prefills beside the target (overlap_draft_prefill)
+    # per request, whether its drafts were all accepted at its last verification: vLLM V0's
+    # MultiStepWorker drafts one extra row for it (None: the engine does not, sim/execution.py)
+    all_accepted: np.ndarray | None = None
 
 
 class EngineMethod(EngineHooks):
@@ -62,6 +65,16 @@ class EngineMethod(EngineHooks):
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         """Execute one planned engine step in simulated time (each method its own)."""
         raise NotImplementedError
+
+
+def draft_rows(ctx: SimContext, ids: np.ndarray, st: StepStats) -> int:
+    """Rows a drafting of `ids` runs: one each, and one more for every request whose drafts were
+    all accepted where the engine drafts that extra row (counted in the step's extra_rows)."""
+    if ctx.all_accepted is None or not len(ids):
+        return len(ids)
+    extra = int(np.count_nonzero(ctx.all_accepted[ids]))
+    st.extra_rows += extra
+    return len(ids) + extra
 
 
 def draft_counts(plan: StepPlan, ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -93,6 +106,8 @@ def emit_outcome(ctx: SimContext, st: StepStats, ids: np.ndarray, proposed: np.n
                  total_proposed: int, accepted: np.ndarray) -> None:
     """Emit accepted + 1 tokens for each verified request, log the verification, count it."""
     t = ctx.table
+    if ctx.all_accepted is not None:
+        ctx.all_accepted[ids] = (proposed > 0) & (accepted >= proposed)
     total_accepted = int(accepted.sum()) if total_proposed else 0
     if total_proposed:
         unproposed = len(ids) - int(np.count_nonzero(proposed))

@@ -16,6 +16,7 @@ from typing import Any
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, Chunks
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob
+from psdsim.sim.execution import DRIVER_PREP, driver_prep, framework
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from psdsim.sim.methods.common import SimContext
 from psdsim.sim.overlap import overlapped
@@ -59,12 +60,13 @@ class TargetPass:
     """One target pass: `requests` decodes scoring `tokens` positions over `context` cached
     tokens, plus the plan's prefill chunks; over the link when the drafter has a GPU of its own."""
 
-    __slots__ = ("ctx", "job")
+    __slots__ = ("ctx", "job", "requests", "tokens")
 
     def __init__(self, ctx: SimContext, requests: int, tokens: int, context: int, chunks: Chunks,
                  over_link: bool = True) -> None:
         self.ctx = ctx
         self.job = VerifyJob(ctx.cost.verify(requests, tokens, context, chunks))
+        self.requests, self.tokens = requests, tokens
         if over_link:
             self.job.send_bytes, self.job.return_bytes = link_bytes(ctx, requests, tokens, context, chunks)
 
@@ -78,6 +80,19 @@ class TargetPass:
             inputs_s = self.ctx.cost.broadcast(job.send_bytes)
             drafting, job.compute_s = overlapped(drafting, job.compute_s, inputs_s, *overlap)
         return drafting
+
+    def prepare(self, st: StepStats) -> Generator[Any, Any, None]:
+        """The driver's input preparation before it hands the pass over and drafts (MineDraft:
+        the target inputs and the metadata broadcast; 0 on other engines), a part of draft_s."""
+        ctx = self.ctx
+        seconds = driver_prep(ctx.cost, self.requests, self.tokens) if self.requests else 0.0
+        if seconds:
+            began = ctx.env.now
+            yield ctx.env.timeout(seconds)
+            st.prep_s += seconds
+            st.draft_s += seconds
+            if ctx.timeline is not None:
+                ctx.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, began, ctx.env.now)
 
     def submit(self, name: str, **args: Any) -> simpy.Event:
         """Hand the pass to the verifier; `name` and `args` label its timeline slice."""
@@ -100,19 +115,22 @@ class TargetPass:
 
 def after_pass(ctx: SimContext, plan: StepPlan, st: StepStats, chunks: Chunks, tokens: int,
                scored: bool, waited_from: float, reject_on: str | None = DRAFTER,
-               queued: bool = False) -> Generator[Any, Any, None]:
+               queued: bool = False, emitting: int = 0) -> Generator[Any, Any, None]:
     """The driver's work once the target pass is back (it waited from `waited_from`): what is
     left of the draft model's prompt pass, rejection sampling of the `tokens` scored positions
     (if `scored`), the step overhead and swaps. The drafter's part is slowed by its idling where
     a profile measured it and drawn on the drafter's track, rejection sampling on the drafter's
     GPU (MineDraft's driver runs there) or, with `reject_on` = DRIVER, on the driver's; None:
-    no draft model. `queued`: the drafter's part waits for a free drafter worker (a PSD ring,
-    whose drafters draft in the background), and the driver's part follows it; otherwise the
-    driver runs it all in one wait (MineDraft's driver runs on its drafter GPU)."""
+    no draft model. The framework work is the engine's for the running set and the `emitting`
+    requests whose outputs it processes (sim/execution.framework). `queued`: the drafter's part
+    waits for a free drafter worker (a PSD ring, whose drafters draft in the background), and
+    the driver's part follows it; otherwise the driver runs it all in one wait (MineDraft's
+    driver runs on its drafter GPU)."""
     env, cost, tl, drafter = ctx.env, ctx.cost, ctx.timeline, ctx.drafter
     sync_s = cost.draft_chunks(chunks) if reject_on is not None else 0.0
     reject_s = cost.reject(tokens) if scored else 0.0
     swap_s = st.swap_s = cost.swap(plan.swap_blocks)
+    overhead = st.framework_s = framework(cost, len(ctx.scheduler.running), emitting)
     if queued:
         assert drafter is not None
         if sync_s + reject_s:
@@ -120,9 +138,9 @@ def after_pass(ctx: SimContext, plan: StepPlan, st: StepStats, chunks: Chunks, t
                                  urgent=True)
         st.draft_s += sync_s
         on_cpu = env.now
-        yield env.timeout(cost.overhead + swap_s)
+        yield env.timeout(overhead + swap_s)
         if tl is not None:
-            tl.after(on_cpu, env.now, driver_parts(cost.overhead, swap_s))
+            tl.after(on_cpu, env.now, driver_parts(overhead, swap_s))
         return
     idle = ctx.slow.driver_idle
     after_wait = idle(env.now - waited_from) if idle is not None else 1.0
@@ -133,7 +151,7 @@ def after_pass(ctx: SimContext, plan: StepPlan, st: StepStats, chunks: Chunks, t
     left_s = left * after_wait   # what is left runs after the wait, slowed by it
     reject_s *= after_wait
     verified_at = env.now
-    yield env.timeout(left_s + reject_s + cost.overhead + swap_s)
+    yield env.timeout(left_s + reject_s + overhead + swap_s)
     st.draft_s += sync_s
     st.drafter_s += sync_s
     if reject_on == DRAFTER:
@@ -143,4 +161,4 @@ def after_pass(ctx: SimContext, plan: StepPlan, st: StepStats, chunks: Chunks, t
             tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, waited_from, waited_from + sync_s - left)
         reject = (DRAFTER, REJECT, ON_DRAFTER) if reject_on == DRAFTER else (DRIVER, REJECT, ON_DRIVER)
         tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s), (*reject, reject_s),
-                                        *driver_parts(cost.overhead, swap_s)])
+                                        *driver_parts(overhead, swap_s)])

@@ -61,6 +61,7 @@ class PEARL(EngineMethod):
         # post-verify: draft the next k for everyone while the target verifies
         ahead_s = ctx.cost.draft(batch, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
         ahead_s = target.contend(ahead_s)
+        yield from target.prepare(st)
         done = target.submit("verify", k=k, drafts_used=use_drafts) if batch else target.submit("prefill")
         if batch:
             yield drafter.run(ahead_s, "draft ahead", batch=batch, k=k)
@@ -68,7 +69,7 @@ class PEARL(EngineMethod):
         yield done
         st.wait_s = env.now - drafted_at if batch else 0.0
         st.draft_s = st.drafter_s = ahead_s
-        yield from after_pass(ctx, plan, st, chunks, tokens, bool(batch), drafted_at)
+        yield from after_pass(ctx, plan, st, chunks, tokens, bool(batch), drafted_at, emitting=batch)
         self._verify(ids, proposed, total, st)
         target.measured(st, ahead_s if batch else None)
         st.parallelised, st.verified, st.drafted, st.scored = batch > 0, batch, batch, tokens if batch else 0

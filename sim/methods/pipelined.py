@@ -40,6 +40,7 @@ from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
     draft_counts,
+    draft_rows,
     emit_outcome,
     record,
     verify_outcome,
@@ -112,8 +113,9 @@ class PipelinedSD(EngineMethod):
         total = int(proposed.sum())
         tokens = total + len(ids)
         target = TargetPass(ctx, len(ids), tokens, context, chunks)
-        k_ahead, ahead_s = self._ahead(ahead)
+        k_ahead, ahead_s = self._ahead(ahead, st)
         ahead_s = target.contend(ahead_s)
+        yield from target.prepare(st)
         done = (target.submit(f"verify B{v}", sub_batch=v, k=int(proposed.max())) if v is not None
                 else target.submit("prefill"))
         if ahead is not None:   # the driver drafts the other sub-batch while the pass runs
@@ -123,7 +125,7 @@ class PipelinedSD(EngineMethod):
         if v is not None and not refill.background:
             st.wait_s = env.now - drafted_at
         yield from after_pass(ctx, plan, st, chunks, tokens, v is not None, drafted_at,
-                              queued=refill.background)
+                              queued=refill.background, emitting=len(ids))
         self.proposals[ids] = 0
         self._outcome(ids, proposed, total, selection, st)
         if v is not None:
@@ -169,21 +171,24 @@ class PipelinedSD(EngineMethod):
         if self.refill.drafted(v):
             return True
         k = self.lengths.k(ids, context, chunks, parallel=False)
-        seconds = self.ctx.cost.draft(len(ids), k, context) * self.drafter.slowdown[0] if k else 0.0
+        seconds = self.ctx.cost.draft(draft_rows(self.ctx, ids, st), k, context) * self.drafter.slowdown[0] \
+            if k else 0.0
         yield self.drafter.run(seconds, f"draft B{v}", sub_batch=v, batch=len(ids), k=k)
         self.proposals[ids] = k
         st.draft_s += seconds
         st.drafter_s += seconds
         return False
 
-    def _ahead(self, ahead: int | None) -> tuple[int, float]:
+    def _ahead(self, ahead: int | None, st: StepStats) -> tuple[int, float]:
         """(k, seconds alone) of drafting sub-batch `ahead` beside the pass."""
         if ahead is None:
             return 0, 0.0
         ids = self.refill.members[ahead]
         context = self.ctx.table.context(ids)
         k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
-        return k, self.ctx.cost.draft(len(ids), k, context) * self.drafter.slowdown[0] if k else 0.0
+        if not k:
+            return 0, 0.0
+        return k, self.ctx.cost.draft(draft_rows(self.ctx, ids, st), k, context) * self.drafter.slowdown[0]
 
     def _draft_beside(self, ahead: int, k: int, seconds: float, st: StepStats) -> Generator[Any, Any, None]:
         ids = self.refill.members[ahead]

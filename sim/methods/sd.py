@@ -18,7 +18,14 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.layout import layout_for
-from psdsim.sim.methods.common import EngineMethod, SimContext, draft_counts, record, verify_outcome
+from psdsim.sim.methods.common import (
+    EngineMethod,
+    SimContext,
+    draft_counts,
+    draft_rows,
+    record,
+    verify_outcome,
+)
 from psdsim.sim.methods.draft_length import draft_length
 from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
 from psdsim.sim.records import StepStats
@@ -46,16 +53,18 @@ class StandardSD(EngineMethod):
         proposed = draft_counts(plan, ids, np.full(batch, k, dtype=np.int64))
         if batch and k:   # draft, then the target pass scores the drafts
             drafted = int(proposed.max())
-            st.draft_s = st.drafter_s = ctx.cost.draft(batch, drafted, context) * drafter.slowdown[0]
+            rows = draft_rows(ctx, ids, st)
+            st.draft_s = st.drafter_s = ctx.cost.draft(rows, drafted, context) * drafter.slowdown[0]
             yield drafter.run(st.draft_s, "draft", batch=batch, k=drafted)
         total = int(proposed.sum())
         tokens = total + batch
         target = TargetPass(ctx, batch, tokens, context, chunks, over_link=self.over_link)
+        yield from target.prepare(st)
         submitted = env.now
         yield target.submit("verify", k=k) if batch else target.submit("prefill")
         # rejection sampling runs on the driver, not the drafter (drafter_busy)
         yield from after_pass(ctx, plan, st, chunks, tokens, bool(batch) and k > 0, submitted,
-                              reject_on=DRIVER)
+                              reject_on=DRIVER, emitting=batch)
         verify_outcome(ctx, st, ids, proposed, total)
         self.lengths.seen(proposed, total)
         target.measured(st)
