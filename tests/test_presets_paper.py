@@ -57,6 +57,7 @@ def test_vicuna_eagle_preset_sends_the_target_hidden_states_back():
     assert 16 + full * (8 + 2 * 4 * 32_000) not in sizes          # never without the hidden states
 
 
+@pytest.mark.slow
 def test_paper_quick_writes_its_table_and_figures(tmp_path, capsys):
     out = tmp_path / "paper"
     assert main(["paper", "--preset", "setting2", "--quick", "--out", str(out)]) == 0

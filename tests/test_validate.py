@@ -214,6 +214,7 @@ def e2e(tmp_path_factory):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_the_pipeline_writes_the_report(e2e):
     code, stdout, out = e2e
     assert code == 0
@@ -230,6 +231,7 @@ def test_the_pipeline_writes_the_report(e2e):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_measured_and_predicted_are_there_for_every_method_and_k(e2e):
     report = json.loads(e2e[1])
     runs = {(r["label"], r["k"]) for r in report["rows"]}
@@ -248,6 +250,7 @@ def test_measured_and_predicted_are_there_for_every_method_and_k(e2e):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_the_scenarios_describe_the_engine(e2e):
     out = e2e[2]
     cfg = EngineConfig(m=3, requests=12, output_len=20, prompt_len=8, prompt_len_max=24)
@@ -262,6 +265,7 @@ def test_the_scenarios_describe_the_engine(e2e):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_predicted_psd_throughput_is_near_measured(e2e):
     """A sanity bound, not the accuracy target: on a shared 2-core machine a short run's
     throughput moves by ±10-20% from one run to the next, and by more while anything else runs
