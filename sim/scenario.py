@@ -8,9 +8,11 @@ whose message is one line naming the field and the fix; nothing else escapes fro
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
+import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -179,7 +181,8 @@ def catalog_for(s: Scenario) -> Catalog:
     try:
         return load_catalog(s.catalog or None)
     except CatalogError as exc:
-        raise ScenarioError("catalog", str(exc), "fix the catalog file (see `psdsim catalog`)") from None
+        raise ScenarioError("catalog", str(exc), "correct that entry; the built-in sim/catalog/*.toml "
+                            "show every field with its unit") from None
 
 
 def field_section(name: str) -> str:
@@ -223,6 +226,19 @@ def _example(name: str) -> str:
     return f'"{default}"' if isinstance(default, str) else str(default)
 
 
+def plain_label(text: str) -> str:
+    """text as a label safe in a folder name (result folders are named after the scenario)."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip(".-") or "my-run"
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """The fix for an unknown name: the nearest known one, or (none near) where the list is."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return "see `psdsim scenario` for every field and its value (docs/scenario.md explains them)"
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """`FIELD=VALUE` from the command line, VALUE parsed by the field's type."""
     name, sep, raw = text.partition("=")
@@ -230,7 +246,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not name:
         raise ScenarioError("--set", f"expected FIELD=VALUE, got {text!r}", "write e.g. --set k=4")
     if name not in FIELDS:
-        raise ScenarioError(name, "unknown field", f"use one of: {', '.join(FIELDS)}")
+        raise ScenarioError(name, "unknown field", did_you_mean(name, FIELDS))
     meta = FIELDS[name].metadata
     kind = meta["kind"]
     if meta["optional"] and raw.lower() in ("", "none", "null"):
@@ -264,17 +280,25 @@ def _flatten(doc: Mapping[str, Any], source: str) -> dict[str, Any]:
             for sub, subvalue in value.items():
                 if sub not in FIELDS:
                     raise ScenarioError(f"{key}.{sub}", f"unknown field in {source}",
-                                        f"remove it or use one of: {', '.join(FIELDS)}")
+                                        did_you_mean(sub, FIELDS))
                 if field_section(sub) != key:
                     raise ScenarioError(f"{key}.{sub}", f"belongs in [{field_section(sub)}]",
                                         f"move {sub} to the [{field_section(sub)}] table")
+                _once(flat, sub, source, key)
                 flat[sub] = subvalue
         elif key in FIELDS:
+            _once(flat, key, source, field_section(key))
             flat[key] = value
         else:
-            raise ScenarioError(key, f"unknown field in {source}",
-                                f"remove it or use one of: {', '.join(FIELDS)}")
+            raise ScenarioError(key, f"unknown field in {source}", did_you_mean(key, FIELDS))
     return flat
+
+
+def _once(flat: Mapping[str, Any], name: str, source: str, section: str) -> None:
+    """A field given both at the top level and in its table would silently lose one value."""
+    if name in flat:
+        raise ScenarioError(name, f"given twice in {source}, at the top level and in [{section}]",
+                            f"keep one {name} (in [{section}] or at the top, not both)")
 
 
 def scenario_from_mapping(values: Mapping[str, Any], source: str = "scenario") -> Scenario:
@@ -309,7 +333,7 @@ def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
         values.update(_flatten(read_toml(p, "scenario", "a .toml scenario, or none for the default")[1],
                                p.name))
         if "name" not in values or preset:
-            values["name"] = p.stem
+            values["name"] = plain_label(p.stem)
         for name in PATH_FIELDS:  # relative to the scenario file
             if isinstance(values.get(name), str) and values[name]:
                 values[name] = str((p.parent / values[name]).resolve())
@@ -360,6 +384,9 @@ def _check(fn: Callable[[Scenario, Catalog], None]) -> Callable[[Scenario, Catal
 @_check
 def _check_run(s: Scenario, cat: Catalog) -> None:
     _need(bool(s.name.strip()), "name", "must not be empty", 'write name = "my-run"')
+    safe = plain_label(s.name)
+    _need(s.name == safe, "name", f"{s.name!r} is not a plain label (it names result folders: no "
+          "path separators, leading dots or spaces)", f"write name = {safe!r}")
     _need(s.method in METHODS, "method", f"unknown method {s.method!r}",
           f"use one of: {', '.join(METHODS)}")
     _in_range(s, "k", 1, 32)
@@ -459,6 +486,13 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
         _need(s.requests <= ds.max_requests, "requests",
               f"{s.dataset} has only {ds.max_requests} prompts, got {s.requests}",
               f"set requests to at most {ds.max_requests}")
+    if s.output_len >= s.max_model_len >= 1:   # blame the one moved from its default
+        blame = "output_len" if s.max_model_len == FIELDS["max_model_len"].default else "max_model_len"
+        lower = s.max_model_len - max(ds.min_prompt, 1)
+        _need(False, blame, f"max_model_len {s.max_model_len} leaves no room for output_len "
+              f"{s.output_len} plus a prompt", f"raise max_model_len to at least "
+              f"{s.output_len + max(ds.min_prompt, 1)}"
+              + (f" or lower output_len to {lower}" if lower > 0 else ""))
     _in_range(s, "output_len", 1, s.max_model_len - 1)
     _need(s.prompt_len >= 0, "prompt_len", f"must be >= 0, got {s.prompt_len}",
           "use 0 for the dataset's distribution or a positive length")

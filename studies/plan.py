@@ -179,7 +179,8 @@ def configurations(spec: PlanSpec) -> tuple[list[Scenario], list[tuple[dict[str,
 def violations(summary: Mapping[str, Any], objectives: Mapping[str, float]) -> list[str]:
     """The objectives a run misses, each with its measured value: 'p99 TTFT 2,310 ms > 2,000'."""
     if not summary.get("fits"):
-        return [f"does not fit: {summary.get('infeasible_reason')}"]
+        reason = str(summary.get("infeasible_reason") or "does not fit")
+        return [reason if reason.startswith("does not fit") else f"does not fit: {reason}"]
     out = []
     for key, limit in objectives.items():
         metric, pct, what = OBJECTIVES[key]

@@ -180,10 +180,14 @@ def test_scenarios_run_the_engines_workload_and_layout(tmp_path):
 @pytest.mark.parametrize(("args", "field"), [
     (["--k", "1,x"], "--k"),
     (["--k", "3,3"], "--k"),
-    (["--set", "k=2"], "--set"),
-    (["--set", "model.draft_layers=99"], "--set"),
-    (["--set", "nosuch=1"], "--set"),
-    (["--m", "0"], "engine"),
+    (["--set", "engine.k=2"], "engine.k"),            # validate sets k itself
+    (["--set", "model.draft_layers=99"], "model.draft_layers"),
+    (["--set", "nosuch=1"], "nosuch"),                # neither a scenario nor an engine field
+    (["--set", "engine.nosuch=1"], "engine.nosuch"),
+    (["--set", "warmup_passes=1"], "warmup_passes"),  # an engine field: named with its namespace
+    (["--set", "link=nvlink4"], "link"),              # a scenario field the engine does not run
+    (["--set", "k"], "--set"),
+    (["--m", "0"], "engine.m"),
     (["--methods", "ar"], "--methods"),
     (["--repeats", "0"], "--repeats"),
 ])
@@ -199,7 +203,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, field):
 # -- end to end (PyTorch) -----------------------------------------------------------------
 
 E2E = ["--k", "1,3", "--m", "3", "--requests", "12", "--output-len", "20", "--set", "prompt_len=8",
-       "--set", "prompt_len_max=24", "--set", "warmup_passes=1"]
+       "--set", "engine.prompt_len_max=24", "--set", "engine.warmup_passes=1"]
 
 
 @pytest.fixture(scope="module")

@@ -244,7 +244,8 @@ def test_traces_refuses_engine_flags(tmp_path):
 # -- the reference engine's traces: the same answer as validate --engine reference --------------
 
 SMALL = ["--k", "2", "--m", "2", "--requests", "6", "--output-len", "12", "--set", "prompt_len=8",
-         "--set", "prompt_len_max=16", "--set", "warmup_passes=1", "--no-contention", "--methods", "psd"]
+         "--set", "engine.prompt_len_max=16", "--set", "engine.warmup_passes=1", "--no-contention",
+         "--methods", "psd"]
 
 
 def trace_folders(validated: Path, root: Path) -> list[Path]:

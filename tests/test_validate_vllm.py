@@ -100,9 +100,10 @@ def test_without_vllm_validate_says_what_to_install(capsys, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "field"), [
-    (["--k", "0"], "--k"), (["--methods", "psd"], "--methods"), (["--set", "nosuch=1"], "--set"),
-    (["--set", "tiny.layers=0"], "--set"), (["--repeats", "0"], "--repeats"),
-    (["--set", "target=/models/qwen3-8b"], "--set"), (["--set", "k=2"], "--set"),
+    (["--k", "0"], "--k"), (["--methods", "psd"], "--methods"), (["--set", "nosuch=1"], "nosuch"),
+    (["--set", "model.layers=0"], "model.layers"), (["--repeats", "0"], "--repeats"),
+    (["--set", "engine.target=/models/qwen3-8b"], "engine.target"), (["--set", "engine.k=2"], "engine.k"),
+    (["--set", "target=/models/qwen3-8b"], "target"), (["--set", "engine.nosuch=1"], "engine.nosuch"),
 ])
 def test_bad_vllm_validate_input_is_one_line(capsys, tmp_path, args, field):
     assert main(["validate", "--engine", "vllm", "--out", str(tmp_path / "v"), *args]) == 2

@@ -46,7 +46,7 @@ def _methods(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.output.report import format_compare, ratios
+    from psdsim.sim.output.report import format_compare, nothing_fits, ratios
     from psdsim.sim.output.results import check_results_folder, result_files, write_folder
     from psdsim.sim.run import compare_methods
     from psdsim.sim.scenario import load_scenario, scenario_to_toml
@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
         check_results_folder(out, "compare")
     progress = Progress(not args.json)
     results = compare_methods(s, methods, progress=progress)
+    if not any(r.fits for r in results.values()):   # nothing ran: no folder, no table
+        print(f"psdsim: error: {nothing_fits(results, s)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     summaries = {m: r.summary for m, r in results.items()}
     pairs = [(a, b) for a, b in COMPARE_PAIRS if a in methods and b in methods]
     report = {"scenario": s.name, "summaries": summaries, "ratios": ratios(summaries, pairs)}
@@ -74,4 +77,4 @@ def run(args: argparse.Namespace) -> int:
         print(format_compare(summaries, s, pairs))
         if report_dir is not None:
             print(f"\n  results: {report_dir}/")
-    return 0 if any(r.fits for r in results.values()) else EXIT_BAD_INPUT
+    return 0

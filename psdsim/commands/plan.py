@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsim.commands.common import EXIT_BAD_INPUT, Progress, add_set, check_workers, guarded_write
+from psdsim.commands.common import Progress, add_set, check_workers, guarded_write, user_error
 
 HELP = ("largest sustainable rate of every configuration of a space under latency objectives; Pareto "
         "front; when PSD's extra GPU pays off")
@@ -40,6 +40,12 @@ def run(args: argparse.Namespace) -> int:
     check_results_folder(out, "plan")
     progress = Progress(not args.json)
     result = run_plan(spec, args.workers, lambda f: progress("plan", f))
+    if not any(r["max_rate_req_s"] for r in result.rows):   # nothing sustains a rate: no folder
+        first = result.rows[0]["limit"] if result.rows else "every configuration is invalid"
+        raise user_error("plan", f"no configuration meets the objectives at any rate tried "
+                                 f"({len(result.rows)} tried; the first: {first})",
+                         "relax the [slo] objectives, or widen the [space] (GPUs with more memory, "
+                         "tensor_parallel_size, smaller models)")
     report = {"rows": result.rows, "pareto": result.front, "verdicts": result.verdicts,
               "invalid": [{"config": c, "error": e} for c, e in result.invalid]}
     text = json.dumps(report, indent=2, allow_nan=False) + "\n"
@@ -53,4 +59,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\n".join(plan_lines(result)))
         print(f"\n  results: {folder}/")
-    return 0 if any(r["max_rate_req_s"] for r in result.rows) else EXIT_BAD_INPUT
+    return 0

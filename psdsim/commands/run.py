@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.output.report import format_run
+    from psdsim.sim.output.report import format_run, nothing_fits
     from psdsim.sim.output.results import check_output_file, check_results_folder, summary_json, write_result
     from psdsim.sim.output.timeline import write_trace
     from psdsim.sim.run import simulate
@@ -55,10 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if not result.fits:
         if args.json:
             sys.stdout.write(summary_json(result.summary))
-        field = result.memory.field or "gpu"
-        print(f"psdsim: error: {field}: {result.summary['infeasible_reason']}; fix: raise "
-              "gpu_memory_utilization or tensor_parallel_size, or choose a GPU with more memory",
-              file=sys.stderr)
+        print(f"psdsim: error: {nothing_fits({s.method: result}, s)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if trace is not None:
         guarded_write(trace, lambda: write_trace(result, trace), "--trace",

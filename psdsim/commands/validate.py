@@ -4,8 +4,9 @@ engine/validate_vllm.py (vLLM: AR runs calibrate, SD is predicted).
 
 The engine configuration comes from the flags (and, where given, a scenario's workload fields:
 k, m, requests, output_len, prompt_len, seed, max_num_batched_tokens); the models are the
-engine's own (`--set model.NAME=VALUE` for the reference engine, `--set FIELD=VALUE` or
-`tiny.NAME=VALUE` for vLLM's). Bad input is one line on stderr and exit code 2, before any engine
+engine's own. `--set` means what it means everywhere (psdsim/commands/engine_sets.py): a bare
+FIELD is a scenario field, `engine.FIELD` the engine's configuration, `model.FIELD` its built-in
+models (vLLM's tiny pair included). Bad input is one line on stderr and exit code 2, before any engine
 runs.
 
 `psdsim validate --traces RUN_DIR…` validates recorded real runs instead (engine/validate/traces.py:
@@ -16,6 +17,7 @@ each folder's manifest says what ran; docs/validating-minedraft-runs.md); `--max
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.commands.common import user_error
+from psdsim.commands.engine_sets import SET_HELP, WORKLOAD, scenario_workload, split_sets
 
 HELP = ("run a real engine in AR and SD, calibrate on those runs only, simulate every method, run PSD "
         "and PEARL, compare measured with predicted (or do so from recorded runs' traces: --traces)")
@@ -51,7 +54,7 @@ def add_arguments(v: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     v.add_argument("--no-contention", action="store_true",
                    help="skip the contention microbenchmark (model no slowdown of overlapped work)")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                   help="engine field, or model.NAME for the models, e.g. --set model.draft_noise=0.3")
+                   help=SET_HELP)
     v.add_argument("--out", type=Path, help="report folder (default: results/validate-reference-…)")
     v.add_argument("--json", action="store_true", help="print the report as JSON on stdout only")
     v.add_argument("--traces", nargs="+", type=Path, metavar="RUN_DIR",
@@ -74,25 +77,14 @@ def _ks(text: str) -> tuple[int, ...]:
     return ks
 
 
-def _from_scenario(path: Path) -> dict[str, Any]:
-    from psdsim.sim.scenario import load_scenario
-
-    s = load_scenario(path)
-    out: dict[str, Any] = {"k": str(s.k), "m": s.m, "requests": s.requests, "output_len": s.output_len,
-                           "seed": s.seed, "max_num_batched_tokens": s.max_num_batched_tokens}
-    if s.prompt_len:
-        out["prompt_len"] = s.prompt_len
-    return out
-
-
 def validate_config(args: argparse.Namespace) -> Any:
     """The ValidateConfig the arguments ask for; ScenarioError (one line) when they are wrong."""
     from psdsim.engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
     from psdsim.engine.validate.reference import MEASURED_LABELS, ValidateConfig
 
-    base = {"k": "1,3,5", "m": 4, "requests": 32, "output_len": 64}
-    if args.scenario is not None:
-        base.update(_from_scenario(args.scenario))
+    sets = split_sets(args.overrides, (f.name for f in dataclasses.fields(EngineConfig)))
+    base: dict[str, Any] = {"k": "1,3,5", "m": 4, "requests": 32, "output_len": 64}
+    base.update(scenario_workload(args.scenario, sets.scenario))
     for name in ("k", "m", "requests", "output_len"):
         if getattr(args, name) is not None:
             base[name] = getattr(args, name)
@@ -105,24 +97,33 @@ def validate_config(args: argparse.Namespace) -> Any:
     _check_repeats(args)
     changes: dict[str, Any] = dict(base)
     try:
-        for item in args.overrides:
-            name, sep, value = item.partition("=")
-            name = name.strip()
-            if not sep or not name:
-                raise user_error("--set", f"expected FIELD=VALUE, got {item!r}",
-                                 "write e.g. --set model.draft_noise=0.3")
+        for item in sets.engine:
+            name, _, value = item.partition("=")
             if name in RESERVED:
-                raise user_error("--set", f"{name} is set by validate itself", f"remove --set {name}=…")
-            cls = ModelConfig if name.startswith("model.") else EngineConfig
-            changes[name] = parse_field(cls, name.removeprefix("model."), value.strip())
+                raise user_error(f"engine.{name}", "is set by validate itself, per run",
+                                 f"remove --set engine.{name}=… (--k and --methods choose the runs)")
+            changes[name] = parse_field(EngineConfig, name, value)
+        for item in sets.model:
+            name, _, value = item.partition("=")
+            changes[f"model.{name}"] = parse_field(ModelConfig, name, value)
         engine = EngineConfig().with_changes(**changes)
         for k in ks:
             engine.with_changes(method="psd", k=k).check()
     except EngineConfigError as exc:
-        raise user_error("--set" if args.overrides else "engine", str(exc), "fix the value named") from None
+        raise _engine_error(exc) from None
     out = args.out or Path("results") / (f"validate-{args.engine}-m{engine.m}-k{'-'.join(map(str, ks))}"
                                          f"-r{engine.requests}x{engine.output_len}")
     return ValidateConfig(engine, out, ks, methods, contention=not args.no_contention, repeats=args.repeats)
+
+
+def _engine_error(exc: Exception) -> Exception:
+    """An engine configuration's complaint (`NAME = VALUE must …`) as the CLI's one-line error."""
+    text = str(exc).removeprefix("--set ")
+    name = text.split(" ", 1)[0].split("=", 1)[0].rstrip(":")
+    space, dot, short = name.partition(".")
+    spelled = f"model.{short}" if dot and space in ("model", "tiny") else f"engine.{name}"
+    return user_error(spelled, text, f"give {spelled} a value the message allows (--set {spelled}=VALUE), "
+                                     "or leave it at its default")
 
 
 def _check_repeats(args: argparse.Namespace) -> None:
@@ -139,10 +140,10 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
         raise user_error("--methods", "vLLM validation predicts standard SD only (PSD runs on vLLM only "
                                       "through the MineDraft plugin)",
                          "remove --methods, or use --engine reference")
+    sets = split_sets(args.overrides, (f.name for f in dataclasses.fields(VllmConfig)))
     base: dict[str, Any] = {"m": 4, "requests": 16, "output_len": 64}
-    if args.scenario is not None:
-        base.update(_from_scenario(args.scenario))
-        base.pop("max_num_batched_tokens", None)
+    base.update(scenario_workload(args.scenario, sets.scenario,
+                                  tuple(f for f in WORKLOAD if f != "max_num_batched_tokens")))
     base.update({name: getattr(args, name) for name in ("m", "requests", "output_len")
                  if getattr(args, name) is not None})
     k_text = args.k if args.k is not None else str(base.get("k", "1,2,3,4,5"))
@@ -153,18 +154,19 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
                          "applies to the reference engine only (vLLM's SD runs in one process)",
                          "remove --no-contention")
     _check_repeats(args)
-    for item in args.overrides:
-        name = item.partition("=")[0].strip()
+    for item in sets.engine:
+        name = item.partition("=")[0]
         if name in VLLM_RESERVED:
-            raise user_error("--set", f"{name} is set by validate itself (it runs and describes the tiny "
-                                      "local pair, SD at each --k)", f"remove --set {name}=…")
+            raise user_error(f"engine.{name}", "is set by validate itself (it runs and describes the tiny "
+                                               "local pair, SD at each --k)", f"remove --set engine.{name}=…")
     try:
-        changes = {**base, **option_changes(args.overrides)}
+        options = [*sets.engine, *(f"tiny.{item}" for item in sets.model)]
+        changes = {**base, **option_changes(options)}
         engine = VllmConfig(method="sd").with_changes(**changes)
         for k in ks:
             engine.with_changes(k=k).check()
     except EngineConfigError as exc:
-        raise user_error("--set" if args.overrides else "engine", str(exc), "fix the value named") from None
+        raise _engine_error(exc) from None
     out = args.out or Path("results") / (f"validate-vllm-m{engine.m}-k{'-'.join(map(str, ks))}"
                                          f"-r{engine.requests}x{engine.output_len}")
     return VllmValidateConfig(engine, out, ks, repeats=args.repeats)
@@ -191,7 +193,7 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
         with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report goes there alone
             report = run_validate(cfg, log=_log)
     except EngineConfigError as exc:   # a model it cannot load or build
-        raise user_error("--set", str(exc), "fix the value named") from None
+        raise _engine_error(exc) from None
     if args.json:
         sys.stdout.write(report_json(report))
         return 0

@@ -127,6 +127,27 @@ RATIO_KEYS = (("throughput_tok_s",), ("throughput_tok_s_per_gpu",), ("output_tok
               ("e2el_ms",), ("latency_ms", "p50"), ("latency_ms", "p99"), ("tpot_ms", "p50"))
 
 
+def infeasible_fix(field: str, s: Scenario) -> str:
+    """What to change when a run does not fit, for the field the memory plan blames."""
+    blocks = -(-s.max_model_len // s.block_size)
+    return {
+        "num_gpu_blocks_override": f"raise num_gpu_blocks_override to at least {blocks} (max_model_len "
+                                   f"{s.max_model_len} / block_size {s.block_size}), or remove it",
+        "tensor_parallel_size": "choose a tensor_parallel_size that divides the target's attention heads",
+        "draft": "choose a smaller draft model or a drafter GPU with more memory (drafter_gpu), or raise "
+                 "gpu_memory_utilization",
+    }.get(field, "raise gpu_memory_utilization or tensor_parallel_size, or choose a GPU with more memory")
+
+
+def nothing_fits(results: dict[str, Any], s: Scenario) -> str:
+    """One line for stderr when no method of a comparison fits: the first one's field, reason, fix."""
+    method, first = next(iter(results.items()))
+    field = first.memory.field or "gpu"
+    reason = str(first.summary["infeasible_reason"]).removeprefix("does not fit: ")
+    others = f"; so do {', '.join(list(results)[1:])}" if len(results) > 1 else ""
+    return f"{field}: {method} does not fit: {reason}{others}; fix: {infeasible_fix(field, s)}"
+
+
 def lookup(summary: dict[str, Any], path: tuple[str, ...]) -> Any:
     value: Any = summary
     for key in path:
@@ -169,7 +190,7 @@ def format_compare(summaries: dict[str, dict[str, Any]], s: Scenario,
         cells = []
         for m in methods:
             sm = summaries[m]
-            cells.append("does not fit" if not sm["fits"] else _num(lookup(sm, path), digits))
+            cells.append("no fit" if not sm["fits"] else _num(lookup(sm, path), digits))
         ratio_cells = []
         for a, b in pairs:
             if a not in summaries or b not in summaries:
@@ -201,6 +222,7 @@ def catalog_json(cat: Any) -> dict[str, Any]:
                          "max_prompt": v.max_prompt, "source": v.source} for k, v in cat.datasets.items()},
         "acceptance": {f"{d} -> {t}": {"alpha": p.alpha, "source": p.source}
                        for (d, t), p in cat.acceptance.items()},
+        "engines": {k: vars(v) for k, v in cat.engines.items()},
     }
 
 
@@ -238,6 +260,8 @@ def format_catalog(cat: Any) -> str:
         lines.append(f"  {k:<11} {d.min_prompt}–{d.max_prompt} tokens, {limit}")
     lines.append("acceptance priors (per-token, temperature 1.0, estimates)")
     lines += [f"  {d} -> {t}: {p.alpha}" for (d, t), p in cat.acceptance.items()]
+    lines.append("engines (scenario field engine; empty = the scheduler's: vllm-v0 -> vllm-0.9.2-v0-eager)")
+    lines += [f"  {k:<20} {e.name}" for k, e in cat.engines.items()]
     lines.append("\nEvery entry names its source: `psdsim catalog --json`, or sim/catalog/*.toml.")
     return "\n".join(lines)
 
