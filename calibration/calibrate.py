@@ -21,7 +21,7 @@ from psdsim.calibration.kineto import GZIP_MAGIC, read_kineto
 from psdsim.calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
 from psdsim.calibration.nsys import SQLITE_MAGIC, read_nsys
 from psdsim.calibration.phases import Built, TraceInfo
-from psdsim.calibration.ranges import parse_rules
+from psdsim.calibration.ranges import AUTO_ORDER, parse_rules
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.profile import TERMS, Profile
@@ -82,31 +82,40 @@ class Calibration:
     traces: list[tuple[Path, TraceInfo]] = field(default_factory=list)
 
 
-def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str = "psdsim",
+def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str | None = None,
               ranges: list[str] | None = None, timing: str = "busy",
               source: dict[str, Any] | None = None) -> Calibration:
     """Read every trace, fit every term that has samples, and build the profile. `paths` is
     either trace files read together (an nsys or Kineto export is joined with the MineDraft JSONL
     beside it), or one list of files per run (psdsim validate --traces): each run's files are
-    read and joined on their own, and their samples pooled (a join is by order within one run)."""
+    read and joined on their own, and their samples pooled (a join is by order within one run).
+    `preset` names the range-name preset; None: the first of AUTO_ORDER whose rules match the
+    first nsys or Kineto trace, said in the notes."""
     if not paths:
         raise TraceError("no trace given; pass one or more trace files")
     if timing not in TIMINGS:
         raise TraceError(f"timing {timing!r}: use busy (GPU busy time) or span (first to last GPU op)")
-    rules = parse_rules(preset, ranges or [])
+    rules = parse_rules(preset or AUTO_ORDER[0], ranges or [])   # bad --range rules fail first
     runs = [list(paths)] if any(isinstance(p, str | Path) for p in paths) else [list(r) for r in paths]
 
     samples: list[StepSample] = []
     dropped: Counter[str] = Counter()
     notes: list[str] = []
     traces: list[tuple[Path, TraceInfo]] = []
+    first: tuple[Path, tuple[Built, TraceInfo]] | None = None
+    if preset is None:
+        preset, first = _pick_preset(runs, ranges or [])
+        rules = parse_rules(preset, ranges or [])
+        if first is not None:
+            notes.append(f"ranges: the {preset} preset, the first of {', '.join(AUTO_ORDER)} whose range "
+                         f"names match {first[0].name}; give --ranges to choose another")
     for run in runs:
         formats = {Path(p): detect_format(Path(p)) for p in run}
         jsonl = [p for p, f in formats.items() if f == "minedraft"]
         gpu_traces = [p for p, f in formats.items() if f != "minedraft"]
         run_samples: list[StepSample] = []
         for p in gpu_traces or jsonl:
-            built, info = _read(p, formats[p], rules)
+            built, info = first[1] if first is not None and p == first[0] else _read(p, formats[p], rules)
             run_samples += built.samples
             dropped.update(built.dropped)
             notes += built.notes
@@ -144,6 +153,26 @@ def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str =
     profile = Profile({name: f.term for name, f in fits.items()}, prov, acceptance_stats(samples),
                       tuple(notes))
     return Calibration(profile, fits, samples, dropped, notes, traces)
+
+
+def _pick_preset(runs: list[list[Any]],
+                 extra: list[str]) -> tuple[str, tuple[Path, tuple[Built, TraceInfo]] | None]:
+    """The first preset of AUTO_ORDER that reads the first nsys or Kineto trace, with what it
+    read; without one, psdsim (MineDraft JSONL alone needs no range rules). When no preset
+    matches, the first one's error, which lists the trace's most common range names."""
+    found = next(((Path(p), fmt) for run in runs for p in run
+                  if (fmt := detect_format(Path(p))) != "minedraft"), None)
+    if found is None:
+        return "psdsim", None
+    path, fmt = found
+    first_error: TraceError | None = None
+    for name in AUTO_ORDER:
+        try:
+            return name, (path, _read(path, fmt, parse_rules(name, extra)))
+        except TraceError as exc:
+            first_error = first_error or exc
+    assert first_error is not None
+    raise first_error
 
 
 def _read(path: Path, fmt: str, rules: Any) -> tuple[Built, TraceInfo]:

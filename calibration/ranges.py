@@ -70,6 +70,11 @@ PRESETS: dict[str, tuple[RangeRule, ...]] = {
 }
 
 
+# The order `psdsim calibrate` tries the presets in when none is given: the most specific names
+# first, so a trace is read with the first preset whose rules match its ranges.
+AUTO_ORDER = ("psdsim", "vllm", "minedraft")
+
+
 def parse_rules(preset: str, extra: list[str]) -> tuple[RangeRule, ...]:
     """The preset's rules, with `KIND=REGEX` rules from the command line taking precedence."""
     if preset not in PRESETS:

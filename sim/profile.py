@@ -290,8 +290,9 @@ class FittedCost:
         return framework(self.fallback, running, emitting)
 
     def driver_prep(self, requests: int, tokens: int) -> float:
-        """The driver's input preparation (no trace term measures it): the fallback engine's."""
-        return driver_prep(self.fallback, requests, tokens)
+        """The driver's input preparation: part of the fitted drafting where the profile has a
+        draft term (its traces timed the driver's work as it ran), else the fallback engine's."""
+        return 0.0 if self._draft is not None else driver_prep(self.fallback, requests, tokens)
 
     def draft(self, batch: int, k: int, ctx: int) -> float:
         if self._draft is None:

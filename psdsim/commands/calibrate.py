@@ -23,8 +23,9 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
                    help="nsys export (.sqlite), Kineto trace (.json[.gz]) or MineDraft step trace (.jsonl)")
     p.add_argument("--out", type=Path, default=Path("profile.json"),
                    help="profile file (default: profile.json)")
-    p.add_argument("--ranges", default="psdsim", choices=list(PRESETS),
-                   help="range-name preset: psdsim (default), minedraft, vllm")
+    p.add_argument("--ranges", default=None, choices=list(PRESETS),
+                   help="range-name preset: psdsim, minedraft, vllm (default: the first whose names "
+                        "match the trace; the report's notes say which)")
     p.add_argument("--range", dest="range_rules", action="append", default=[], metavar="KIND=REGEX",
                    help="extra range rule, tried before the preset's, e.g. --range draft='^my_propose$'")
     p.add_argument("--timing", choices=TIMINGS, default="busy",

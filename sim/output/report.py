@@ -223,6 +223,7 @@ def catalog_json(cat: Any) -> dict[str, Any]:
         "acceptance": {f"{d} -> {t}": {"alpha": p.alpha, "source": p.source}
                        for (d, t), p in cat.acceptance.items()},
         "engines": {k: vars(v) for k, v in cat.engines.items()},
+        "engines": {k: vars(v) for k, v in cat.engines.items()},
     }
 
 
@@ -260,6 +261,8 @@ def format_catalog(cat: Any) -> str:
         lines.append(f"  {k:<11} {d.min_prompt}–{d.max_prompt} tokens, {limit}")
     lines.append("acceptance priors (per-token, temperature 1.0, estimates)")
     lines += [f"  {d} -> {t}: {p.alpha}" for (d, t), p in cat.acceptance.items()]
+    lines.append("engines (scenario field engine; empty = the scheduler's: vllm-v0 -> vllm-0.9.2-v0-eager)")
+    lines += [f"  {k:<20} {e.name}" for k, e in cat.engines.items()]
     lines.append("engines (scenario field engine; empty = the scheduler's: vllm-v0 -> vllm-0.9.2-v0-eager)")
     lines += [f"  {k:<20} {e.name}" for k, e in cat.engines.items()]
     lines.append("\nEvery entry names its source: `psdsim catalog --json`, or sim/catalog/*.toml.")
