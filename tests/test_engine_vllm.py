@@ -142,8 +142,12 @@ def test_psd_without_the_plugin_points_to_the_reference_engine(capsys):
 
 
 @pytest.mark.parametrize(("argv", "field"), [
-    (["--k", "0"], "k"), (["--k", "x"], "--k"), (["--option", "tiny.vocab=8"], r"tiny\.vocab"),
-    (["--option", "colour=red"], "colour"), (["--option", "k"], "FIELD=VALUE"), (["--set", "k=0"], "k"),
+    (["--k", "0"], "k"), (["--k", "x"], "--k"),
+    (["--set", "model.vocab=8"], r"^psdsim: error: model\.vocab: "),
+    (["--set", "engine.colour=red"], r"^psdsim: error: engine\.colour: no such field"),
+    (["--set", "k"], "FIELD=VALUE"), (["--set", "k=0"], "k"),
+    (["--set", "dtype=auto"], r"^psdsim: error: dtype: .*fix: write --set engine\.dtype=auto"),
+    (["--option", "dtype=auto"], r"^psdsim: error: --option: unknown option"),   # psdsim: --set engine.…
 ])
 def test_bad_input_is_one_line_naming_the_field(capsys, argv, field):
     err = _one_line_error(capsys, ["engine", "run", "--engine", "vllm", *argv])
@@ -344,7 +348,7 @@ def test_vllm_sd_k3_at_temperature_one_with_the_fix(models_dir):
 
 @smoke
 def test_vllm_sd_without_the_fix_shows_the_bug_where_it_exists(models_dir):
-    s = _run(models_dir, "--method", "sd", "--k", "3", "--option", "temperature_fix=off")
+    s = _run(models_dir, "--method", "sd", "--k", "3", "--set", "engine.temperature_fix=off")
     fix = s["temperature_fix"]
     assert fix["patched"] is False
     if fix["vllm_expand_ok"]:

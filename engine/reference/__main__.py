@@ -19,26 +19,30 @@ from typing import Any
 from psdsim.engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The reference engine's flags (also `psdsim engine run`'s)."""
-    p.add_argument("--method", default="psd", help="ar | sd | psd | pearl (default psd)")
-    p.add_argument("--k", type=int, default=3, help="draft tokens per verification (default 3)")
-    p.add_argument("--m", type=int, default=4,
-                   help="requests per verification batch; psd runs 2m (default 4)")
-    p.add_argument("--requests", type=int, default=16, help="requests (default 16)")
-    p.add_argument("--output-len", type=int, default=32, help="output tokens per request (default 32)")
+def add_arguments(p: argparse.ArgumentParser, with_set: bool = True) -> None:
+    """The reference engine's flags (also `psdsim engine run`'s, which adds its own --set).
+    The defaults are EngineConfig's, applied by config_from_namespace (None = not given)."""
+    p.add_argument("--method", help="ar | sd | psd | pearl (default psd)")
+    p.add_argument("--k", type=int, help="draft tokens per verification (default 3)")
+    p.add_argument("--m", type=int, help="requests per verification batch; psd runs 2m (default 4)")
+    p.add_argument("--requests", type=int, help="requests (default 16)")
+    p.add_argument("--output-len", type=int, help="output tokens per request (default 32)")
     p.add_argument("--trace-dir", type=Path, help="write per-process step traces (JSONL) here")
     p.add_argument("--profile", action="store_true", help="also write Kineto traces (needs --trace-dir)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="engine field, or model.NAME for the models, e.g. --set prompt_len=64 "
-                        "--set model.draft_noise=0.3")
+    if with_set:
+        p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="engine field, or model.NAME for the models, e.g. --set prompt_len=64 "
+                            "--set model.draft_noise=0.3")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON line")
 
 
-def config_from_namespace(a: argparse.Namespace) -> tuple[EngineConfig, bool]:
-    """The run's configuration from parsed flags (EngineConfigError names a bad field)."""
-    changes: dict[str, Any] = {"method": a.method, "k": a.k, "m": a.m, "requests": a.requests,
-                               "output_len": a.output_len, "trace_dir": a.trace_dir, "profile": a.profile}
+def config_from_namespace(a: argparse.Namespace, base: dict[str, Any] | None = None
+                          ) -> tuple[EngineConfig, bool]:
+    """The run's configuration: EngineConfig's defaults, then `base` (a scenario's workload), then
+    the flags given, then --set (EngineConfigError names a bad field)."""
+    flags = {"method": a.method, "k": a.k, "m": a.m, "requests": a.requests, "output_len": a.output_len,
+             "trace_dir": a.trace_dir, "profile": a.profile}
+    changes: dict[str, Any] = {**(base or {}), **{n: v for n, v in flags.items() if v is not None}}
     for item in a.set:
         name, sep, value = item.partition("=")
         if not sep:

@@ -2,13 +2,15 @@
 
     psdsim engine run --engine vllm --method sd --k 3 --m 4 --requests 16 --output-len 64 --json
     psdsim engine run --engine vllm --scenario my.toml --set requests=32 --method sd
-    psdsim engine run --engine vllm --target ./Qwen3-8B --draft ./Qwen3-0.6B --option dtype=auto
+    psdsim engine run --engine vllm --target ./Qwen3-8B --draft ./Qwen3-0.6B --set engine.dtype=auto
 
 Without --target the tiny local Qwen3 pair is built (seconds, no download) and used. --set
 changes scenario fields (with --scenario or the built-in default scenario: k, m, requests,
-output_len, seed and the dataset's prompt lengths come from it); --option sets any VllmConfig
-field (tiny model fields as tiny.NAME). The summary is printed as JSON with --json (vLLM's own log
-goes to stderr then, so stdout holds the JSON only), else as `key: value` lines.
+output_len, seed and the dataset's prompt lengths come from it); `psdsim engine run` sets any
+VllmConfig field with --set engine.NAME=VALUE and the tiny models' with --set model.NAME=VALUE
+(`python -m psdsim.engine.vllm`: --option NAME=VALUE and --option tiny.NAME=VALUE). The summary
+is printed as JSON with --json (vLLM's own log goes to stderr then, so stdout holds the JSON only),
+else as `key: value` lines.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ class _Parser(argparse.ArgumentParser):
         raise EngineConfigError(message)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """vLLM's run flags (also `psdsim engine run --engine vllm`'s)."""
+def add_arguments(p: argparse.ArgumentParser, with_set: bool = True) -> None:
+    """vLLM's run flags (also `psdsim engine run --engine vllm`'s, which adds its own --set)."""
     p.add_argument("--method", help="ar | sd | psd (psd needs the MineDraft plugin; default sd)")
     p.add_argument("--k", type=int, help="num_speculative_tokens (default 3)")
     p.add_argument("--m", type=int, help="max_num_seqs (default 4)")
@@ -55,10 +57,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-dir", type=Path, help="write a torch-profiler trace of the measured run here")
     p.add_argument("--scenario", type=Path, help="take k, m, requests, output_len, seed, prompt lengths "
                                                  "from this psdsim scenario")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="scenario field override (implies the default scenario without --scenario)")
-    p.add_argument("--option", action="append", default=[], metavar="FIELD=VALUE",
-                   help="any VllmConfig field, e.g. dtype=auto, temperature_fix=off, tiny.draft_noise=0.1")
+    if with_set:
+        p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="scenario field override (implies the default scenario without --scenario)")
+        p.add_argument("--option", action="append", default=[], metavar="FIELD=VALUE",
+                       help="any VllmConfig field, e.g. dtype=auto, temperature_fix=off, "
+                            "tiny.draft_noise=0.1")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON line (vLLM's log "
                                                        "goes to stderr)")
 

@@ -1,13 +1,19 @@
 """`psdsim engine run [--engine reference|vllm] …`: one run of a real engine.
 
 The flags are the chosen engine's own (`psdsim engine run --help` lists the reference engine's,
-`psdsim engine run --engine vllm --help` vLLM's); errors are the CLI's one-line user errors.
+`psdsim engine run --engine vllm --help` vLLM's); `--set` means what it means in every command
+(psdsim/commands/engine_sets.py): scenario fields bare, engine.FIELD and model.FIELD namespaced.
+Errors are the CLI's one-line user errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
+
+from psdsim.commands.engine_sets import SET_HELP, engine_error, scenario_workload, split_sets
 
 HELP = ("run a real engine once: `psdsim engine run [--engine reference|vllm] --method psd --k 3 …` "
         "(default: the PyTorch reference engine)")
@@ -41,12 +47,39 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         from psdsim.engine.vllm.__main__ import add_arguments as engine_arguments
     else:
         from psdsim.engine.reference.__main__ import add_arguments as engine_arguments
-    engine_arguments(r)
+
+        r.add_argument("--scenario", type=Path,
+                       help="take the workload (k, m, requests, output_len, prompt_len, seed, "
+                            "max_num_batched_tokens) from this scenario; flags override it")
+    engine_arguments(r, with_set=False)
+    r.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
+
+
+def _names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdsim.engine.reference.config import EngineConfigError
+
     if args.engine == "vllm":
-        from psdsim.engine.vllm.__main__ import config_from_namespace, run_config
+        from psdsim.engine.vllm import __main__ as vllm
+        from psdsim.engine.vllm.config import TinySpec, VllmConfig
+
+        fields, model_fields = _names(VllmConfig), _names(TinySpec)
+        sets = split_sets(args.set, fields)
+        args.set, args.option = sets.scenario, [*sets.engine, *(f"tiny.{item}" for item in sets.model)]
+        configure, run_config = (lambda: vllm.config_from_namespace(args)), vllm.run_config
     else:
-        from psdsim.engine.reference.__main__ import config_from_namespace, run_config
-    return run_config(*config_from_namespace(args))
+        from psdsim.engine.reference import __main__ as ref
+        from psdsim.engine.reference.config import EngineConfig, ModelConfig
+
+        fields, model_fields = _names(EngineConfig), _names(ModelConfig)
+        sets = split_sets(args.set, fields)
+        base = scenario_workload(args.scenario, sets.scenario)
+        args.set = [*sets.engine, *(f"model.{item}" for item in sets.model)]
+        configure, run_config = (lambda: ref.config_from_namespace(args, base)), ref.run_config
+    try:
+        return run_config(*configure())
+    except EngineConfigError as exc:
+        raise engine_error(exc, fields, model_fields) from None

@@ -10,6 +10,7 @@ settings live in namespaces.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,25 @@ def split_sets(items: Iterable[str], engine_fields: Iterable[str]) -> EngineSets
         else:
             sets.scenario.append(f"{name}={value}")
     return sets
+
+
+def engine_error(exc: Exception, engine_fields: Iterable[str], model_fields: Iterable[str]) -> Exception:
+    """An engine configuration's complaint (`NAME = VALUE must …`, `--set NAME: no such field`) as
+    the CLI's one-line error, naming the field as --set spells it (engine.NAME, model.NAME)."""
+    text = str(exc).removeprefix("--set ")
+    name = text.split(" ", 1)[0].split("=", 1)[0].rstrip(":")
+    space, dot, short = name.partition(".")
+    model = bool(dot) and space in ("model", "tiny")
+    short = short if model else name
+    spelled = f"{'model' if model else 'engine'}.{short}"
+    if "no such" in text:
+        known = list(model_fields if model else engine_fields)
+        close = difflib.get_close_matches(short, known, n=1)
+        fix = (f"did you mean {spelled.rsplit('.', 1)[0]}.{close[0]}?" if close
+               else f"use one of: {', '.join(known)}")
+        return user_error(spelled, "no such field", fix)
+    return user_error(spelled, text, f"give {spelled} a value the message allows (--set {spelled}=VALUE), "
+                                     "or leave it at its default")
 
 
 def scenario_workload(path: Path | None, overrides: Sequence[str],

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.commands.common import user_error
-from psdsim.commands.engine_sets import SET_HELP, WORKLOAD, scenario_workload, split_sets
+from psdsim.commands.engine_sets import SET_HELP, WORKLOAD, engine_error, scenario_workload, split_sets
 
 HELP = ("run a real engine in AR and SD, calibrate on those runs only, simulate every method, run PSD "
         "and PEARL, compare measured with predicted (or do so from recorded runs' traces: --traces)")
@@ -41,7 +41,7 @@ def add_arguments(v: argparse.ArgumentParser, argv: Sequence[str]) -> None:
                         "seed, max_num_batched_tokens) the engine runs; flags override them")
     v.add_argument("--engine", choices=ENGINES, default="reference",
                    help="reference: the PyTorch reference engine; vllm: vLLM's SD predicted from its AR runs "
-                        "(needs vLLM: README, The vLLM runner)")
+                        "(needs vLLM: docs/engines.md, The vLLM runner)")
     v.add_argument("--k", help="comma-separated k to validate (default: 1,3,5; vllm: 1,2,3,4,5)")
     v.add_argument("--m", type=int, help="requests per verification batch (default 4; PSD runs 2m)")
     v.add_argument("--requests", type=int, help="requests per run (default 32; vllm: 16)")
@@ -82,7 +82,7 @@ def validate_config(args: argparse.Namespace) -> Any:
     from psdsim.engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
     from psdsim.engine.validate.reference import MEASURED_LABELS, ValidateConfig
 
-    sets = split_sets(args.overrides, (f.name for f in dataclasses.fields(EngineConfig)))
+    sets = split_sets(args.overrides, _names(EngineConfig))
     base: dict[str, Any] = {"k": "1,3,5", "m": 4, "requests": 32, "output_len": 64}
     base.update(scenario_workload(args.scenario, sets.scenario))
     for name in ("k", "m", "requests", "output_len"):
@@ -110,20 +110,14 @@ def validate_config(args: argparse.Namespace) -> Any:
         for k in ks:
             engine.with_changes(method="psd", k=k).check()
     except EngineConfigError as exc:
-        raise _engine_error(exc) from None
+        raise engine_error(exc, _names(EngineConfig), _names(ModelConfig)) from None
     out = args.out or Path("results") / (f"validate-{args.engine}-m{engine.m}-k{'-'.join(map(str, ks))}"
                                          f"-r{engine.requests}x{engine.output_len}")
     return ValidateConfig(engine, out, ks, methods, contention=not args.no_contention, repeats=args.repeats)
 
 
-def _engine_error(exc: Exception) -> Exception:
-    """An engine configuration's complaint (`NAME = VALUE must …`) as the CLI's one-line error."""
-    text = str(exc).removeprefix("--set ")
-    name = text.split(" ", 1)[0].split("=", 1)[0].rstrip(":")
-    space, dot, short = name.partition(".")
-    spelled = f"model.{short}" if dot and space in ("model", "tiny") else f"engine.{name}"
-    return user_error(spelled, text, f"give {spelled} a value the message allows (--set {spelled}=VALUE), "
-                                     "or leave it at its default")
+def _names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
 
 
 def _check_repeats(args: argparse.Namespace) -> None:
@@ -134,13 +128,13 @@ def _check_repeats(args: argparse.Namespace) -> None:
 def vllm_validate_config(args: argparse.Namespace) -> Any:
     """The VllmValidateConfig the arguments ask for; ScenarioError (one line) when they are wrong."""
     from psdsim.engine.validate.vllm import VllmValidateConfig
-    from psdsim.engine.vllm.config import EngineConfigError, VllmConfig, option_changes
+    from psdsim.engine.vllm.config import EngineConfigError, TinySpec, VllmConfig, option_changes
 
     if args.methods is not None:
         raise user_error("--methods", "vLLM validation predicts standard SD only (PSD runs on vLLM only "
                                       "through the MineDraft plugin)",
                          "remove --methods, or use --engine reference")
-    sets = split_sets(args.overrides, (f.name for f in dataclasses.fields(VllmConfig)))
+    sets = split_sets(args.overrides, _names(VllmConfig))
     base: dict[str, Any] = {"m": 4, "requests": 16, "output_len": 64}
     base.update(scenario_workload(args.scenario, sets.scenario,
                                   tuple(f for f in WORKLOAD if f != "max_num_batched_tokens")))
@@ -166,7 +160,7 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
         for k in ks:
             engine.with_changes(k=k).check()
     except EngineConfigError as exc:
-        raise _engine_error(exc) from None
+        raise engine_error(exc, _names(VllmConfig), _names(TinySpec)) from None
     out = args.out or Path("results") / (f"validate-vllm-m{engine.m}-k{'-'.join(map(str, ks))}"
                                          f"-r{engine.requests}x{engine.output_len}")
     return VllmValidateConfig(engine, out, ks, repeats=args.repeats)
@@ -187,13 +181,13 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
     from psdsim.engine.validate.reference import report_json
     from psdsim.engine.validate.vllm import run_validate, table_lines
     from psdsim.engine.vllm.__main__ import stdout_to_stderr
-    from psdsim.engine.vllm.config import EngineConfigError
+    from psdsim.engine.vllm.config import EngineConfigError, TinySpec, VllmConfig
 
     try:
         with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report goes there alone
             report = run_validate(cfg, log=_log)
     except EngineConfigError as exc:   # a model it cannot load or build
-        raise _engine_error(exc) from None
+        raise engine_error(exc, _names(VllmConfig), _names(TinySpec)) from None
     if args.json:
         sys.stdout.write(report_json(report))
         return 0
