@@ -16,6 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 MEASUREMENTS = ROOT / "docs" / "measurements"
 
 
+class Lines(list):
+    """Printed lines, kept for `write`: call it as print(line)."""
+
+    def __call__(self, line: str) -> None:
+        print(line, flush=True)
+        self.append(line)
+
+
 def add_record_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", action="store_true",
                         help="also write the table to docs/measurements/ with date, commit and machine")

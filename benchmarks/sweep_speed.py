@@ -6,7 +6,7 @@ default all cores), each into a fresh folder; the tables must be identical. `--r
 executor (a local instance; its start-up time is included). The first line measures what the
 machine can give in parallel at all: a pure-Python loop in 1 process, then in N at once.
 
-    python benchmarks/sweep_speed.py [--workers N] [--repeats R] [--ray]
+    python benchmarks/sweep_speed.py [--workers N] [--repeats R] [--ray] [--record]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from psdsim.studies.executors import ray_available
 from psdsim.studies.sweep import run_sweep
 from psdsim.studies.sweep_design import load_design
+from recording import Lines, add_record_flag, write
 
 SIZES = {  # label -> (base fields, grid)
     "short runs (40 req x 32 tok)": ("requests = 40\noutput_len = 32\nprompt_len = 128",
@@ -66,15 +67,17 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=3, help="best of this many sweeps per mode")
     parser.add_argument("--ray", action="store_true", help="also time the Ray executor")
+    add_record_flag(parser)
     args = parser.parse_args()
+    out = Lines()
     modes = [("serial", "local", 1), (f"pool x{args.workers}", "local", args.workers)]
     if args.ray and ray_available():
         modes.append((f"ray x{args.workers}", "ray", args.workers))
-    print(f"{os.cpu_count()} cores; parallel capacity (pure-Python loop, {args.workers} processes vs 1): "
+    out(f"{os.cpu_count()} cores; parallel capacity (pure-Python loop, {args.workers} processes vs 1): "
           f"{parallel_capacity(args.workers):.2f}x")
-    print(f"best of {args.repeats} sweeps per mode (design already validated, figures not drawn)")
+    out(f"best of {args.repeats} sweeps per mode (design already validated, figures not drawn)")
     head = "".join(f"{name + ' runs/min':>22}" for name, _, _ in modes)
-    print(f"{'sweep':<36}{'runs':>6}{head}{'pool/serial':>13}")
+    out(f"{'sweep':<36}{'runs':>6}{head}{'pool/serial':>13}")
     with tempfile.TemporaryDirectory() as tmp:
         for i, (label, (base, grid)) in enumerate(SIZES.items()):
             spec = Path(tmp) / f"spec{i}.toml"
@@ -87,7 +90,11 @@ def main() -> None:
                 tables.add(csv)
             assert len(tables) == 1, "executors disagree"
             cells = "".join(f"{r:>22.0f}" for r in rates)
-            print(f"{label:<36}{runs:>6}{cells}{rates[1] / rates[0]:>12.2f}x")
+            out(f"{label:<36}{runs:>6}{cells}{rates[1] / rates[0]:>12.2f}x")
+
+    if args.record:
+        notes = "Best of the repeats per mode; the executors' tables are asserted identical."
+        print(f"recorded: {write('sweep_speed', 'Sweep throughput by executor', out, notes)}")
 
 
 if __name__ == "__main__":
