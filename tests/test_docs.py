@@ -18,14 +18,15 @@ DOCS = [*sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "measure
 LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
+def _load(name: str, path: Path):
+    """A script that is not in a package (docs/generate.py, benchmarks/recording.py), as a module."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-GENERATE = _generator()
+GENERATE = _load("docs_generate", ROOT / "docs" / "generate.py")
 
 
 @pytest.mark.parametrize("page", ["scenario.md", "summary.md"])
@@ -83,3 +84,25 @@ def test_readme_is_a_first_page_with_the_ci_test_command():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"pip install --quiet -e '\.\[test[^']*\]' && pytest\s*$", ci), (
         ".ci/run must end with the README's test command (pytest, everything, no marker filter)")
+
+
+def test_record_writes_the_table_under_date_commit_machine_and_command(tmp_path, monkeypatch):
+    recording = _load("benchmarks_recording", ROOT / "benchmarks" / "recording.py")
+    monkeypatch.setattr(recording, "MEASUREMENTS", tmp_path)
+    monkeypatch.setattr("sys.argv", ["benchmarks/sim_speed.py", "--record"])
+    text = recording.write("x", "Title", ["a  b", "1  2"], "what was run").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert lines[0] == "# Title"
+    assert re.fullmatch(r"- measured: \d{4}-\d\d-\d\d \d\d:\d\d UTC", lines[2])
+    assert re.match(r"- commit: [0-9a-f]{7,}", lines[3]) and lines[4].startswith("- machine: ")
+    assert lines[5] == "- command: `python benchmarks/sim_speed.py --record`"
+    assert text.endswith("what was run\n\n```\na  b\n1  2\n```\n")
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "measurements").glob("*.md")), ids=lambda p: p.name)
+def test_every_measurement_names_date_commit_machine_and_command(page):
+    if page.name in ("README.md", "h200_passes.md"):  # the index; the H200 page names its own provenance
+        pytest.skip("not a benchmark record")
+    head = page.read_text(encoding="utf-8").splitlines()[:12]
+    for key in ("measured", "commit", "machine", "command"):
+        assert any(line.startswith(f"- {key}: ") for line in head), f"{page.name} lacks '- {key}:'"
