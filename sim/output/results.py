@@ -11,8 +11,6 @@ not list, the working directory or a folder above it are refused before any work
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
@@ -36,25 +34,66 @@ OWN_FILE_SIGNATURE = b"psdsim"
 INCREMENTAL = "written file by file; never emptied"
 
 
-def _cell(value: Any) -> Any:
+# Cells csv.writer (QUOTE_MINIMAL) puts in quotes, doubling the quotes inside.
+_QUOTED = (",", '"', "\r", "\n")
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in _QUOTED) else text
+
+
+def _cell(value: Any) -> str:
+    """One cell of an object column: floats shortest round-trip, NaN and None empty, bools
+    true/false, anything else its str(), quoted where csv would."""
     if isinstance(value, (float, np.floating)):
         return "" if math.isnan(value) else repr(float(value))
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, np.integer):
-        return int(value)
-    return value
+        return str(int(value))
+    return "" if value is None else _quoted(str(value))
+
+
+def _floats(values: np.ndarray) -> list[str]:
+    """repr of each float (shortest round-trip), NaN empty; repeated values (the cost columns hold
+    a few distinct step times) formatted once."""
+    unique, where = np.unique(values, return_inverse=True)
+    # np.unique merges 0.0 and -0.0, which repr tells apart
+    if len(unique) > len(values) // 2 or np.signbit(values[values == 0]).any():
+        cells = list(map(float.__repr__, values.astype(np.float64).tolist()))
+        for i in np.flatnonzero(np.isnan(values)).tolist():
+            cells[i] = ""
+        return cells
+    texts = np.array(["" if math.isnan(u) else repr(u) for u in unique.astype(np.float64).tolist()],
+                     dtype=object)
+    return texts[where.reshape(-1)].tolist()
+
+
+def _column(values: np.ndarray) -> list[str]:
+    """A column's cells as text, by dtype: one numpy conversion per column instead of a Python
+    call per cell (issue #15.3: steps.csv cost ~15 µs a row through csv.writer)."""
+    kind = values.dtype.kind
+    if kind == "f":
+        return _floats(values)
+    if kind in "iu":
+        return list(map(int.__repr__, values.tolist()))
+    if kind == "b":
+        return np.where(values, "true", "false").tolist()
+    if kind == "U":
+        cells = values.tolist()
+        return list(map(_quoted, cells)) if any(c in "".join(set(cells)) for c in _QUOTED) else cells
+    return [_cell(v) for v in values.tolist()]
 
 
 def table_csv(columns: Mapping[str, np.ndarray]) -> str:
-    """CSV with a header row; floats in shortest round-trip form, NaN as an empty cell."""
+    """CSV with a header row; floats in shortest round-trip form, NaN as an empty cell. Written
+    column by column, byte for byte what csv.writer (default dialect) wrote row by row: CRLF line
+    ends, minimal quoting, a row of one empty cell quoted (tests/test_results.py compares them)."""
     names = list(columns)
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(names)
-    for row in zip(*(columns[n].tolist() for n in names), strict=True):
-        writer.writerow([_cell(v) for v in row])
-    return buf.getvalue()
+    rows = list(map(",".join, zip(*(_column(np.asarray(columns[n])) for n in names), strict=True)))
+    if len(names) == 1:   # csv.writer quotes a row holding one empty cell, so that it reads back
+        rows = ['""' if row == "" else row for row in rows]
+    return "\r\n".join([",".join(map(_quoted, names)), *rows]) + "\r\n"
 
 
 def write_file(path: Path, content: str | bytes) -> Path:
