@@ -32,6 +32,7 @@ class StepRecord(NamedTuple):
     drafted: int            # requests drafted for a later step, overlapped with verification
     scored: int             # target positions scored for decodes (proposals + 1 each)
     prefill_tokens: int     # prompt tokens computed in this step
+    prefill_groups: int     # prompts scheduled, computed or not (vLLM's num_prefill_groups)
     prompts_done: int       # prompts whose prefill completed in this step
     proposed: int           # draft tokens verified
     accepted: int           # draft tokens accepted

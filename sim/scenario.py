@@ -27,8 +27,12 @@ METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
 SCHEDULERS = ("vllm-v0", "vllm-v1")
 SCHEDULER_ENGINES = {"vllm-v0": "vllm-0.9.2-v0-eager", "vllm-v1": "vllm-v1"}  # engine = "" resolves so
 PREEMPTION_MODES = ("recompute", "swap")
-KV_PATCHES = ("has_deferred", "default")
+KV_PATCHES = ("has_deferred", "default", "intended")
 PEARL_VARIANTS = ("minedraft", "per-request")
+# MineDraft's code (the default, first) or the behaviour it meant (docs/minedraft-fidelity.md)
+PEARL_STALE = ("rejected", "as-fresh")
+SWAP_IN_BATCHES = ("verified", "drafted")
+PSD_PREFILL_CHUNKS = ("verified-only", "every-pass")
 SECTIONS = ("run", "models", "hardware", "engine", "workload", "slo", "costs")
 
 
@@ -60,6 +64,9 @@ class Scenario:
     pearl_variant: str = _field("minedraft", "run", str,
                                 "pearl: minedraft (stale drafts scored batch-wide) | per-request "
                                 "(the reference engine's: k - 1 kept, first drafted ahead checked)")
+    pearl_stale: str = _field("rejected", "run", str,
+                              "pearl minedraft: stale drafts are scored and accept nothing (they sit "
+                              "at the wrong positions) | as-fresh (what-if: accepted like fresh ones)")
     confidence_spread: float = _field(4.0, "run", float,
                                       "psd+tetris: Beta concentration of per-token draft confidence")
     sampler_output: str = _field("full", "run", str,
@@ -94,7 +101,15 @@ class Scenario:
                                                  optional=True)
     preemption_mode: str = _field("recompute", "engine", str, "recompute | swap (vllm-v0 only)")
     kv_patch: str = _field("has_deferred", "engine", str,
-                           "PSD KV allocation: has_deferred (MineDraft) | default (vLLM)")
+                           "PSD KV: has_deferred (MineDraft's patch as V0 runs it: the drafted sub-"
+                           "batch appends; the blocks of default) | default (vLLM: all append) | "
+                           "intended (what-if: a request grows only when verified)")
+    swap_in_batch: str = _field("verified", "engine", str,
+                                "PSD: a swapped-in request joins the sub-batch verified in its step (the "
+                                "code) | drafted (what-if: the one drafted next)")
+    psd_prefill_chunks: str = _field("verified-only", "engine", str,
+                                     "PSD, chunked prefill: a prompt chunk is computed only in its sub-"
+                                     "batch's verify pass (the code) | every-pass (what-if)")
     swap_space_gb: float = _field(4.0, "engine", float, "CPU swap space per GPU (--swap-space)")
     overlap_draft_prefill: bool = _field(False, "engine", bool,
                                          "a drafter on its own GPU prefills prompts while the target "
@@ -404,6 +419,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           f"set drafters to at most {s.sub_batches - 1}")
     _one_of(s, "sd_5gpu_layout", ("drafter", "tp"))
     _one_of(s, "pearl_variant", PEARL_VARIANTS)
+    _one_of(s, "pearl_stale", PEARL_STALE)
     _one_of(s, "k_policy", ("fixed", "adaptive"))
     _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu")
           or (s.method == "psd" and s.sub_batched), "k_policy",
@@ -458,6 +474,8 @@ def _check_engine(s: Scenario, cat: Catalog) -> None:
         _in_catalog("engine", s.engine, cat.engines, "engine")
     _one_of(s, "preemption_mode", PREEMPTION_MODES)
     _one_of(s, "kv_patch", KV_PATCHES)
+    _one_of(s, "swap_in_batch", SWAP_IN_BATCHES)
+    _one_of(s, "psd_prefill_chunks", PSD_PREFILL_CHUNKS)
     if s.scheduler == "vllm-v1":
         _need(s.enable_chunked_prefill is not False, "enable_chunked_prefill",
               "vllm-v1 always chunks prefills", "remove enable_chunked_prefill or use vllm-v0")
@@ -546,6 +564,29 @@ def warnings(s: Scenario) -> list[str]:
         out.append("hypothetical: compact sampler output (MineDraft sends full-vocabulary rows)")
     if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl"):
         out.append(f"hypothetical: {s.method} on vllm-v1 (MineDraft runs on vLLM 0.9.2, V0)")
+    return out + _code_warnings(s)
+
+
+def _code_warnings(s: Scenario) -> list[str]:
+    """Where a two-sub-batch PSD run follows a bug of MineDraft's code (the default), or leaves
+    the code for a what-if (docs/minedraft-fidelity.md)."""
+    out = []
+    if s.method == "pearl" and s.pearl_variant == "minedraft" and s.pearl_stale == "as-fresh":
+        out.append("hypothetical: pearl_stale = as-fresh accepts PEARL's stale drafts like fresh ones, "
+                   "an upper bound (they were drafted for other positions)")
+    if not s.sub_batched:
+        return out
+    if s.chunked_prefill and s.psd_prefill_chunks == "verified-only":
+        out.append("MineDraft's code: a prompt chunk is computed only when its sub-batch is verified, "
+                   "and an earlier chunk of the drafted one is marked computed without being computed "
+                   "(psd_prefill_chunks = every-pass computes every chunk)")
+    if s.preemption_mode == "swap" and s.swap_in_batch == "verified":
+        out.append("MineDraft's code: a swapped-in request joins the sub-batch verified in that step, "
+                   "without drafts, and that step's drafts meet the wrong requests: scored, rejected "
+                   "(swap_in_batch = drafted for the intended behaviour)")
+    if s.kv_patch == "intended":
+        out.append("hypothetical: kv_patch = intended grows a request's KV only when it is verified; "
+                   "the drafter would write its drafts' KV into slots the request does not hold")
     return out
 
 

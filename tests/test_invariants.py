@@ -48,7 +48,10 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         preemption_mode=("recompute" if scheduler == "vllm-v1"
                          else draw(st.sampled_from(["recompute", "swap"]))),
         swap_space_gb=draw(st.sampled_from([0.0, 0.01, 4.0])),
-        kv_patch=draw(st.sampled_from(["has_deferred", "default"])),
+        kv_patch=draw(st.sampled_from(["has_deferred", "default", "intended"])),
+        swap_in_batch=draw(st.sampled_from(["verified", "drafted"])),
+        psd_prefill_chunks=draw(st.sampled_from(["verified-only", "every-pass"])),
+        pearl_stale=draw(st.sampled_from(["rejected", "as-fresh"])),
         rebalance=draw(st.booleans()),
         abort_fraction=draw(st.sampled_from([0.0, 0.3])),
         abort_window_s=draw(st.sampled_from([0.05, 5.0])),
@@ -108,8 +111,8 @@ def test_invariants_hold(s: Scenario):
     assert req["preemptions"].sum() == steps["preempted"].sum()
     # Fractions are fractions.
     sm = r.summary
-    for key in ("vsr", "parallelization_rate", "comm_share", "link_share", "drafter_busy",
-                "verifier_busy"):
+    for key in ("vsr", "vsr_trim80", "vsr_trim70", "parallelization_rate", "comm_share", "link_share",
+                "drafter_busy", "verifier_busy"):
         if sm[key] is not None:
             assert 0.0 <= sm[key] <= 1.0 + 1e-9, key
     assert sm["requests"] == n and sm["sequences"] == n * s.n == len(state)
@@ -117,5 +120,10 @@ def test_invariants_hold(s: Scenario):
     assert (req["prompt"] == np.arange(len(state)) // s.n).all()
     for column in ("prompt_len", "arrival_s", "output_len"):
         assert (req[column].reshape(-1, s.n) == req[column][::s.n, None]).all(), column
-    assert sm["decode_steps"] + sm["prefill_steps"] == len(steps["kind"])
+    assert sm["decode_steps"] + sm["mixed_steps"] + sm["prefill_steps"] == len(steps["kind"])
+    # The paper's count (generated_num: accepted drafts + 1 per verified request, before the trim
+    # at output_len) covers what steps that schedule no prompt kept; they compute no prompt.
+    paper = decode & (steps["prefill_groups"] == 0)
+    assert (steps["accepted"][paper] + steps["verified"][paper] >= steps["generated"][paper]).all()
+    assert (steps["prefill_tokens"][steps["prefill_groups"] == 0] == 0).all()
     json.dumps(sm, allow_nan=False)  # no NaN or infinity leaks into the summary

@@ -146,7 +146,7 @@ def record(ctx: SimContext, plan: StepPlan, start: float, st: StepStats) -> None
     ctx.steps.append(StepRecord(
         kind=DECODE if st.verified else PREFILL, start_s=start, end_s=ctx.env.now, running=len(running),
         batch0=len(running) - prefilling if st.batch0 is None else st.batch0, prefilling=prefilling,
-        prefill_tokens=int(plan.chunk.sum()) if prefill else 0,
+        prefill_tokens=int(plan.chunk.sum()) if prefill else 0, prefill_groups=plan.prefill_groups,
         prompts_done=int(plan.completes.sum()) if prefill else 0, preempted=plan.preempted,
         kv_blocks=plan.kv_blocks, waiting=plan.waiting,
         **{name: getattr(st, name) for name in STAT_COLUMNS}))

@@ -5,11 +5,17 @@ tokens for each of them, assuming the drafts being verified will all be accepted
 paper.md §4.2 "PEARL baseline inside MineDraft", §10). After the step a request's pre-drafted
 tokens are *valid* only if all its drafts were accepted (or, having had no drafts, the draft's
 first token matches the target's: probability = its acceptance rate); otherwise they continue a
-prefix that was rejected and are stale. As in MineDraft's worker, the pre-drafted tokens are used
-for every request as long as at least one request's are valid: stale drafts are still scored,
-and accept nothing (modelled as zero acceptance); when none is valid, the whole batch takes a
-step without drafts. So the more requests share a step, the longer stale drafts linger before the
-batch resets, and each rejection costs a request a wasted speculation step.
+prefix that was rejected and are stale. As in MineDraft's worker (`_prepare_previous_proposals`),
+the pre-drafted tokens are used for every request as long as at least one request's are valid;
+when none is valid, the whole batch takes a step without drafts. Stale drafts are scored against
+the real sequence like any others (`ParallelMQAScorer.start_score_proposals`), and by default
+accept nothing: a request whose j-th of k drafts was rejected has its pre-drafted tokens scored
+k - 1 - j positions before the ones they were drafted for, after a prefix they did not assume
+(`pearl_stale = "as-fresh"`, a what-if, accepts them like fresh drafts: the upper bound;
+docs/minedraft-fidelity.md §6). So the more requests share a step, the longer stale drafts linger
+before the batch resets, and each rejection costs a request a wasted speculation step. A request
+whose stale drafts were all accepted continues with valid ones, as the code's `has_accepted_all`
+says.
 KV: each decode keeps 2k - 1 lookahead slots, as MineDraft's PEARL mode allocates.
 
 `pearl_variant = "per-request"` is the lossless per-request form the reference engine runs
@@ -40,6 +46,7 @@ class PEARL(EngineMethod):
         n = len(ctx.table)
         self.lookahead = 2 * ctx.scenario.k - 1
         self.per_request = ctx.scenario.pearl_variant == "per-request"
+        self.stale_rejected = ctx.scenario.pearl_stale == "rejected"  # else accepted like fresh ones
         self.drafted = np.zeros(n, dtype=bool)  # pre-drafted tokens exist (valid or stale)
         self.valid = np.zeros(n, dtype=bool)    # ... and continue the request's real prefix
 
@@ -85,16 +92,19 @@ class PEARL(EngineMethod):
         return draft_counts(plan, ids, proposed), use_drafts
 
     def _verify(self, ids: np.ndarray, proposed: np.ndarray, total: int, st: StepStats) -> None:
-        """Stale drafts continue a rejected prefix: they are scored and accept nothing."""
+        """Score the drafts (stale ones as `pearl_stale` says) and note whose pre-drafted tokens
+        continue the real sequence: the code's `has_accepted_all`, all drafts accepted (or, with
+        none, the first drafted token matching the target's)."""
         ctx, table = self.ctx, self.ctx.table
         valid = self.valid[ids]
-        verify_outcome(ctx, st, ids, proposed, total, acceptable=None if self.per_request else valid)
+        stale_accept_nothing = self.stale_rejected and not self.per_request
+        verify_outcome(ctx, st, ids, proposed, total, acceptable=valid if stale_accept_nothing else None)
         if not len(ids):
             return
         first_match = ctx.acceptance.bernoulli(table.log_acceptance[ids])
         if self.per_request:  # every proposal passed, then the first token drafted ahead
             self.valid[ids] = (table.last_accepted == proposed) & first_match
         else:
-            all_accepted = valid & (table.last_accepted == proposed)
+            all_accepted = table.last_accepted == proposed
             self.valid[ids] = np.where(proposed > 0, all_accepted, first_match)
             self.drafted[ids] = True

@@ -65,7 +65,7 @@ class PipelinedSD(EngineMethod):
         s, n = ctx.scenario, len(ctx.table)
         self.lengths = draft_length(ctx)
         self.lookahead = self.lengths.width
-        self.refill = (BatchManagerRefill(n, s.kv_patch, s.rebalance, self.lookahead) if s.sub_batched
+        self.refill = (BatchManagerRefill(n, s, self.lookahead) if s.sub_batched
                        else RoundRobinRefill(n, s.sub_batches))
         self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
         self.ready = [False] * s.sub_batches           # background drafting: a sub-batch's drafts are done
@@ -81,6 +81,9 @@ class PipelinedSD(EngineMethod):
     def target_tokens(self, ids: np.ndarray) -> np.ndarray:
         tokens = self.refill.target_tokens(ids)
         return super().target_tokens(ids) if tokens is None else tokens
+
+    def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:
+        return self.refill.computes_chunks(prefill, decode)
 
     def admitted(self, ids: np.ndarray, mixed: bool) -> None:
         self.refill.admitted(ids, mixed, restart=len(self.ctx.scheduler.running) == len(ids))
@@ -110,6 +113,9 @@ class PipelinedSD(EngineMethod):
         if v is not None:
             st.parallelised = yield from self._drafts_of(v, ids, context, chunks, st)
         proposed, selection = self._scored(plan, ids)
+        shift = refill.misaligned(ids, st.parallelised) if v is not None else 0
+        if shift:  # swapped-in requests at the end push every proposal `shift` requests on
+            proposed, selection = np.concatenate([np.zeros(shift, dtype=np.int64), proposed[:-shift]]), None
         total = int(proposed.sum())
         tokens = total + len(ids)
         target = TargetPass(ctx, len(ids), tokens, context, chunks)
@@ -127,7 +133,10 @@ class PipelinedSD(EngineMethod):
         yield from after_pass(ctx, plan, st, chunks, tokens, v is not None, drafted_at,
                               queued=refill.background, emitting=len(ids))
         self.proposals[ids] = 0
-        self._outcome(ids, proposed, total, selection, st)
+        if shift:  # drafts scored against another request's sequence: rejected
+            emit_outcome(ctx, st, ids, proposed, total, np.zeros(len(ids), dtype=np.int64))
+        else:
+            self._outcome(ids, proposed, total, selection, st)
         if v is not None:
             self.ready[v] = False
             refill.verified(v, ahead)
@@ -140,9 +149,10 @@ class PipelinedSD(EngineMethod):
         TETRIS's selection."""
         proposed = self.proposals[ids]
         selection = self.lengths.select(ids, proposed) if len(ids) else None
-        if selection is not None:
-            proposed = selection.lengths
-        return draft_counts(plan, ids, proposed), selection
+        if selection is None:
+            return draft_counts(plan, ids, proposed), None
+        capped = draft_counts(plan, ids, selection.lengths)  # TETRIS accepts among those scored
+        return capped, Selection(capped, selection.accepted)
 
     def _outcome(self, ids: np.ndarray, proposed: np.ndarray, total: int, selection: Selection | None,
                  st: StepStats) -> None:

@@ -9,8 +9,18 @@ and the next step must draft before it verifies (not parallelised): the sequenti
 tail. With `rebalance`, and for prompts admitted into a mixed (chunked-prefill) batch, refills
 restore the balance instead of joining the sub-batch drafted next; a prompt that graduates into
 the sub-batch verified next has no drafts yet, and its first verification is a wasted step.
-KV (`kv_patch`): `has_deferred` (MineDraft's patch) grows a request's KV only when its sub-batch
-is verified, or at its first decode; `default` (vLLM) grows every running request's KV every step.
+Where MineDraft's code differs from what it meant, the default is the code and the intention a
+what-if (docs/minedraft-fidelity.md):
+- KV (`kv_patch`): `has_deferred` (MineDraft's patch) skips appending slots for the verified
+  sub-batch, whose append vLLM V0 would have made a no-op, so every decoding request holds
+  context + k slots at every step, as with `default` (vLLM); `intended` grows a request's KV only
+  when its sub-batch is verified, or at its first decode (the saving the patch meant).
+- chunked prefill (`psd_prefill_chunks`): `verified-only` computes a prompt chunk only in its
+  sub-batch's verify pass (the worker sends the other sub-batch's prompts to the proposer, which
+  runs nothing for them); `every-pass` computes every planned chunk.
+- swap-in (`swap_in_batch`): `verified` puts a swapped-in request in the sub-batch verified in
+  its step (MineDraft's `_schedule_swapped` runs after the flag flipped), where it has no drafts
+  and shifts the proposals of the others (`misaligned`); `drafted` puts it where newcomers go.
 
 `RoundRobinRefill` is the ring's (N sub-batches, beyond the paper, docs/design.md §2): steps verify the
 non-empty sub-batches in turn; refills join the sub-batch verified last, which is drafted next
@@ -22,8 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 from psdsim.sim.batches import BatchManager
-from psdsim.sim.records import StepStats
+from psdsim.sim.records import StepRecord
 from psdsim.sim.requests import DECODING
+from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import StepPlan
 
 EMPTY = np.empty(0, dtype=np.int64)
@@ -44,6 +55,14 @@ class Refill:
             if (flags == b).any():
                 self.members[b] = np.concatenate([self.members[b], ids[flags == b]])
 
+    def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:
+        """Which planned prompt chunks the step's target pass computes (None: all)."""
+        return None
+
+    def misaligned(self, ids: np.ndarray, parallelised: bool) -> int:
+        """Verified requests whose scored drafts belong to another request (none here)."""
+        return 0
+
     def _drop_left(self, flags: np.ndarray, state: np.ndarray) -> None:
         for b in set(flags.tolist()):  # the request states already say who left
             members = self.members[b]
@@ -55,14 +74,17 @@ class BatchManagerRefill(Refill):
 
     background = False  # the driver drafts the other sub-batch beside each pass, within the step
 
-    def __init__(self, requests: int, kv_patch: str, rebalance: bool, lookahead: int) -> None:
+    def __init__(self, requests: int, s: Scenario, lookahead: int) -> None:
         super().__init__(requests, 2, bool)
         self.batches = BatchManager()
         self.fresh: list[int] = []  # decoding requests not yet scheduled for a decode step
         self.send = True            # worker: the sub-batch verified next
         self.have_previous = False  # worker: proposals drafted in the last step
-        self.deferred = kv_patch == "has_deferred"
-        self.rebalance = rebalance
+        self.deferred = s.kv_patch == "intended"
+        self.every_pass = s.psd_prefill_chunks == "every-pass"
+        self.swap_in_verified = s.swap_in_batch == "verified"
+        self.swapped_in = EMPTY     # requests swapped in while the coming step was planned
+        self.rebalance = s.rebalance
         self.lookahead = lookahead
 
     def _verified_flag(self) -> bool | None:
@@ -88,6 +110,18 @@ class BatchManagerRefill(Refill):
         verified = self.flag[ids] == self._verified_flag()
         return np.where(verified, 1 + self.lookahead, 0)
 
+    def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:
+        """MineDraft's worker computes a prompt chunk only when its sub-batch is the verified one
+        (`_split_batched_requests`). When the other sub-batch has no decoding request the step
+        verifies everything (the fallback) and every chunk rides along: psdsim alternates on the
+        decoding members only, so a prompt left out then might wait forever."""
+        if self.every_pass or not len(decode):
+            return None
+        v = self._verified_flag()
+        if v is None or not len(self.members[not v]):
+            return None
+        return self.flag[prefill] == v
+
     def admitted(self, ids: np.ndarray, mixed: bool, restart: bool) -> None:
         if restart:  # nothing was running before
             self.batches.reset()
@@ -99,8 +133,24 @@ class BatchManagerRefill(Refill):
         self.fresh.extend(ids.tolist())
 
     def resumed(self, ids: np.ndarray) -> None:
-        self.flag[ids] = [self.batches.assign(self.rebalance) for _ in range(len(ids))]
+        if self.swap_in_verified and not self.rebalance:
+            decodes_now = bool(len(self.members[False]) or len(self.members[True]))
+            self.flag[ids] = [self.batches.assign_swapped_in(decodes_now) for _ in range(len(ids))]
+            self.swapped_in = np.concatenate([self.swapped_in, ids])
+        else:
+            self.flag[ids] = [self.batches.assign(self.rebalance) for _ in range(len(ids))]
         self.graduated(ids)
+
+    def misaligned(self, ids: np.ndarray, parallelised: bool) -> int:
+        """Requests swapped in this step among the verified `ids` (at their end, in MineDraft's
+        scheduled order). When the step scores drafts made a step earlier, the worker's
+        `_prepare_previous_proposals` meets a batch longer than its proposals and takes its
+        chunked-prefill branch: the first that many requests get none and each other request the
+        proposals of the one that many places before it."""
+        swapped, self.swapped_in = self.swapped_in, EMPTY
+        if not parallelised or not len(swapped):
+            return 0
+        return int(np.isin(ids, swapped).sum())
 
     def left(self, ids: np.ndarray, state: np.ndarray) -> None:
         flags = self.flag[ids]
@@ -113,7 +163,7 @@ class BatchManagerRefill(Refill):
 
     # -- the worker -------------------------------------------------------------------------
 
-    def turn(self, plan: StepPlan, st: StepStats) -> tuple[int | None, int | None]:
+    def turn(self, plan: StepPlan, st: StepRecord) -> tuple[int | None, int | None]:
         """(the sub-batch this step verifies, the one it drafts ahead); None: none."""
         st.batch0, st.batch1 = len(self.members[False]), len(self.members[True])
         v = self.send
@@ -169,7 +219,7 @@ class RoundRobinRefill(Refill):
             self.flagged[b] -= int(np.count_nonzero(flags == b))
         self._drop_left(flags, state)
 
-    def turn(self, plan: StepPlan, st: StepStats) -> tuple[int | None, int | None]:
+    def turn(self, plan: StepPlan, st: StepRecord) -> tuple[int | None, int | None]:
         if not len(plan.decode):
             return None, None
         n = len(self.members)

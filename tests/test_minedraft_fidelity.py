@@ -1,0 +1,231 @@
+"""MineDraft's code, rule by rule (issue #12, docs/minedraft-fidelity.md): each test builds the
+situation by hand and checks the simulator against what the code does; its docstring names the
+code's file and function (electron-shaders/MineDraft unless it starts with vllm/)."""
+
+from __future__ import annotations
+
+import numpy as np
+from psdsim.sim.kv import KVPools
+from psdsim.sim.methods.refill import BatchManagerRefill
+from psdsim.sim.requests import DECODING, PREFILLING, RequestTable
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.scheduler import EngineHooks, Scheduler
+from psdsim.sim.workload import Workload
+
+
+def _table(n: int, prompt: int = 16, output: int = 64) -> RequestTable:
+    return RequestTable(Workload(np.zeros(n), np.full(n, prompt, dtype=np.int64),
+                                 np.full(n, output, dtype=np.int64), np.full(n, 0.5),
+                                 np.full(n, np.nan)))
+
+
+# -- 1. KV: appending slots to a sequence that emitted nothing allocates nothing ---------------
+
+def test_a_verified_request_needs_no_new_block_after_it_was_drafted():
+    """vllm/core/block/block_table.py, BlockTable.append_token_ids -> ensure_num_empty_slots
+    returns at once when the table already has len(unseen tokens) + lookahead empty slots. A
+    request is drafted (its sub-batch appends context + k slots, minedraft/plugin/core/scheduler.py
+    SchedulerPatch._schedule_running), then verified a step later having emitted nothing: its
+    append, which the has_deferred patch skips, would have allocated nothing."""
+    k, block = 3, 4
+    kv = KVPools({"verifier": 100}, block, 2)
+    ids = np.array([0, 1])
+    context = np.array([13, 16])
+    assert kv.ensure(ids, context + k)                 # drafted: 16 and 19 slots -> 4 + 5 blocks
+    used = kv.used
+    assert used == 9
+    assert kv.ensure(ids, context + k) and kv.used == used   # verified, unchanged: a no-op
+    assert kv.ensure(ids, context + 2 + k) and kv.used > used  # it emitted 2 tokens: it grows
+
+
+# -- 3. chunked prefill: chunks a method does not compute close as the engine closes them -------
+
+class _Computes(EngineHooks):
+    """A method that computes only the prompt chunks of the requests in `computed`."""
+
+    def __init__(self, computed: set[int]) -> None:
+        self.computed = computed
+
+    def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:
+        return np.array([r in self.computed for r in prefill.tolist()])
+
+
+def test_an_uncomputed_earlier_chunk_is_marked_computed_and_a_last_chunk_is_rescheduled():
+    """minedraft/plugin/spec_decode/spec_decode_worker.py, ParallelSpecDecodeWorker
+    ._create_output_sampler_list pads the drafted sub-batch's rows with -1;
+    minedraft/plugin/engine/llm_engine.py, LLMEnginePatch._process_model_outputs skips an output
+    whose token is -1 before update_num_computed_tokens. A non-final chunk has no sampled token
+    and is marked computed anyway; a final one is skipped and scheduled again."""
+    t = RequestTable(Workload(np.zeros(3), np.array([100, 30, 100], dtype=np.int64),
+                              np.full(3, 8, dtype=np.int64), np.full(3, 0.5), np.full(3, np.nan)))
+    s = Scheduler(t, KVPools({"verifier": 200}, 16, 3), version="vllm-v0", chunked=True, swap=False,
+                  swap_blocks=0, max_running=8, token_budget=170)
+    s.arrive_until(0.0)
+    hooks = _Computes({2})          # only request 2's sub-batch is verified this step
+    plan = s.plan(hooks, 0.0)       # chunks: 100 (0, whole), 30 (1, whole), 40 (2, partial)
+    assert plan.prefill.tolist() == [2] and plan.chunk.tolist() == [40]
+    assert plan.uncomputed.tolist() == [0, 1] and plan.marked.tolist() == [0, 0]  # last chunks
+    assert plan.prefill_groups == 3
+    s.close_step(plan, 0.0, hooks)
+    assert t.computed.tolist() == [0, 0, 40] and (t.state == PREFILLING).all()
+
+    t2 = _table(1, prompt=100)
+    s2 = Scheduler(t2, KVPools({"verifier": 200}, 16, 1), version="vllm-v0", chunked=True,
+                   swap=False, swap_blocks=0, max_running=8, token_budget=40)
+    s2.arrive_until(0.0)
+    skipped = _Computes(set())
+    plan = s2.plan(skipped, 0.0)    # a first chunk of 40 of 100, in the drafted sub-batch
+    assert plan.uncomputed.tolist() == [0] and plan.marked.tolist() == [40] and not len(plan.prefill)
+    s2.close_step(plan, 0.0, skipped)
+    assert t2.computed[0] == 40     # marked, though nothing computed its KV
+    plan = s2.plan(skipped, 1.0)
+    s2.close_step(plan, 1.0, skipped)
+    assert t2.computed[0] == 80
+    plan = s2.plan(skipped, 2.0)    # the last chunk (20) is not marked: scheduled again
+    assert plan.marked.tolist() == [0]
+    s2.close_step(plan, 2.0, skipped)
+    assert t2.computed[0] == 80 and t2.state[0] == PREFILLING
+    plan = s2.plan(_Computes({0}), 3.0)  # its sub-batch is verified: computed, done
+    assert plan.chunk.tolist() == [20] and plan.completes.tolist() == [True]
+    s2.close_step(plan, 3.0, EngineHooks())
+    assert t2.state[0] == DECODING
+
+
+# -- whole runs ------------------------------------------------------------------------------
+
+SWAPPING = dict(requests=400, output_len=128, seed=1, num_gpu_blocks_override=700, preemption_mode="swap")
+
+
+def _summary_without(r, *keys: str) -> dict:
+    return {k: v for k, v in r.summary.items() if k not in ("warnings", *keys)}
+
+
+def test_the_has_deferred_patch_holds_the_blocks_of_plain_vllm():
+    """minedraft/plugin/core/scheduler.py, SchedulerPatch._schedule_running (`should_append_slot`)
+    with vllm/core/block/block_table.py, BlockTable.ensure_num_empty_slots: the appends the patch
+    skips were no-ops, so MineDraft's run is plain vLLM's, block for block, step for step; only
+    the intended saving (kv_patch = intended) changes anything."""
+    tight = dict(k=8, block_size=4, num_gpu_blocks_override=400, prompt_len=64, output_len=64,
+                 requests=120, max_model_len=256, seed=0)
+    code = simulate(Scenario(**tight, kv_patch="has_deferred"))
+    vllm = simulate(Scenario(**tight, kv_patch="default"))
+    assert _summary_without(code) == _summary_without(vllm)
+    assert (code.steps["kv_blocks"] == vllm.steps["kv_blocks"]).all()
+    intended = simulate(Scenario(**tight, kv_patch="intended"))
+    assert intended.steps["kv_blocks"].sum() < code.steps["kv_blocks"].sum()
+
+
+def test_psd_computes_only_the_verified_sub_batchs_prompt_chunks():
+    """minedraft/plugin/spec_decode/spec_decode_worker.py, ParallelSpecDecodeWorker
+    ._split_batched_requests: prompts whose batch_flag is not _send_batch_flag go with the drafted
+    sub-batch to the proposer, which proposes nothing for prompts and runs no pass for them."""
+    s = Scenario(m=2, requests=8, enable_chunked_prefill=True)
+    refill = BatchManagerRefill(8, s, lookahead=3)
+    refill.flag[:] = [True, False, True, False, True, False, True, False]
+    refill.graduated(np.array([0, 1, 2, 3]))        # decoding: 0, 2 in True; 1, 3 in False
+    prompts, decodes = np.array([4, 5, 6, 7]), np.array([0, 1, 2, 3])
+    assert refill.send is True                       # the coming step verifies True
+    assert refill.computes_chunks(prompts, decodes).tolist() == [True, False, True, False]
+    assert refill.computes_chunks(prompts, np.array([], dtype=np.int64)) is None  # prefill-only step
+    refill.send = False
+    assert refill.computes_chunks(prompts, decodes).tolist() == [False, True, False, True]
+    every = BatchManagerRefill(8, s.replace(psd_prefill_chunks="every-pass"), lookahead=3)
+    every.flag[:] = refill.flag
+    every.graduated(np.array([0, 1, 2, 3]))
+    assert every.computes_chunks(prompts, decodes) is None
+
+
+def test_chunked_prompts_graduate_only_when_their_sub_batch_is_verified():
+    """The consequence of ParallelSpecDecodeWorker._split_batched_requests and
+    LLMEnginePatch._process_model_outputs: a prompt completes in a step that verifies its
+    sub-batch, is drafted in the next and verified after, never without drafts; with every chunk
+    computed in every pass (the what-if) prompts graduate into the sub-batch verified next."""
+    burst = dict(requests=200, output_len=64, seed=1, rate=50.0, enable_chunked_prefill=True,
+                 max_num_batched_tokens=512)
+    code = simulate(Scenario(**burst))
+    every = simulate(Scenario(**burst, psd_prefill_chunks="every-pass"))
+    assert code.summary["wasted_verifications"] == 0 < every.summary["wasted_verifications"]
+    assert code.summary["mixed_steps"] > 0
+    assert any("psd_prefill_chunks" in w for w in code.summary["warnings"])
+    assert not any("psd_prefill_chunks" in w for w in every.summary["warnings"])
+
+
+def test_paper_metrics_leave_out_steps_that_schedule_a_prompt():
+    """minedraft/plugin/engine/llm_engine.py, LLMEnginePatch.step (`is_prompt_run =
+    num_prefill_groups`) and benchmarks/trace/analyze_traces.py, get_step_stats (throughput, VSR,
+    parallelization over steps that are not prompt runs); the generated count is
+    spec_decode_worker.py _verify_tokens' `generated_num` (accepted + 1 per verified request)."""
+    r = simulate(Scenario(requests=120, output_len=64, seed=2, rate=40.0, enable_chunked_prefill=True,
+                          max_num_batched_tokens=512))
+    st, sm = r.steps, r.summary
+    prompt_run = st["prefill_groups"] > 0
+    decode = (st["kind"] == "decode") & ~prompt_run
+    assert sm["mixed_steps"] == int(((st["kind"] == "decode") & prompt_run).sum()) > 0
+    assert sm["decode_steps"] == int(decode.sum())
+    gen = st["accepted"][decode] + st["verified"][decode]
+    dur = (st["end_s"] - st["start_s"])[decode]
+    assert sm["throughput_tok_s"] == gen.sum() / dur.sum()
+    assert sm["vsr"] == st["accepted"][decode].sum() / st["proposed"][decode].sum()
+    n80 = int(decode.sum() * 0.8)
+    assert sm["vsr_trim80"] == st["accepted"][decode][:n80].sum() / st["proposed"][decode][:n80].sum()
+    assert sm["parallelization_rate"] == st["parallelised"][decode].sum() / decode.sum()
+    wider = st["kind"] == "decode"
+    assert sm["throughput_tok_s_incl_mixed"] == (st["generated"][wider].sum()
+                                                 / (st["end_s"] - st["start_s"])[wider].sum())
+
+
+def test_generated_counts_tokens_past_max_tokens_as_the_worker_does():
+    """spec_decode_worker.py, ParallelSpecDecodeWorker._verify_tokens: `generated_num =
+    (accepted_token_ids >= 0).sum()`, before the engine's output processing stops a sequence at
+    max_tokens: a request's last step counts all its accepted drafts + 1."""
+    r = simulate(Scenario(requests=40, m=4, output_len=10, seed=3, acceptance=0.9))
+    st = r.steps
+    decode = st["kind"] == "decode"
+    paper = (st["accepted"] + st["verified"])[decode]
+    assert (paper >= st["generated"][decode]).all()
+    assert paper.sum() > st["generated"][decode].sum()          # some last steps overshot
+    dur = (st["end_s"] - st["start_s"])[decode]
+    assert r.summary["throughput_tok_s"] == paper.sum() / dur.sum()
+    assert r.summary["throughput_tok_s_incl_mixed"] == st["generated"][decode].sum() / dur.sum()
+
+
+def test_a_swapped_in_request_is_verified_in_its_step_without_drafts_and_shifts_the_others():
+    """minedraft/plugin/core/scheduler.py, SchedulerPatch._schedule_swapped (runs after
+    _schedule_running flipped the flag: the request joins the verified sub-batch) and
+    spec_decode_worker.py, ParallelSpecDecodeWorker._prepare_previous_proposals (a batch longer
+    than its proposal mask takes the chunked-prefill branch: proposals shift by the newcomers).
+    In a step that swapped requests in and scores drafts made a step earlier, every draft meets
+    the wrong request: nothing is accepted, and the first requests carry none."""
+    code = simulate(Scenario(**SWAPPING))
+    st = code.steps
+    swap_in = (st["swap_s"] > 0) & (st["preempted"] == 0) & (st["kind"] == "decode") & st["parallelised"]
+    misaligned = swap_in & (st["unproposed"] > 0)
+    assert misaligned.sum() > 5
+    assert (st["accepted"][misaligned] == 0).all() and (st["proposed"][misaligned] > 0).all()
+    assert (st["generated"][misaligned] <= st["verified"][misaligned]).all()  # one token each
+    intended = simulate(Scenario(**SWAPPING, swap_in_batch="drafted"))
+    assert code.summary["wasted_verifications"] > 0 == intended.summary["wasted_verifications"]
+    assert any("swap_in_batch" in w for w in code.summary["warnings"])
+
+
+def test_pearl_scores_stale_drafts_and_they_accept_nothing():
+    """spec_decode_worker.py, ParallelSpecDecodeWorker._prepare_previous_proposals (PEARL: every
+    request's pre-drafted tokens are used while any is valid) and spec_decode/mqa_scorer.py,
+    ParallelMQAScorer.start_score_proposals (appended after the real output tokens, scored like
+    any proposal): stale drafts take target positions and count as verified; drafted for other
+    positions, they accept nothing (pearl_stale = as-fresh, the upper bound, accepts them like
+    fresh drafts: PEARL would then gain with m, against the paper's measured trend,
+    tests/test_methods.py::test_pearl_degrades_as_m_grows_and_falls_below_sd_at_16)."""
+    base = dict(method="pearl", requests=60, m=8, output_len=64, seed=4)
+    code = simulate(Scenario(**base))
+    st = code.steps
+    decode = st["kind"] == "decode"
+    sd = simulate(Scenario(**{**base, "method": "sd"}))
+    assert code.summary["vsr"] < 0.8 * sd.summary["vsr"]    # stale drafts scored, none accepted
+    assert st["proposed"][decode].sum() > st["verified"][decode].sum()  # drafts are scored
+    fresh = simulate(Scenario(**base, pearl_stale="as-fresh"))
+    assert abs(fresh.summary["vsr"] - sd.summary["vsr"]) < 0.05  # the acceptance model's own
+    assert fresh.summary["throughput_tok_s"] > code.summary["throughput_tok_s"]
+    assert any("pearl_stale" in w for w in fresh.summary["warnings"])
+    assert not any("pearl_stale" in w for w in code.summary["warnings"])
