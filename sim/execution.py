@@ -20,13 +20,15 @@ Per pass, with n = layers x (kernels per layer + 2 all-reduces when TP > 1) + ke
     cpu = n x launch_us (+ 2L x collective_launch_us) + the sampler's host work     (eager)
         = graph_launch_us + the sampler's host work                                 (graphs)
 
-MineDraft (engine profile `minedraft = true`) adds work on the critical path, each a named term
-(`Parts`): the driver prepares the target's inputs and broadcasts the sequence metadata before it
-drafts (`driver_prep`); the first verifier rank rebuilds the model input from that metadata
-(`rebuild`, parallel layouts only: the driver is not in the verifier group); every Timer region
-synchronises the GPU (`timer_s`); vLLM's MultiStepWorker drafts one extra row for each request
-whose drafts were all accepted (`extra_draft_rows`: the methods add those rows to the batch they
-draft). The methods record each term in its own step column (sim/records.py).
+MineDraft (engine profile `minedraft = true`) adds work on the critical path, each a named step
+column (sim/records.py): the driver prepares the target's inputs and broadcasts the sequence
+metadata before it drafts (`prep_s`, a part of draft_s); the first verifier rank rebuilds the model
+input from that metadata (`verify_prep_s`, parallel layouts only: the driver is not in the verifier
+group); every Timer region synchronises the GPU (`timer_s`); the full-vocabulary logits are
+gathered to the first rank and sampled before the return (`sample_s`); vLLM's MultiStepWorker
+drafts one extra row for each request whose drafts were all accepted (`extra_rows`: the methods
+add those rows to the batch they draft, `extra_draft_rows`). The per-step framework work is
+`framework_s`.
 
 The constants are the engine profile's (sim/catalog/engines.toml, each with its source); the
 `roofline` profile is sim/costs.AnalyticCost itself, unchanged.
@@ -34,7 +36,7 @@ The constants are the engine profile's (sim/catalog/engines.toml, each with its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from psdsim.sim.catalog import GPU, Catalog, EngineProfile, Link, Model
 from psdsim.sim.costs import NO_CHUNKS, AnalyticCost, Chunks, ForwardModel, StepCost
@@ -85,6 +87,14 @@ class PassModel:
             t += self._gather(rows)
         return t
 
+    def sample_gpu(self, rows: float) -> float:
+        """GPU seconds of gathering `rows` full-vocabulary logit rows to the first rank and
+        sampling them (a part of `gpu`)."""
+        t = rows * self._sample_bw
+        if self._gather is not None and rows:
+            t += self._gather(rows)
+        return t
+
     def cpu(self, rows: float) -> float:
         """CPU seconds of a pass: its launches and the sampler's host work."""
         return self.cpu_pass + (self._samp_host + rows * self._samp_row if rows else 0.0)
@@ -102,14 +112,15 @@ class PassModel:
         return roof + k * fixed
 
 
-@dataclass(frozen=True)
-class Parts:
-    """Named critical-path terms of one step beyond drafting and the target pass (seconds)."""
+class VerifyParts(NamedTuple):
+    """Named terms inside a target pass's time (seconds), recorded in the step table."""
 
-    driver_prep: float = 0.0   # the driver's target-input preparation and metadata broadcast
-    rebuild: float = 0.0       # the first verifier rank rebuilding the model input (in verify)
-    timer: float = 0.0         # Timer synchronize() calls on the critical path
-    framework: float = 0.0     # scheduling and output processing (serial in V0)
+    prep: float     # the verifier's input preparation (MineDraft: rank 1's rebuild), serial
+    timer: float    # Timer synchronize() calls
+    sample: float   # logits gathered to the first rank and sampled, on the GPU
+
+
+NO_PARTS = VerifyParts(0.0, 0.0, 0.0)
 
 
 class EngineCost:
@@ -180,10 +191,21 @@ class EngineCost:
         pairs = tokens * ctx / batch if batch else 0.0
         rows = tokens + chunks.completing
         gpu = t.gpu(tokens + chunks.tokens, rows, ctx + chunks.ctx, pairs + chunks.pairs)
-        host = self.prepare(batch + (1 if chunks.tokens else 0), tokens + chunks.tokens)
-        if self.parallel:  # rank 1 rebuilds the inputs from the metadata it received
-            host += self.metadata(batch)
+        host = self.verify_prep(batch, tokens, chunks)
         return host + t.combine(t.cpu(rows), gpu) + self._sync + self._timer
+
+    def verify_prep(self, batch: int, tokens: int, chunks: Chunks = NO_CHUNKS) -> float:
+        """The verifier side's serial input preparation before its pass: the scorer's inputs,
+        and where the driver is not in the group, rank 1 rebuilding them from the metadata."""
+        host = self.prepare(batch + (1 if chunks.tokens else 0), tokens + chunks.tokens)
+        if self.parallel:
+            host += self.metadata(batch)
+        return host
+
+    def verify_parts(self, batch: int, tokens: int, chunks: Chunks = NO_CHUNKS) -> VerifyParts:
+        """The named terms inside a target pass's time (seconds), for the step table."""
+        return VerifyParts(self.verify_prep(batch, tokens, chunks), self._timer,
+                           self.target.sample_gpu(tokens + chunks.completing))
 
     def draft_chunks(self, chunks: Chunks) -> float:
         if not chunks.tokens:
@@ -216,6 +238,12 @@ def framework(cost: StepCost, running: int, emitting: int) -> float:
     requests emitting tokens, or the cost's fixed `overhead` (roofline, constant, fitted)."""
     work = getattr(cost, "framework", None)
     return work(running, emitting) if work is not None else cost.overhead
+
+
+def verify_parts(cost: StepCost, batch: int, tokens: int, chunks: Chunks) -> VerifyParts:
+    """The named terms inside a target pass: the engine's, none for other costs."""
+    parts = getattr(cost, "verify_parts", None)
+    return parts(batch, tokens, chunks) if parts is not None else NO_PARTS
 
 
 def step_cost(s: Scenario, cat: Catalog) -> StepCost:

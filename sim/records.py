@@ -51,6 +51,9 @@ class StepRecord(NamedTuple):
     prep_s: float = 0.0     # driver input prep before drafting (MineDraft), a part of draft_s
     framework_s: float = 0.0  # per-step scheduling and output processing on the critical path
     extra_rows: int = 0     # draft rows for requests whose drafts were all accepted (vLLM V0)
+    verify_prep_s: float = 0.0  # the verifier's input prep (MineDraft: rank 1's rebuild), in verify_s
+    timer_s: float = 0.0    # Timer synchronize() calls (MineDraft), in verify_s
+    sample_s: float = 0.0   # full-vocab logits gathered to the first rank and sampled, in verify_s
 
 
 STEP_COLUMNS = StepRecord._fields
@@ -83,6 +86,9 @@ class StepStats:
     prep_s: float = 0.0
     framework_s: float = 0.0
     extra_rows: int = 0
+    verify_prep_s: float = 0.0
+    timer_s: float = 0.0
+    sample_s: float = 0.0
 
 
 # the StepStats fields that are step-table columns (batch0 is resolved by the recorder)

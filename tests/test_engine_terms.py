@@ -80,3 +80,22 @@ def test_the_timeline_draws_the_driver_prep() -> None:
     prep = [x for x in r.timeline.slices if x.name == "driver prep"]
     assert prep and all(x.end_s > x.start_s for x in prep)
     assert sum(x.end_s - x.start_s for x in prep) == pytest.approx(float(r.steps["prep_s"].sum()))
+
+
+def test_the_named_terms_inside_a_target_pass() -> None:
+    # PSD on the MineDraft engine: rank 1 rebuilds each pass's inputs (0.3 ms + 13.4 us per request
+    # to prepare, 1.17 ms + metadata_request_us per request to receive the metadata), two Timer
+    # syncs of 20 us, and the gathered logits are sampled: each a part of verify_s.
+    from psdsim.sim.catalog import builtin_catalog
+    per_request = builtin_catalog().engines["vllm-0.9.2-v0-eager"].metadata_request_us
+    r = simulate(_small())
+    st, rows = r.steps, decode_rows(r.steps)
+    verified = st["verified"][rows]
+    np.testing.assert_allclose(st["verify_prep_s"][rows],
+                               0.3e-3 + verified * 13.4e-6 + 1.17e-3 + verified * per_request * 1e-6)
+    np.testing.assert_allclose(st["timer_s"][rows], 40e-6)
+    assert (st["sample_s"][rows] > 0).all()
+    parts = st["verify_prep_s"] + st["timer_s"] + st["sample_s"]
+    assert (parts[rows] < st["verify_s"][rows]).all()
+    roof = simulate(_small(engine="roofline")).steps
+    assert not (roof["verify_prep_s"].any() or roof["timer_s"].any() or roof["sample_s"].any())

@@ -16,7 +16,7 @@ from typing import Any
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, Chunks
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob
-from psdsim.sim.execution import DRIVER_PREP, driver_prep, framework
+from psdsim.sim.execution import DRIVER_PREP, driver_prep, framework, verify_parts
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from psdsim.sim.methods.common import SimContext
 from psdsim.sim.overlap import overlapped
@@ -60,13 +60,14 @@ class TargetPass:
     """One target pass: `requests` decodes scoring `tokens` positions over `context` cached
     tokens, plus the plan's prefill chunks; over the link when the drafter has a GPU of its own."""
 
-    __slots__ = ("ctx", "job", "requests", "tokens")
+    __slots__ = ("ctx", "job", "parts", "requests", "tokens")
 
     def __init__(self, ctx: SimContext, requests: int, tokens: int, context: int, chunks: Chunks,
                  over_link: bool = True) -> None:
         self.ctx = ctx
         self.job = VerifyJob(ctx.cost.verify(requests, tokens, context, chunks))
         self.requests, self.tokens = requests, tokens
+        self.parts = verify_parts(ctx.cost, requests, tokens, chunks)
         if over_link:
             self.job.send_bytes, self.job.return_bytes = link_bytes(ctx, requests, tokens, context, chunks)
 
@@ -106,6 +107,7 @@ class TargetPass:
         outlast that drafting."""
         job = self.job
         st.verify_s, st.comm_s = job.compute_s, job.transfer_s
+        st.verify_prep_s, st.timer_s, st.sample_s = self.parts
         if beside is None:
             st.link_critical_s = job.transfer_s
         else:
