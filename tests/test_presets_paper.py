@@ -60,17 +60,26 @@ def test_vicuna_eagle_preset_sends_the_target_hidden_states_back():
 @pytest.mark.slow
 def test_paper_quick_writes_its_table_and_figures(tmp_path, capsys):
     out = tmp_path / "paper"
-    assert main(["paper", "--preset", "setting2", "--quick", "--out", str(out)]) == 0
+    assert main(["paper", "--preset", "setting2", "--quick", "--repeats", "2", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "max vs SD" in text and "sharegpt/psd" in text
+    assert "max vs SD" in text and "sharegpt/psd" in text and "each the mean of 2" in text
     names = {p.name for p in out.iterdir()}
     for fig in ("throughput_vs_k", "e2el_vs_k", "per_gpu_vs_k"):
         assert f"{fig}.png" in names and f"{fig}.svg" in names
     report = json.loads((out / "paper.json").read_text())
-    assert report["quick"] and len(report["improvements"]) == 8
+    assert report["quick"] and len(report["improvements"]) == 8 and report["repeats"] == 2
+    assert all(g["best_throughput_std"] is not None for g in report["improvements"].values())
     rows = (out / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 5 * 4 * 6  # k x datasets x methods
+    assert "throughput_tok_s_std" in rows[0] and "repeats" in rows[0]
     assert Path(out / "scenario.toml").exists()
+
+
+def test_paper_repeats_below_one_is_a_clean_error(tmp_path, capsys):
+    assert main(["paper", "--quick", "--repeats", "0", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "--repeats" in err and "must be >= 1" in err and err.count("\n") == 1
+    assert not (tmp_path / "p").exists()
 
 
 def test_unknown_preset_is_a_clean_error(capsys):

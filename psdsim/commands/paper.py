@@ -9,18 +9,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsim.commands.common import Progress, add_preset, add_set, check_workers, default_out, guarded_write
+from psdsim.commands.common import (
+    Progress,
+    add_preset,
+    add_set,
+    check_workers,
+    default_out,
+    guarded_write,
+    user_error,
+)
 
 HELP = "a preset's k x dataset x method grid, in the paper's style"
 
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    from psdsim.studies.paper import QUICK_REQUESTS
+    from psdsim.studies.paper import PAPER_REPEATS, QUICK_REQUESTS
 
     add_preset(p, "setting2", "the paper's configuration to reproduce (default setting2)")
     p.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS} requests per run instead of the "
                                                         "preset's")
     add_set(p)
+    p.add_argument("--repeats", type=int, default=PAPER_REPEATS,
+                   help=f"runs per point (seeds seed .. seed+N-1), averaged, with their spread (default "
+                        f"{PAPER_REPEATS}: the paper's measured runs; its warm-up run is not simulated)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="processes to simulate with (default: all cores)")
     p.add_argument("--out", type=Path, help="results folder (default: results/paper-PRESET-HASH)")
@@ -35,17 +46,20 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.studies.paper import figures, grid, improvements, run_grid, table
 
     check_workers(args.workers)
+    if args.repeats < 1:
+        raise user_error("--repeats", f"must be >= 1, got {args.repeats}", "write --repeats 3")
     base = load_scenario(None, args.overrides, preset=args.preset)
     preset = PRESETS[args.preset]
     out = args.out or default_out(base, "paper" + ("-quick" if args.quick else ""))
     check_results_folder(out, "paper")
     runs = grid(args.preset, base, args.quick)
     progress = Progress(not args.json)
-    rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f))
+    rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f),
+                    repeats=args.repeats)
     gains = improvements(rows)
     infeasible = sorted({f"{r['method']}: {r['infeasible_reason']}" for r in rows if not r["fits"]})
     title = f"{args.preset}: {preset.title}" + (" (quick)" if args.quick else "")
-    report = {"preset": args.preset, "title": preset.title, "quick": args.quick,
+    report = {"preset": args.preset, "title": preset.title, "quick": args.quick, "repeats": args.repeats,
               "note": preset.note, "improvements": gains, "infeasible": infeasible}
     files: dict[str, Any] = {"paper.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
                              "results.csv": table(rows), "scenario.toml": scenario_to_toml(base),
@@ -54,5 +68,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, allow_nan=False))
     else:
-        print(format_paper(title, len(runs), preset.note, gains, infeasible, folder))
+        print(format_paper(title, len(runs), preset.note, gains, infeasible, folder, args.repeats))
     return 0

@@ -275,15 +275,20 @@ def _pct(g: dict[str, Any], name: str) -> str:
 
 
 def format_paper(title: str, runs: int, note: str | None, gains: dict[str, dict[str, Any]],
-                 infeasible: Sequence[str], folder: Any) -> str:
-    """The paper grid's improvement table: per dataset, the best k and PSD's gains over each baseline."""
-    lines = [f"psdsim paper · {title} · {runs} runs"]
+                 infeasible: Sequence[str], folder: Any, repeats: int = 1) -> str:
+    """The paper grid's improvement table: per dataset, the best k (its throughput the mean of
+    `repeats` runs, ± their standard deviation) and PSD's gains over each baseline."""
+    each = f", each the mean of {repeats}" if repeats > 1 else ""
+    lines = [f"psdsim paper · {title} · {runs} runs{each}"]
     if note:
         lines.append(f"  note: {note}")
-    lines.append(f"  {'dataset/variant':<24}{'best k':>7}{'tok/s':>9}{'max vs SD':>11}{'E2EL vs SD':>12}"
+    lines.append(f"  {'dataset/variant':<24}{'best k':>7}{'tok/s':>9}{'±':>6}{'max vs SD':>11}"
+                 f"{'E2EL vs SD':>12}"
                  f"{'vs best BL':>12}{'vs sd-2m':>10}{'vs sd-5gpu':>12}")
     for key, g in gains.items():
+        std = g.get("best_throughput_std")
         lines.append(f"  {key:<24}{g['best_k']:>7}{g['best_throughput']:>9.1f}"
+                     f"{f'{std:.1f}' if std is not None else '–':>6}"
                      f"{_pct(g, 'max_throughput_gain_vs_sd'):>11}{_pct(g, 'max_e2el_gain_vs_sd'):>12}"
                      f"{_pct(g, 'gain_vs_best_baseline'):>12}{_pct(g, 'best_vs_sd-2m'):>10}"
                      f"{_pct(g, 'best_vs_sd-5gpu'):>12}")
