@@ -41,8 +41,8 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     r = sub.add_parser("run", help="one engine run", epilog=other,
                        description=f"One run of {which}; the summary on stdout.")
     r.add_argument("--engine", choices=ENGINES, default="reference",
-                   help="reference: the PyTorch reference engine (default); vllm: vLLM (README, The vLLM "
-                        "runner)")
+                   help="reference: the PyTorch reference engine (default); vllm: vLLM "
+                        "(docs/engines.md, The vLLM runner)")
     if engine == "vllm":
         from psdsim.engine.vllm.__main__ import add_arguments as engine_arguments
     else:
