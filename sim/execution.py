@@ -82,10 +82,7 @@ class PassModel:
 
     def gpu(self, tokens: float, rows: float, ctx: float, pairs: float) -> float:
         """GPU seconds of a pass of `tokens` tokens sampling `rows` positions."""
-        t = self._roof.seconds(tokens, rows, ctx, pairs) + self.gpu_pass + rows * self._sample_bw
-        if self._gather is not None and rows:
-            t += self._gather(rows)
-        return t
+        return self._roof.seconds(tokens, rows, ctx, pairs) + self.gpu_pass + self.sample_gpu(rows)
 
     def sample_gpu(self, rows: float) -> float:
         """GPU seconds of gathering `rows` full-vocabulary logit rows to the first rank and
@@ -108,7 +105,7 @@ class PassModel:
     def draft_gpu(self, batch: int, k: int, ctx: int) -> float:
         """GPU seconds of k chained draft passes of `batch` rows (pass j over ctx + j*batch)."""
         roof = self._roof.draft_passes(batch, k, ctx)
-        fixed = self.gpu_pass + batch * self._sample_bw
+        fixed = self.gpu_pass + self.sample_gpu(batch)
         return roof + k * fixed
 
 
