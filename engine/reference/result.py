@@ -1,8 +1,9 @@
 """What a run measured, summarised under the simulator's names (docs/design.md §4 and §7).
 
 The definitions are the simulator's (sim/metrics.py), so a measured summary and a simulated one
-compare key by key: throughput = tokens kept by decode steps / time of decode steps (prefill-only
-steps excluded), also over the first 80% and 70% of decode steps; output_tok_s over the
+compare key by key: throughput = tokens decode steps generated (accepted + 1 per verified request,
+before the trim at output_len: MineDraft's generated_num) / their time (prefill-only steps
+excluded), also over the first 80% and 70% of decode steps; output_tok_s over the
 makespan; e2el = makespan / requests; latency from arrival (the run's start: offline) to the end
 of the step that emitted the last token; VSR = accepted / verified draft tokens; parallelization
 rate = parallelised decode steps / decode steps; comm share = the driver's wait for the verifier
@@ -42,7 +43,7 @@ class EngineResult:
         cfg = self.config
         decode = [s for s in self.steps if s.decode]
         dur = np.array([s.duration_s for s in decode])
-        kept = np.array([s.kept for s in decode])
+        generated = np.array([s.generated for s in decode])
         end = np.array([r.end_s for r in self.requests])
         first = np.array([r.first_token_s for r in self.requests])
         out_len = np.array([r.generated for r in self.requests])
@@ -62,9 +63,9 @@ class EngineResult:
             "m": cfg.m,
             "requests": len(self.requests),
             "makespan_s": makespan,
-            "throughput_tok_s": step_throughput(kept, dur, 1.0),
-            "throughput_tok_s_trim80": step_throughput(kept, dur, 0.8),
-            "throughput_tok_s_trim70": step_throughput(kept, dur, 0.7),
+            "throughput_tok_s": step_throughput(generated, dur, 1.0),
+            "throughput_tok_s_trim80": step_throughput(generated, dur, 0.8),
+            "throughput_tok_s_trim70": step_throughput(generated, dur, 0.7),
             "output_tok_s": ratio(out_len.sum(), makespan),
             "e2el_ms": makespan / len(self.requests) * 1e3,
             "latency_ms": ms_stats(end - self.start_s),

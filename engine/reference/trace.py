@@ -27,7 +27,8 @@ psdsim's fields, `psdsim_*`, carry what MineDraft's lack and the cost model need
 - psdsim_reject_time: rejection sampling (part of measured_overhead_time);
 - psdsim_draft_prefill_time: the draft model's prompt pass (part of a prompt step's
   measured_target_time);
-- psdsim_kept_num: tokens kept after truncation at the output length (the throughput's tokens);
+- psdsim_kept_num: tokens kept after truncation at the output length (the throughput counts
+  generated_num, as MineDraft's analysis does);
 - psdsim_batch0, psdsim_batch1: PSD's decoding sub-batch sizes (flag False, True) at the start.
 Request records add psdsim_first_token_us.
 """

@@ -28,8 +28,9 @@ over its iterations (each one a repeat).
 
 Measured metrics come from the records with MineDraft's own definitions
 (benchmarks/trace/analyze_traces.py), which are the simulator's (sim/metrics.py): throughput =
-tokens of decode steps / their time (end_us − start_us; tokens = psdsim_kept_num where psdsim's
-engine wrote it, else generated_num, else one per scheduled request); E2EL = (last end_us −
+tokens of decode steps / their time (end_us − start_us; tokens = generated_num, accepted + 1 per
+verified request before the trim at output_len, else psdsim_kept_num, else one per scheduled
+request); E2EL = (last end_us −
 first start_us) / prompts (request records / n, consecutive records one prompt's samples
 [INFERRED: vLLM V0 adds a prompt's n samples one after another]); latency per prompt = its last
 sample's end_us − start_us; VSR = Σ accepted_num / Σ verify_len; parallelization rate = decode
@@ -288,7 +289,7 @@ def measured_summary(it: Iteration, s: Scenario) -> dict[str, Any]:
     ran = [st for st in it.steps if st.get("batched_requests")]
     decode = [st for st in ran if not st.get("is_prompt_run")]
     dur = np.array([(st["end_us"] - st["start_us"]) * US for st in decode])
-    kept = np.array([_kept(st) for st in decode], dtype=float)
+    generated = np.array([_generated(st) for st in decode], dtype=float)
     reqs = it.requests
     start = np.array([r["start_us"] * US for r in reqs])
     end = np.array([r["end_us"] * US for r in reqs])
@@ -304,9 +305,9 @@ def measured_summary(it: Iteration, s: Scenario) -> dict[str, Any]:
     return {
         "method": s.method, "k": s.k if speculative else None, "m": s.m,
         "requests": prompts, "sequences": len(reqs), "makespan_s": makespan,
-        "throughput_tok_s": step_throughput(kept, dur, 1.0),
-        "throughput_tok_s_trim80": step_throughput(kept, dur, 0.8),
-        "throughput_tok_s_trim70": step_throughput(kept, dur, 0.7),
+        "throughput_tok_s": step_throughput(generated, dur, 1.0),
+        "throughput_tok_s_trim80": step_throughput(generated, dur, 0.8),
+        "throughput_tok_s_trim70": step_throughput(generated, dur, 0.7),
         "output_tok_s": ratio(gen.sum(), makespan),
         "e2el_ms": makespan / prompts * 1e3,
         "latency_ms": ms_stats(latency), "ttft_ms": ms_stats(ttft), "tpot_ms": ms_stats(tpot),
@@ -319,8 +320,8 @@ def measured_summary(it: Iteration, s: Scenario) -> dict[str, Any]:
     }
 
 
-def _kept(step: dict[str, Any]) -> float:
-    for key in ("psdsim_kept_num", "generated_num"):
+def _generated(step: dict[str, Any]) -> float:
+    for key in ("generated_num", "psdsim_kept_num"):
         if isinstance(step.get(key), int | float):
             return float(step[key])
     return float(len(step["batched_requests"]))
