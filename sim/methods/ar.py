@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from psdsim.sim.methods.common import EngineMethod, record, verify_outcome
 from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
-from psdsim.sim.records import StepStats
+from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 
 
@@ -16,7 +16,7 @@ class AutoRegressive(EngineMethod):
     uses_drafter = False
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx, st = self.ctx, StepStats()
+        ctx, st = self.ctx, StepRecord()
         ids, start = plan.decode, ctx.env.now
         batch = len(ids)
         chunks = chunk_work(ctx, plan)

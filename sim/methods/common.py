@@ -14,7 +14,7 @@ from psdsim.sim.costs import StepCost
 from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.layout import layout_for
 from psdsim.sim.overlap import NO_SLOWDOWNS, Slowdowns
-from psdsim.sim.records import DECODE, PREFILL, STAT_COLUMNS, StepRecord, StepStats
+from psdsim.sim.records import DECODE, StepRecord, row
 from psdsim.sim.requests import PREFILLING, RequestTable
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import EngineHooks, Scheduler, StepPlan
@@ -35,7 +35,7 @@ class SimContext:
     acceptance: AcceptanceSampler
     drafter: Drafter | None = None   # the drafter GPU(s); None without a draft model
     hidden: int = 0              # the target's hidden size when the draft is an EAGLE head
-    steps: list[StepRecord] = field(default_factory=list)
+    steps: list[tuple] = field(default_factory=list)   # records.row of each step
     timeline: Timeline | None = None  # records the run's work when asked (sim/timeline.py)
     slow: Slowdowns = NO_SLOWDOWNS    # a profile's measured slowdowns this run pays (sim/overlap.py)
     overlap_prefill: bool = False     # the drafter prefills beside the target (overlap_draft_prefill)
@@ -67,7 +67,7 @@ class EngineMethod(EngineHooks):
         raise NotImplementedError
 
 
-def draft_rows(ctx: SimContext, ids: np.ndarray, st: StepStats) -> int:
+def draft_rows(ctx: SimContext, ids: np.ndarray, st: StepRecord) -> int:
     """Rows a drafting of `ids` runs: one each, and one more for every request whose drafts were
     all accepted where the engine drafts that extra row (counted in the step's extra_rows)."""
     if ctx.all_accepted is None or not len(ids):
@@ -86,7 +86,7 @@ def draft_counts(plan: StepPlan, ids: np.ndarray, wanted: np.ndarray) -> np.ndar
     return np.minimum(wanted, np.array([cap[r] for r in ids.tolist()], dtype=np.int64))
 
 
-def verify_outcome(ctx: SimContext, st: StepStats, ids: np.ndarray, proposed: np.ndarray,
+def verify_outcome(ctx: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
                    total_proposed: int, acceptable: np.ndarray | None = None) -> None:
     """Draw acceptance for verified requests, emit accepted + 1 tokens each, update stats.
     `total_proposed` is proposed.sum(), which every caller already knows; where `acceptable` is
@@ -102,7 +102,7 @@ def verify_outcome(ctx: SimContext, st: StepStats, ids: np.ndarray, proposed: np
     emit_outcome(ctx, st, ids, proposed, total_proposed, accepted)
 
 
-def emit_outcome(ctx: SimContext, st: StepStats, ids: np.ndarray, proposed: np.ndarray,
+def emit_outcome(ctx: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
                  total_proposed: int, accepted: np.ndarray) -> None:
     """Emit accepted + 1 tokens for each verified request, log the verification, count it."""
     t = ctx.table
@@ -132,21 +132,23 @@ def emit_first_tokens(ctx: SimContext, plan: StepPlan) -> int:
     return len(done) if kept is None else int(kept.sum())
 
 
-def record(ctx: SimContext, plan: StepPlan, start: float, st: StepStats) -> None:
+def record(ctx: SimContext, plan: StepPlan, start: float, st: StepRecord) -> None:
     """Close the step: prompts that completed emit their first token, the drafter is charged
-    the step's own work, and the record is built by field name from `st` and the plan."""
+    the step's own work, and the record gets what the plan and the running set say."""
     st.generated += emit_first_tokens(ctx, plan)
     if ctx.drafter is not None:
         ctx.drafter.busy_s += st.drafter_s
     t = ctx.table
     running = ctx.scheduler.running
-    prefilling = int(np.count_nonzero(t.state[running] == PREFILLING)) if len(plan.prefill) or \
-        ctx.scheduler.chunked else 0
-    prefill = len(plan.prefill) > 0
-    ctx.steps.append(StepRecord(
-        kind=DECODE if st.verified else PREFILL, start_s=start, end_s=ctx.env.now, running=len(running),
-        batch0=len(running) - prefilling if st.batch0 is None else st.batch0, prefilling=prefilling,
-        prefill_tokens=int(plan.chunk.sum()) if prefill else 0, prefill_groups=plan.prefill_groups,
-        prompts_done=int(plan.completes.sum()) if prefill else 0, preempted=plan.preempted,
-        kv_blocks=plan.kv_blocks, waiting=plan.waiting,
-        **{name: getattr(st, name) for name in STAT_COLUMNS}))
+    if st.verified:
+        st.kind = DECODE
+    st.start_s, st.end_s, st.running = start, ctx.env.now, len(running)
+    if len(plan.prefill) or ctx.scheduler.chunked:
+        st.prefilling = int(np.count_nonzero(t.state[running] == PREFILLING))
+    if st.batch0 is None:
+        st.batch0 = len(running) - st.prefilling
+    if len(plan.prefill):
+        st.prefill_tokens, st.prompts_done = int(plan.chunk.sum()), int(plan.completes.sum())
+    st.preempted, st.kv_blocks, st.waiting = plan.preempted, plan.kv_blocks, plan.waiting
+    st.prefill_groups = plan.prefill_groups
+    ctx.steps.append(row(st))

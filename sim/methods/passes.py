@@ -20,7 +20,7 @@ from psdsim.sim.execution import DRIVER_PREP, driver_prep, framework, verify_par
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from psdsim.sim.methods.common import SimContext
 from psdsim.sim.overlap import overlapped
-from psdsim.sim.records import StepStats
+from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 from psdsim.sim.timeline import DRAFT_PREFILL, DRAFTER, DRIVER, ON_DRAFTER, ON_DRIVER, REJECT, driver_parts
 
@@ -82,7 +82,7 @@ class TargetPass:
             drafting, job.compute_s = overlapped(drafting, job.compute_s, inputs_s, *overlap)
         return drafting
 
-    def prepare(self, st: StepStats) -> Generator[Any, Any, None]:
+    def prepare(self, st: StepRecord) -> Generator[Any, Any, None]:
         """The driver's input preparation before it hands the pass over and drafts (MineDraft:
         the target inputs and the metadata broadcast; 0 on other engines), a part of draft_s."""
         ctx = self.ctx
@@ -101,7 +101,7 @@ class TargetPass:
             self.job.name, self.job.args = name, args
         return self.ctx.verifier.submit(self.job)
 
-    def measured(self, st: StepStats, beside: float | None = None) -> None:
+    def measured(self, st: StepRecord, beside: float | None = None) -> None:
         """The pass's figures, once it is back. `beside`: the drafting the driver did while the
         pass ran (None: none); a free link shortens the step by the transfers only where they
         outlast that drafting."""
@@ -115,7 +115,7 @@ class TargetPass:
                                   - max(job.compute_s, beside))
 
 
-def after_pass(ctx: SimContext, plan: StepPlan, st: StepStats, chunks: Chunks, tokens: int,
+def after_pass(ctx: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
                scored: bool, waited_from: float, reject_on: str | None = DRAFTER,
                queued: bool = False, emitting: int = 0) -> Generator[Any, Any, None]:
     """The driver's work once the target pass is back (it waited from `waited_from`): what is

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from psdsim.sim.methods.common import EngineMethod, SimContext, draft_counts, record, verify_outcome
 from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
-from psdsim.sim.records import StepStats
+from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 
 
@@ -55,7 +55,7 @@ class PEARL(EngineMethod):
         self.valid[ids] = False
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx, st = self.ctx, StepStats()
+        ctx, st = self.ctx, StepRecord()
         env, drafter, k, start = ctx.env, ctx.drafter, ctx.scenario.k, ctx.env.now
         assert drafter is not None
         ids = plan.decode
@@ -91,7 +91,7 @@ class PEARL(EngineMethod):
         proposed = self.drafted[ids] * k if use_drafts else np.zeros(len(ids), dtype=np.int64)
         return draft_counts(plan, ids, proposed), use_drafts
 
-    def _verify(self, ids: np.ndarray, proposed: np.ndarray, total: int, st: StepStats) -> None:
+    def _verify(self, ids: np.ndarray, proposed: np.ndarray, total: int, st: StepRecord) -> None:
         """Score the drafts (stale ones as `pearl_stale` says) and note whose pre-drafted tokens
         continue the real sequence: the code's `has_accepted_all`, all drafts accepted (or, with
         none, the first drafted token matching the target's)."""

@@ -48,7 +48,7 @@ from psdsim.sim.methods.common import (
 from psdsim.sim.methods.draft_length import Selection, draft_length
 from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
 from psdsim.sim.methods.refill import EMPTY, BatchManagerRefill, RoundRobinRefill
-from psdsim.sim.records import StepStats
+from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import StepPlan
 
@@ -103,7 +103,7 @@ class PipelinedSD(EngineMethod):
     # -- a step -----------------------------------------------------------------------------
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx, st, refill = self.ctx, StepStats(), self.refill
+        ctx, st, refill = self.ctx, StepRecord(), self.refill
         env, start = ctx.env, ctx.env.now
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
         ids = refill.members[v] if v is not None else EMPTY
@@ -122,10 +122,12 @@ class PipelinedSD(EngineMethod):
         k_ahead, ahead_s = self._ahead(ahead, st)
         ahead_s = target.contend(ahead_s)
         yield from target.prepare(st)
-        done = (target.submit(f"verify B{v}", sub_batch=v, k=int(proposed.max())) if v is not None
-                else target.submit("prefill"))
+        done = (target.submit(f"verify B{v}", sub_batch=v, k=int(proposed.max()) if ctx.timeline else 0)
+                if v is not None else target.submit("prefill"))
         if ahead is not None:   # the driver drafts the other sub-batch while the pass runs
-            yield from self._draft_beside(ahead, k_ahead, ahead_s, st)
+            yield self.drafter.run(ahead_s, f"draft B{ahead}", sub_batch=ahead, batch=st.drafted, k=k_ahead)
+            st.draft_s += ahead_s
+            st.drafter_s += ahead_s
         drafted_at = env.now
         yield done
         if v is not None and not refill.background:
@@ -155,7 +157,7 @@ class PipelinedSD(EngineMethod):
         return capped, Selection(capped, selection.accepted)
 
     def _outcome(self, ids: np.ndarray, proposed: np.ndarray, total: int, selection: Selection | None,
-                 st: StepStats) -> None:
+                 st: StepRecord) -> None:
         if selection is None:
             verify_outcome(self.ctx, st, ids, proposed, total)
             self.lengths.seen(proposed, total)
@@ -165,7 +167,7 @@ class PipelinedSD(EngineMethod):
     # -- drafting ---------------------------------------------------------------------------
 
     def _drafts_of(self, v: int, ids: np.ndarray, context: int, chunks: Chunks,
-                   st: StepStats) -> Generator[Any, Any, bool]:
+                   st: StepRecord) -> Generator[Any, Any, bool]:
         """Make sure the verified sub-batch has its drafts: returns whether they were drafted
         before this step (parallelised); otherwise it is drafted first and the step waits."""
         if self.refill.background:
@@ -189,26 +191,21 @@ class PipelinedSD(EngineMethod):
         st.drafter_s += seconds
         return False
 
-    def _ahead(self, ahead: int | None, st: StepStats) -> tuple[int, float]:
-        """(k, seconds alone) of drafting sub-batch `ahead` beside the pass."""
+    def _ahead(self, ahead: int | None, st: StepRecord) -> tuple[int, float]:
+        """(k, seconds alone) of drafting sub-batch `ahead` beside the pass; its requests hold k
+        drafts once it is done."""
         if ahead is None:
             return 0, 0.0
         ids = self.refill.members[ahead]
         context = self.ctx.table.context(ids)
         k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
+        self.proposals[ids] = k   # held from when the drafting beside the pass ends
+        st.drafted = len(ids)
         if not k:
             return 0, 0.0
         return k, self.ctx.cost.draft(draft_rows(self.ctx, ids, st), k, context) * self.drafter.slowdown[0]
 
-    def _draft_beside(self, ahead: int, k: int, seconds: float, st: StepStats) -> Generator[Any, Any, None]:
-        ids = self.refill.members[ahead]
-        yield self.drafter.run(seconds, f"draft B{ahead}", sub_batch=ahead, batch=len(ids), k=k)
-        self.proposals[ids] = k
-        st.drafted = len(ids)
-        st.draft_s += seconds
-        st.drafter_s += seconds
-
-    def _queue_drafts(self, v: int | None, st: StepStats) -> int:
+    def _queue_drafts(self, v: int | None, st: StepRecord) -> int:
         """Background drafting: queue every other non-empty sub-batch without drafts for the
         drafter workers; returns the requests queued. Also the record's split: `batch0` is the
         verified sub-batch and `batch1` the others."""

@@ -28,7 +28,7 @@ from psdsim.sim.methods.common import (
 )
 from psdsim.sim.methods.draft_length import draft_length
 from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
-from psdsim.sim.records import StepStats
+from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import StepPlan
 from psdsim.sim.timeline import DRIVER
@@ -43,7 +43,7 @@ class StandardSD(EngineMethod):
         self.lengths = draft_length(ctx)
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx, st = self.ctx, StepStats()
+        ctx, st = self.ctx, StepRecord()
         env, drafter, start = ctx.env, ctx.drafter, ctx.env.now
         assert drafter is not None
         ids = plan.decode
