@@ -1,0 +1,112 @@
+"""The drafter GPUs as a SimPy device (sim/devices.Drafter), on hand-built jobs and times."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+import simpy
+from psdsim.sim.devices import AfterPassJob, Drafter, DraftJob, Link, Verifier, VerifyJob
+from psdsim.sim.overlap import overlapped
+from psdsim.sim.timeline import Timeline
+
+
+def _drafter(count: int = 1, **kw):
+    env = simpy.Environment()
+    tl = Timeline()
+    return env, tl, Drafter(env, [f"d{i}" for i in range(count)], tl, **kw)
+
+
+def _job(name: str, seconds: float, done: list[tuple[str, float]], env: simpy.Environment) -> DraftJob:
+    return DraftJob(name, lambda: (seconds, {}), lambda: done.append((name, env.now)))
+
+
+def test_urgent_work_goes_first_and_each_drafter_does_one_thing_at_a_time():
+    """Jobs submitted in one instant are handed out once the submitter waits: urgent first,
+    first come first served within each kind, one job per drafter at a time."""
+    env, tl, drafter = _drafter(count=2)
+    done: list[tuple[str, float]] = []
+
+    def driver():
+        yield env.timeout(1.0)
+        for name in ("b1", "b2", "b3"):
+            drafter.submit(_job(name, 2.0, done, env), urgent=False)
+        yield drafter.submit(_job("urgent", 0.5, done, env), urgent=True)
+
+    env.process(driver())
+    env.run()
+    assert done == [("urgent", 1.5), ("b1", 3.0), ("b2", 3.5), ("b3", 5.0)]
+    assert drafter.busy_s == pytest.approx(6.5)
+    for track in ("d0", "d1"):
+        spans = sorted((s.start_s, s.end_s) for s in tl.slices if s.track == track)
+        assert all(a[1] <= b[0] for a, b in pairwise(spans))
+
+
+def test_the_driver_work_after_a_pass_is_slowed_by_the_drafter_idling_before_it():
+    """A drafter's slowdown is set from its idle time when it takes up the driver's work after a
+    pass (counted from its last work, or from when the driver started waiting, the later) and
+    applies to its later drafting too."""
+    env, _, drafter = _drafter(idle=lambda idle_s: 1.0 + idle_s)
+    done: list[tuple[str, float]] = []
+
+    def driver():
+        yield drafter.submit(_job("draft", 1.0, done, env), urgent=False)   # 0 -> 1
+        yield env.timeout(0.5)                                             # waits for a pass
+        yield drafter.submit(AfterPassJob((("reject", 0.2),), waited_from=1.0), urgent=True)
+        yield drafter.submit(_job("next", 1.0, done, env), urgent=False)
+
+    env.process(driver())
+    env.run()
+    assert drafter.slowdown[0] == pytest.approx(1.5)
+    assert done[-1] == ("next", pytest.approx(1.5 + 0.2 * 1.5 + 1.5))
+
+
+def test_drafting_in_flight_and_a_target_pass_slow_each_other():
+    """A pass that starts while a drafter worker drafts is priced with the drafting's remaining
+    time as sim/overlap.overlapped prices the two (drafting from now, the pass after its inputs
+    cross the link); the drafting ends later by what the overlap costs it."""
+    env = simpy.Environment()
+    link = Link(env, lambda n: 0.1, lambda n: 0.1)
+    verifier = Verifier(env, link)
+    factors = (1.4, 1.2)
+    drafter = Drafter(env, ["d0"], overlap=factors, verifier=verifier)
+    verifier.drafter = drafter
+    done: list[tuple[str, float]] = []
+    job = VerifyJob(1.0, send_bytes=8, return_bytes=8)
+
+    def driver():
+        drafter.submit(_job("draft", 3.0, done, env), urgent=False)
+        yield env.timeout(1.0)
+        yield verifier.submit(job)
+
+    env.process(driver())
+    env.run()
+    drafting, pass_s = overlapped(2.0, 1.0, 0.1, *factors)
+    assert job.compute_s == pytest.approx(pass_s) and pass_s > 1.0
+    assert done == [("draft", pytest.approx(1.0 + drafting))] and drafting > 2.0
+
+
+def test_drafting_that_starts_during_a_pass_pushes_the_pass_later():
+    env = simpy.Environment()
+    link = Link(env, lambda n: 0.0, lambda n: 0.0)
+    verifier = Verifier(env, link)
+    factors = (1.4, 1.2)
+    drafter = Drafter(env, ["d0"], overlap=factors, verifier=verifier)
+    verifier.drafter = drafter
+    done: list[tuple[str, float]] = []
+    job = VerifyJob(2.0)
+    ends: list[float] = []
+
+    def driver():
+        finished = verifier.submit(job)
+        yield env.timeout(0.5)
+        drafter.submit(_job("draft", 1.0, done, env), urgent=False)
+        yield finished
+        ends.append(env.now)
+
+    env.process(driver())
+    env.run()
+    drafting, left = overlapped(1.0, 1.5, 0.0, *factors)
+    assert done == [("draft", pytest.approx(0.5 + drafting))]
+    assert ends == [pytest.approx(0.5 + left)] and left > 1.5
+    assert verifier.busy_s == pytest.approx(0.5 + left)
