@@ -71,8 +71,8 @@ def _load(path: Path) -> Any:
 
 
 def _events(doc: Any, path: Path) -> tuple[list[Any], dict[str, Any]]:
-    if isinstance(doc, list):
-        events, meta = doc, {}
+    if isinstance(doc, list) and (not doc or any(isinstance(e, dict) and "ph" in e for e in doc)):
+        events, meta = doc, {}   # the trace-event format's bare list of events
     elif isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
         events, meta = doc["traceEvents"], doc
     else:

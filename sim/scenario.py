@@ -248,9 +248,11 @@ def plain_label(text: str) -> str:
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """The fix for an unknown name: the nearest known one, or (none near) where the list is."""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    known = list(choices)
+    close = list(dict.fromkeys([k for k in known if k.startswith(name)]
+                               + difflib.get_close_matches(name, known, n=3, cutoff=0.6)))[:3]
     if close:
-        return f"did you mean {close[0]!r}?"
+        return f"did you mean {' or '.join(map(repr, close))}?"
     return "see `psdsim scenario` for every field and its value (docs/scenario.md explains them)"
 
 
@@ -529,6 +531,8 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
     _in_range(s, "abort_fraction", 0.0, 1.0)
     _positive(s, "abort_window_s")
     if s.trace:
+        _need(not Path(s.trace).is_dir(), "trace", f"{s.trace!r} is a folder, not a trace file",
+              "give the path of a JSONL or CSV request trace file")
         _need(Path(s.trace).is_file(), "trace", f"file {s.trace!r} not found",
               "give the path of a JSONL or CSV request trace")
         _need(s.rate is None, "rate", "a trace gives its own arrival times",
@@ -547,6 +551,8 @@ def _check_costs(s: Scenario, cat: Catalog) -> None:
         v = getattr(s, name)
         _need(v >= 0, name, f"must be >= 0, got {v}", f"set {name} to 0 or more")
     if s.profile:
+        _need(not Path(s.profile).is_dir(), "profile", f"{s.profile!r} is a folder, not a profile",
+              "give the path of a profile written by `psdsim calibrate … --out profile.json`")
         _need(Path(s.profile).is_file(), "profile", f"file {s.profile!r} not found",
               "give the path of a profile written by `psdsim calibrate … --out profile.json`")
 

@@ -29,14 +29,15 @@ class Trace:
     acceptance: np.ndarray  # NaN where the row gives none
 
 
-def _fail(path: Path, line: int, field: str, problem: str) -> ScenarioError:
-    return ScenarioError("trace", f"{path.name} line {line}: field {field!r}: {problem}",
-                         "correct that row of the trace")
+def _fail(path: Path, line: int, field: str, problem: str,
+          fix: str = "correct that row of the trace (columns: arrival_s, prompt_tokens, output_tokens, "
+                     "acceptance)") -> ScenarioError:
+    return ScenarioError("trace", f"{path.name} line {line}: field {field!r}: {problem}", fix)
 
 
 def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: bool) -> float:
     if field not in row or row[field] in ("", None):
-        raise _fail(path, line, field, "missing")
+        raise _fail(path, line, field, "missing", f"give {field} on every row")
     raw = row[field]
     try:
         value = float(raw) if not isinstance(raw, bool) else math.nan
@@ -48,14 +49,33 @@ def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: 
     return value
 
 
+def _text(path: Path) -> str:
+    """The trace's text; every way it cannot be read (a folder, no permission, not UTF-8 text)
+    is one ScenarioError naming `trace`."""
+    what = "give a JSONL or CSV request trace (a UTF-8 text file you can read)"
+    if path.is_dir():
+        raise ScenarioError("trace", f"{str(path)!r} is a folder, not a trace file", what)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError("trace", f"{path.name} is not UTF-8 text (a binary file?)", what) from None
+    except OSError as exc:
+        raise ScenarioError("trace", f"cannot read {str(path)!r} ({exc.strerror or exc})", what) from None
+
+
 def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    text = path.read_text(encoding="utf-8")
+    text = _text(path)
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(text.splitlines())
-        missing = [f for f in REQUIRED if f not in (reader.fieldnames or [])]
-        if missing:
-            raise _fail(path, 1, missing[0], "column missing from the header")
-        return [(i + 2, row) for i, row in enumerate(reader)]
+        try:
+            missing = [f for f in REQUIRED if f not in (reader.fieldnames or [])]
+            if missing:
+                raise _fail(path, 1, missing[0], "column missing from the header",
+                            f"start the file with the header {','.join(REQUIRED)},acceptance")
+            return [(i + 2, row) for i, row in enumerate(reader)]
+        except csv.Error as exc:
+            raise ScenarioError("trace", f"{path.name} line {reader.line_num}: not readable as CSV ({exc})",
+                                "write comma-separated rows under a header row") from None
     rows = []
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -87,9 +107,11 @@ def read_trace(path: str | Path, max_model_len: int) -> Trace:
         if pl < 1 or ol < 1:
             field = "prompt_tokens" if pl < 1 else "output_tokens"
             raise _fail(p, line, field, "must be >= 1")
-        if pl + ol > max_model_len:
-            raise _fail(p, line, "output_tokens",
-                        f"prompt + output = {int(pl + ol)} exceeds max_model_len {max_model_len}")
+        if pl + ol > max_model_len:   # name the larger of the two, the one that does not fit
+            raise _fail(p, line, "prompt_tokens" if pl >= ol else "output_tokens",
+                        f"prompt + output = {int(pl)} + {int(ol)} = {int(pl + ol)} exceeds max_model_len "
+                        f"{max_model_len}", f"raise max_model_len to at least {int(pl + ol)}, or shorten "
+                                            "or drop that row")
         acc = math.nan
         if row.get("acceptance") not in (None, ""):
             acc = _number(p, line, row, "acceptance", integer=False)

@@ -48,7 +48,8 @@ def test_csv_trace_and_the_requests_cap(tmp_path):
     ('{"arrival_s": 0, "prompt_tokens": 5}', "output_tokens"),
     ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": "x"}', "output_tokens"),
     ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5, "acceptance": 1.5}', "acceptance"),
-    ('{"arrival_s": 0, "prompt_tokens": 2000, "output_tokens": 100}', "output_tokens"),
+    ('{"arrival_s": 0, "prompt_tokens": 2000, "output_tokens": 100}', "prompt_tokens"),  # the larger
+    ('{"arrival_s": 0, "prompt_tokens": 100, "output_tokens": 2000}', "output_tokens"),
 ])
 def test_malformed_rows_name_line_and_field(tmp_path, line, field):
     good = '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5}'

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from psdsim.commands.common import guarded_write
+from psdsim.commands.common import guarded_write, user_error
 
 HELP = "fit a cost profile to traces (nsys SQLite, Kineto JSON, MineDraft JSONL) and report how well it fits"
 PROVENANCE = (("--engine", "engine name, e.g. vllm"), ("--engine-version", "engine version"),
@@ -39,12 +39,34 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     p.add_argument("--json", action="store_true", help="print the profile as JSON on stdout")
 
 
+def _check_provenance(args: argparse.Namespace) -> None:
+    """The provenance is stored in the profile and read back by `psdsim run`: a GPU or model that
+    is no catalog key, or a tensor-parallel size below 1, is refused before any trace is read."""
+    from psdsim.sim.catalog import load_catalog
+    from psdsim.sim.scenario import did_you_mean
+
+    if args.tp is not None and args.tp < 1:
+        raise user_error("--tp", f"must be >= 1, got {args.tp}", "write the target's tensor-parallel size, "
+                                                                   "e.g. --tp 4")
+    cat = load_catalog()
+    for flag, value, table, what in (("--gpu", args.gpu, cat.gpus, "GPU"),
+                                     ("--drafter-gpu", args.drafter_gpu, cat.gpus, "GPU"),
+                                     ("--target", args.target, cat.models, "model"),
+                                     ("--draft", args.draft, cat.models, "model")):
+        if value is not None and value not in table:
+            hint = did_you_mean(value, table)
+            raise user_error(flag, f"unknown {what} {value!r}",
+                             hint if hint.startswith("did you mean") else
+                             f"use a catalog key ({', '.join(table)}; `psdsim catalog`)")
+
+
 def run(args: argparse.Namespace) -> int:
     from psdsim.calibration.calibrate import calibrate
     from psdsim.calibration.report import fit_figure, report_lines
     from psdsim.calibration.samples import COLUMNS, sample_columns
     from psdsim.sim.output.results import OWN_FILE_SIGNATURE, check_output_file, table_csv, write_file
 
+    _check_provenance(args)
     samples_header = ",".join(COLUMNS).encode()
     for option, path in (("--out", args.out), ("--plot", args.plot), ("--samples", args.samples)):
         if path is not None:

@@ -46,6 +46,7 @@ def _methods(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.footprint import check_memory
     from psdsim.sim.output.report import format_compare, nothing_fits, ratios
     from psdsim.sim.output.results import check_results_folder, result_files, write_folder
     from psdsim.sim.run import compare_methods
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     methods = _methods(args.methods)
     s = load_scenario(args.scenario, overrides(args), preset=args.preset)
+    check_memory([s] * len(methods), f"{len(methods)} methods' results kept")   # every result is kept
     out = None if args.no_write else args.out or default_out(s, "compare")
     if out is not None:
         check_results_folder(out, "compare")

@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.footprint import check_memory, estimate_bytes
     from psdsim.sim.output.report import format_paper
     from psdsim.sim.output.results import check_results_folder, write_folder
     from psdsim.sim.presets import PRESETS
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or default_out(base, "paper" + ("-quick" if args.quick else ""))
     check_results_folder(out, "paper")
     runs = grid(args.preset, base, args.quick)
+    largest = max(runs, key=estimate_bytes)
+    check_memory([largest] * min(args.workers, len(runs)), f"{args.workers} runs at once")
     progress = Progress(not args.json)
     rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f),
                     repeats=args.repeats)

@@ -34,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.footprint import check_memory
     from psdsim.sim.output.report import format_run, nothing_fits
     from psdsim.sim.output.results import check_output_file, check_results_folder, summary_json, write_result
     from psdsim.sim.output.timeline import write_trace
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.sim.scenario import load_scenario
 
     s = load_scenario(args.scenario, overrides(args), args.method, args.preset)
+    check_memory([s])   # before anything is allocated: refuse what the machine cannot hold
     trace = args.trace
     if trace is not None and not trace.parent.is_dir():  # checked first: a typo costs no run
         raise user_error("--trace", f"cannot write {str(trace)!r} (no folder {str(trace.parent)!r})",

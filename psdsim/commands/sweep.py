@@ -99,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
         raise user_error("--ray-address", "applies to the Ray executor only", "add --executor ray")
     if args.executor == "ray":
         require_ray()
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise user_error("--out", f"{str(args.out)!r} is a file, not a sweep folder",
+                         "choose a new folder, or the folder of an earlier sweep to resume, with --out DIR")
     design = load_design(args.spec)
     out = args.out or Path("results") / f"sweep-{args.spec.stem}"
     size = {"spec": str(args.spec), "points": len(design.points), "runs": len(design.runs),

@@ -109,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         doc = theory_json(m, args.t_token, args.k_max)
         lines += [*optima_lines(m, args.t_token, args.k_max), "", *published_lines()]
         if args.plot:
+            if args.plot.exists() and not args.plot.is_dir():
+                raise user_error("--plot", f"{str(args.plot)!r} is a file; --plot takes a folder",
+                                 "give a folder (new or existing) with --plot DIR")
             paths = guarded_write(args.plot, lambda: plot_theory(m, args.plot), "--plot",
                                   "choose a writable folder with --plot DIR")
             doc["figures"] = [str(p) for p in paths]

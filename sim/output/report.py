@@ -181,7 +181,10 @@ def format_compare(summaries: dict[str, dict[str, Any]], s: Scenario,
             f"{s.dataset} · seed {s.seed}")
     cat = catalog_for(s)
     lines = [head, f"  target {cat.models[s.target].hf_id} on {s.tensor_parallel_size}×{s.gpu}, "
-                   f"draft {cat.models[s.draft].hf_id}, link {s.link}", "  " + cost_model_line(s), ""]
+                   f"draft {cat.models[s.draft].hf_id}, link {s.link}", "  " + cost_model_line(s)]
+    notes = dict.fromkeys(w for sm in summaries.values() for w in sm.get("warnings", []))  # as run prints
+    lines += [f"  note: {w}" for w in notes]
+    lines.append("")
     pair_names = [f"{a}/{b}" for a, b in pairs if a in summaries and b in summaries]
     width = 12
     lines.append(f"  {'':<28}" + "".join(f"{m:>{width}}" for m in methods)
@@ -223,7 +226,6 @@ def catalog_json(cat: Any) -> dict[str, Any]:
         "acceptance": {f"{d} -> {t}": {"alpha": p.alpha, "source": p.source}
                        for (d, t), p in cat.acceptance.items()},
         "engines": {k: vars(v) for k, v in cat.engines.items()},
-        "engines": {k: vars(v) for k, v in cat.engines.items()},
     }
 
 
@@ -261,8 +263,6 @@ def format_catalog(cat: Any) -> str:
         lines.append(f"  {k:<11} {d.min_prompt}–{d.max_prompt} tokens, {limit}")
     lines.append("acceptance priors (per-token, temperature 1.0, estimates)")
     lines += [f"  {d} -> {t}: {p.alpha}" for (d, t), p in cat.acceptance.items()]
-    lines.append("engines (scenario field engine; empty = the scheduler's: vllm-v0 -> vllm-0.9.2-v0-eager)")
-    lines += [f"  {k:<20} {e.name}" for k, e in cat.engines.items()]
     lines.append("engines (scenario field engine; empty = the scheduler's: vllm-v0 -> vllm-0.9.2-v0-eager)")
     lines += [f"  {k:<20} {e.name}" for k, e in cat.engines.items()]
     lines.append("\nEvery entry names its source: `psdsim catalog --json`, or sim/catalog/*.toml.")

@@ -1,0 +1,216 @@
+"""A standing corpus of malformed input over every command (issue #14): each one must end with
+exit code 2, exactly one line on stderr starting `psdsim: error:`, no traceback, and nothing
+written or deleted in the working directory. Cases name the files they need from FILES (made
+fresh in a temporary working directory); hypothesis adds scenario files and request traces."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psdsim.sim.scenario import FIELDS
+
+from psdsim.cli import main
+
+RANDOM = bytes(range(256)) * 4 + b"\xff\xfe\x00garbage"   # not UTF-8, not JSON, not SQLite
+FILES: dict[str, bytes | None] = {   # None: a folder
+    "random.csv": RANDOM, "random.toml": RANDOM, "random.jsonl": RANDOM, "random.json": RANDOM,
+    "folder": None,
+    "huge.csv": b"arrival_s,prompt_tokens,output_tokens\n0,100000,10\n",
+    "badrow.csv": b"arrival_s,prompt_tokens,output_tokens\n0,abc,10\n",
+    "noheader.csv": b"0,100,10\n",
+    "twice.toml": b"k = 3\n[run]\nk = 4\n",
+    "typo.toml": b"reqests = 5\n",
+    "list.json": b"[1, 2, 3]\n",
+    "existing.txt": b"a user's file\n",
+    "nothing_fits.toml": (b"[base]\nrequests = 10\noutput_len = 8\ngpu_memory_utilization = 0.1\n"
+                          b"[space]\nmethod = [\"sd\", \"psd\"]\n[slo]\nlatency_p99_ms = 60000\n"),
+    "sweep_bad.toml": b"[grid]\nkk = [1, 2]\n",
+}
+FAST = ["--set", "requests=8", "--set", "output_len=8", "--set", "prompt_len=16", "--set", "m=4"]
+
+CASES = [
+    # run: resource limits, traces, names, fields, files
+    ["run", "--set", "requests=1000000000"],
+    ["run", "--set", "requests=10000000", "--no-write"],
+    *[["run", "--no-write", "--set", f"trace={name}"]
+      for name in ("random.csv", "random.toml", "random.jsonl", "folder", "huge.csv", "badrow.csv",
+                   "noheader.csv", "missing.csv")],
+    ["run", "--set", "name=../escaped"], ["run", "--set", "name=a/b"],
+    ["run", "--no-write", "--set", "max_model_len=10"],
+    ["run", "--no-write", "--set", "num_gpu_blocks_override=1"],
+    ["run", "--no-write", "--set", "gpu_memory_utilization=0.1"],
+    ["run", "--set", "bogus=1"], ["run", "--set", "reqests=5"], ["run", "--set", "k"],
+    ["run", "--set", "k=abc"],
+    ["run", "--set", "k=0"], ["run", "--set", "gpu=h900"], ["run", "--set", "engine.k=2"],
+    ["run", "twice.toml"], ["run", "typo.toml"], ["run", "random.toml"], ["run", "folder"],
+    ["run", "nope.toml"],
+    ["run", "--profile", "random.json"], ["run", "--profile", "folder"], ["run", "--profile", "list.json"],
+    ["run", *FAST, "--out", "existing.txt"], ["run", *FAST, "--out", "."],
+    ["run", *FAST, "--trace", "no/dir/t.json"],
+    ["run", "--preset", "setting99"], ["run", "--method", "nosuch"], ["run", "--frobnicate"],
+    ["run", "--set", "k=4", "--set", "k_policy=sometimes"],
+    # compare
+    ["compare", *FAST, "--methods", "ar,nosuch"], ["compare", *FAST, "--methods", "sd,sd"],
+    ["compare", *FAST, "--set", "gpu_memory_utilization=0.1"], ["compare", "--set", "requests=300000000"],
+    ["compare", *FAST, "--out", "existing.txt"],
+    # scenario, catalog, theory
+    ["scenario", "--set", "bogus=1"], ["scenario", "twice.toml"], ["scenario", "random.toml"],
+    ["catalog", "--catalog", "random.toml"], ["catalog", "--catalog", "missing.toml"],
+    ["theory", "--alpha", "-1"], ["theory", "--k-max", "0"], ["theory", "--bridge", "--ks", "5"],
+    ["theory", "--plot", "existing.txt"], ["theory", "--alpha", "x"],
+    ["theory", "--tail", "--set", "requests=0"],
+    # paper, plan, sweep
+    ["paper", "--workers", "0"], ["paper", "--preset", "x"],
+    ["plan", "missing.toml"], ["plan", "random.toml"], ["plan", "nothing_fits.toml", "--workers", "1"],
+    ["plan", "nothing_fits.toml", "--workers", "0"],
+    ["sweep", "random.toml"], ["sweep", "sweep_bad.toml"], ["sweep", "typo.toml", "--out", "existing.txt"],
+    ["sweep", "typo.toml", "--workers", "0"],
+    # calibrate
+    ["calibrate", "random.json"], ["calibrate", "random.jsonl"], ["calibrate", "list.json"],
+    ["calibrate", "folder"], ["calibrate", "missing.sqlite"], ["calibrate", "random.json", "--tp", "-2"],
+    ["calibrate", "random.json", "--gpu", "rtx9999"], ["calibrate", "random.json", "--target", "gpt-9"],
+    ["calibrate", "random.json", "--out", "existing.txt"],
+    # validate and engine run: the engine's own fields and the scenario's
+    ["validate", "--set", "warmup_passes=1"], ["validate", "--set", "engine.k=2"], ["validate", "--k", "0"],
+    ["validate", "--set", "link=nvlink4"], ["validate", "--repeats", "0"],
+    ["validate", "--set", "model.layers=0"],
+    ["validate", "--engine", "vllm", "--set", "engine.colour=red"], ["validate", "--out", "existing.txt"],
+    ["engine", "run", "--engine", "tgi"], ["engine", "run", "--set", "engine.nosuch=1"],
+    ["engine", "run", "--set", "model.draft_noise=3"], ["engine", "run", "--k", "x"],
+    ["engine", "run", "--engine", "vllm", "--set", "dtype=auto"],
+    ["engine", "run", "--set", "warmup_passes=1"],
+    ["engine"], ["engine", "stop"], ["nosuchcommand"], [],
+]
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every path under root with a digest of its bytes (folders as 'dir')."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        out[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch) -> Path:
+    for name, content in FILES.items():
+        if content is None:
+            (tmp_path / name).mkdir()
+        else:
+            (tmp_path / name).write_bytes(content)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _refused(argv: list[str], root: Path, capsys) -> str:
+    before = _snapshot(root)
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert code == 2, (argv, code, captured.err[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("psdsim: error: "), (argv, captured.err[-2000:])
+    assert "Traceback" not in captured.err
+    assert _snapshot(root) == before, argv   # nothing written, nothing deleted
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv", CASES, ids=[" ".join(c) or "(none)" for c in CASES])
+def test_malformed_input_is_one_line_exit_2_and_touches_nothing(argv, workdir, capsys):
+    _refused(argv, workdir, capsys)
+
+
+def test_an_unreadable_trace_is_one_line(workdir, capsys, monkeypatch):
+    """(Tests run as root here, so permissions cannot make a file unreadable: the read fails instead.)"""
+    real = Path.read_text
+
+    def refuse(self, *args, **kwargs):
+        if self.name == "locked.csv":
+            raise PermissionError(13, "Permission denied")
+        return real(self, *args, **kwargs)
+
+    (workdir / "locked.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,10\n")
+    monkeypatch.setattr(Path, "read_text", refuse)
+    line = _refused(["run", "--no-write", "--set", "trace=locked.csv"], workdir, capsys)
+    assert "Permission denied" in line and line.startswith("psdsim: error: trace: ")
+
+
+def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, capsys):
+    lines = {" ".join(argv): _refused(argv, workdir, capsys) for argv in CASES}
+    for line in lines.values():
+        field_problem, sep, fix = line.removeprefix("psdsim: error: ").rpartition("; fix: ")
+        assert sep and fix and field_problem.split(":", 1)[0], line
+        assert "fix the value named" not in line and "fix the catalog file" not in line
+    assert lines["run --no-write --set max_model_len=10"].startswith("psdsim: error: max_model_len:")
+    blocks = lines["run --no-write --set num_gpu_blocks_override=1"]
+    assert "gpu_memory_utilization" not in blocks.split("fix:")[1]
+    assert "prompt_tokens" in lines["run --no-write --set trace=huge.csv"]
+    assert "is a folder" in lines["run --no-write --set trace=folder"]
+    assert "did you mean 'requests'" in lines["run --set reqests=5"]
+    assert "not a Kineto trace" in lines["calibrate list.json"]
+    assert lines["theory --plot existing.txt"].startswith("psdsim: error: --plot:")
+    assert "does not fit: does not fit" not in lines["plan nothing_fits.toml --workers 1"]
+    assert lines["run --set requests=1000000000"].startswith("psdsim: error: requests: ")
+    assert "GB of memory" in lines["run --set requests=1000000000"]
+
+
+# -- generated input ----------------------------------------------------------------------------
+
+_values = st.one_of(st.integers(-10**9, 10**9), st.floats(allow_nan=False), st.booleans(),
+                    st.text(max_size=12), st.lists(st.integers(0, 5), max_size=3))
+_keys = st.one_of(st.sampled_from(sorted(FIELDS)), st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1,
+                                                           max_size=10))
+
+
+def _toml_value(value) -> str:
+    return json.dumps(value) if not isinstance(value, bool) else ("true" if value else "false")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(_keys, _values, min_size=1, max_size=5),
+       st.sampled_from(["", "run", "engine", "nope"]))
+def test_generated_scenario_files(workdir, capsys, doc, table):
+    """`psdsim scenario FILE` on a generated file: exit 0 with TOML on stdout, or a one-line refusal."""
+    lines = [f"{key} = {_toml_value(value)}" for key, value in doc.items()]
+    text = "\n".join(([f"[{table}]"] if table else []) + lines) + "\n"
+    path = workdir / "gen.toml"
+    path.write_text(text, encoding="utf-8")
+    before = _snapshot(workdir)
+    code = main(["scenario", str(path)])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and _snapshot(workdir) == before
+    if code != 0:
+        assert code == 2 and len(captured.err.splitlines()) == 1, (text, captured.err)
+        assert captured.err.startswith("psdsim: error: ")
+
+
+_cells = st.one_of(st.integers(-5, 5000), st.floats(allow_nan=True), st.text(max_size=6), st.just(""))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_cells, _cells, _cells), min_size=0, max_size=4), st.booleans())
+def test_generated_request_traces(workdir, capsys, rows, as_csv):
+    """A generated trace either replays (exit 0) or is refused in one line."""
+    if as_csv:
+        body = "arrival_s,prompt_tokens,output_tokens\n" + "".join(
+            ",".join(str(c).replace(",", ";").replace("\n", " ") for c in row) + "\n" for row in rows)
+        name = "gen.csv"
+    else:
+        keys = ("arrival_s", "prompt_tokens", "output_tokens")
+        body = "".join(json.dumps(dict(zip(keys, row, strict=True))) + "\n" for row in rows)
+        name = "gen.jsonl"
+    (workdir / name).write_text(body, encoding="utf-8")
+    before = _snapshot(workdir)
+    code = main(["run", "--no-write", "--json", "--set", f"trace={name}", "--set", "m=4"])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and _snapshot(workdir) == before
+    assert code in (0, 2), (body, captured.err)
+    if code == 2:
+        assert len(captured.err.splitlines()) == 1 and captured.err.startswith("psdsim: error: "), (body,
+                                                                                                    captured.err)
+
