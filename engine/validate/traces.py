@@ -30,11 +30,10 @@ Measured metrics come from the records with MineDraft's own definitions
 (benchmarks/trace/analyze_traces.py), which are the simulator's (sim/metrics.py): throughput =
 tokens of decode steps / their time (end_us − start_us; tokens = generated_num, accepted + 1 per
 verified request before the trim at output_len, else psdsim_kept_num, else one per scheduled
-request); E2EL = (last end_us −
-first start_us) / prompts (request records / n, consecutive records one prompt's samples
-[INFERRED: vLLM V0 adds a prompt's n samples one after another]); latency per prompt = its last
-sample's end_us − start_us; VSR = Σ accepted_num / Σ verify_len; parallelization rate = decode
-steps with is_parallelised / decode steps.
+request); E2EL = (last end_us − first start_us) / prompts (request records / n, consecutive
+records one prompt's samples [INFERRED: vLLM V0 adds a prompt's n samples one after another]);
+latency per prompt = its last sample's end_us − start_us; VSR = Σ accepted_num / Σ verify_len;
+parallelization rate = decode steps with is_parallelised / decode steps.
 """
 
 from __future__ import annotations
