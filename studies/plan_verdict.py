@@ -177,8 +177,12 @@ def run_plan(spec: PlanSpec, workers: int = 1,
     """Search every valid configuration of the space and judge the results."""
     configs, invalid = configurations(spec)
     if not configs:
-        reason = invalid[0][1] if invalid else "the space is empty"
-        raise ScenarioError("space", f"no valid configuration ({reason})", "fix the [space] candidates")
+        if not invalid:
+            raise ScenarioError("space", "the space is empty", "give each [space] field a list of values")
+        changes, reason = invalid[0]
+        what, _, fix = reason.rpartition("; fix: ")
+        raise ScenarioError("space", f"no valid configuration ({len(invalid)} invalid; the first, {changes}: "
+                            f"{what})", f"{fix} (in [space] or [base])")
     searches = search_all(configs, spec, workers, progress)
     rows = [row(s, r, spec.price) for s, r in zip(configs, searches, strict=True)]
     return PlanResult(spec, configs, searches, rows, pareto(rows), verdicts(configs, rows), invalid)

@@ -30,6 +30,7 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "nothing_fits.toml": (b"[base]\nrequests = 10\noutput_len = 8\ngpu_memory_utilization = 0.1\n"
                           b"[space]\nmethod = [\"sd\", \"psd\"]\n[slo]\nlatency_p99_ms = 60000\n"),
     "sweep_bad.toml": b"[grid]\nkk = [1, 2]\n",
+    "space_invalid.toml": b"[base]\nrequests = 10\n[space]\nk = [0, 40]\n[slo]\nlatency_p99_ms = 1000\n",
 }
 FAST = ["--set", "requests=8", "--set", "output_len=8", "--set", "prompt_len=16", "--set", "m=4"]
 
@@ -67,7 +68,7 @@ CASES = [
     # paper, plan, sweep
     ["paper", "--workers", "0"], ["paper", "--preset", "x"],
     ["plan", "missing.toml"], ["plan", "random.toml"], ["plan", "nothing_fits.toml", "--workers", "1"],
-    ["plan", "nothing_fits.toml", "--workers", "0"],
+    ["plan", "nothing_fits.toml", "--workers", "0"], ["plan", "space_invalid.toml", "--workers", "1"],
     ["sweep", "random.toml"], ["sweep", "sweep_bad.toml"], ["sweep", "typo.toml", "--out", "existing.txt"],
     ["sweep", "typo.toml", "--workers", "0"],
     # calibrate
@@ -155,6 +156,7 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert "not a Kineto trace" in lines["calibrate list.json"]
     assert lines["theory --plot existing.txt"].startswith("psdsim: error: --plot:")
     assert "does not fit: does not fit" not in lines["plan nothing_fits.toml --workers 1"]
+    assert lines["plan space_invalid.toml --workers 1"].count("fix:") == 1
     assert lines["run --set requests=1000000000"].startswith("psdsim: error: requests: ")
     assert "GB of memory" in lines["run --set requests=1000000000"]
 
