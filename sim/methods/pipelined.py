@@ -108,14 +108,11 @@ class PipelinedSD(EngineMethod):
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
         ids = refill.members[v] if v is not None else EMPTY
         chunks, context = chunk_work(ctx, plan), ctx.table.context(ids)
-        if refill.background:
+        if refill.background:   # the ring: drafter workers draft the other sub-batches meanwhile
             st.drafted = self._queue_drafts(v, st)
-        if v is not None:
+        if v is not None:       # drafted earlier (parallelised), being drafted, or drafted first now
             st.parallelised = yield from self._drafts_of(v, ids, context, chunks, st)
-        proposed, selection = self._scored(plan, ids)
-        shift = refill.misaligned(ids, st.parallelised) if v is not None else 0
-        if shift:  # swapped-in requests at the end push every proposal `shift` requests on
-            proposed, selection = np.concatenate([np.zeros(shift, dtype=np.int64), proposed[:-shift]]), None
+        proposed, selection, shift = self._scored(plan, v, ids, st.parallelised)
         total = int(proposed.sum())
         tokens = total + len(ids)
         target = TargetPass(ctx, len(ids), tokens, context, chunks)
@@ -124,7 +121,7 @@ class PipelinedSD(EngineMethod):
         yield from target.prepare(st)
         done = (target.submit(f"verify B{v}", sub_batch=v, k=int(proposed.max()) if ctx.timeline else 0)
                 if v is not None else target.submit("prefill"))
-        if ahead is not None:   # the driver drafts the other sub-batch while the pass runs
+        if ahead is not None:   # MineDraft: the driver drafts the other sub-batch while the pass runs
             yield self.drafter.run(ahead_s, f"draft B{ahead}", sub_batch=ahead, batch=st.drafted, k=k_ahead)
             st.draft_s += ahead_s
             st.drafter_s += ahead_s
@@ -134,35 +131,41 @@ class PipelinedSD(EngineMethod):
             st.wait_s = env.now - drafted_at
         yield from after_pass(ctx, plan, st, chunks, tokens, v is not None, drafted_at,
                               queued=refill.background, emitting=len(ids))
-        self.proposals[ids] = 0
-        if shift:  # drafts scored against another request's sequence: rejected
-            emit_outcome(ctx, st, ids, proposed, total, np.zeros(len(ids), dtype=np.int64))
-        else:
-            self._outcome(ids, proposed, total, selection, st)
-        if v is not None:
-            self.ready[v] = False
-            refill.verified(v, ahead)
+        self._verified(v, ahead, ids, proposed, total, selection, shift, st)
         target.measured(st, ahead_s if v is not None and not refill.background else None)
         st.verified, st.scored = len(ids), tokens if v is not None else 0
         record(ctx, plan, start, st)
 
-    def _scored(self, plan: StepPlan, ids: np.ndarray) -> tuple[np.ndarray, Selection | None]:
-        """Drafts each verified request has scored (TETRIS's choice, the vllm-v1 cap) and
-        TETRIS's selection."""
+    def _scored(self, plan: StepPlan, v: int | None, ids: np.ndarray,
+                parallelised: bool) -> tuple[np.ndarray, Selection | None, int]:
+        """Drafts each verified request has scored (TETRIS's choice, the vllm-v1 cap), TETRIS's
+        selection, and how many requests on the verified drafts are shifted (`misaligned`)."""
         proposed = self.proposals[ids]
         selection = self.lengths.select(ids, proposed) if len(ids) else None
         if selection is None:
-            return draft_counts(plan, ids, proposed), None
-        capped = draft_counts(plan, ids, selection.lengths)  # TETRIS accepts among those scored
-        return capped, Selection(capped, selection.accepted)
+            proposed = draft_counts(plan, ids, proposed)
+        else:
+            proposed = draft_counts(plan, ids, selection.lengths)  # TETRIS accepts among those scored
+            selection = Selection(proposed, selection.accepted)
+        shift = self.refill.misaligned(ids, parallelised) if v is not None else 0
+        if shift:  # swapped-in requests at the end push every proposal `shift` requests on
+            return np.concatenate([np.zeros(shift, dtype=np.int64), proposed[:-shift]]), None, shift
+        return proposed, selection, 0
 
-    def _outcome(self, ids: np.ndarray, proposed: np.ndarray, total: int, selection: Selection | None,
-                 st: StepRecord) -> None:
-        if selection is None:
+    def _verified(self, v: int | None, ahead: int | None, ids: np.ndarray, proposed: np.ndarray, total: int,
+                  selection: Selection | None, shift: int, st: StepRecord) -> None:
+        """The pass is back: the verified requests' drafts are used up, their tokens emitted."""
+        self.proposals[ids] = 0
+        if shift:  # drafts scored against another request's sequence: rejected
+            emit_outcome(self.ctx, st, ids, proposed, total, np.zeros(len(ids), dtype=np.int64))
+        elif selection is None:
             verify_outcome(self.ctx, st, ids, proposed, total)
             self.lengths.seen(proposed, total)
         else:
             emit_outcome(self.ctx, st, ids, proposed, total, selection.leading())
+        if v is not None:
+            self.ready[v] = False
+            self.refill.verified(v, ahead)
 
     # -- drafting ---------------------------------------------------------------------------
 
