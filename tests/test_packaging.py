@@ -4,6 +4,7 @@ data), and works when imported from the wheel alone, away from the checkout."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,7 +20,11 @@ FOLDERS = {"psdsim": "psdsim", "sim": "psdsim/sim", "studies": "psdsim/studies",
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(ROOT)],
+    # Built from a copy: a build in place would leave build/ and *.egg-info in the checkout.
+    source = out / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "results", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)],
                    check=True, capture_output=True)
     return next(out.glob("psdsim-*.whl"))
 

