@@ -61,16 +61,23 @@ def test_the_driver_work_after_a_pass_is_slowed_by_the_drafter_idling_before_it(
     assert done[-1] == ("next", pytest.approx(1.5 + 0.2 * 1.5 + 1.5))
 
 
+FACTORS = (1.4, 1.2)
+
+
+def _contending(link_s: float) -> tuple[simpy.Environment, Verifier, Drafter]:
+    """A verifier and one drafter worker that slow each other by FACTORS while both compute."""
+    env = simpy.Environment()
+    verifier = Verifier(env, Link(env, lambda n: link_s, lambda n: link_s))
+    drafter = Drafter(env, ["d0"], overlap=FACTORS, verifier=verifier)
+    verifier.drafter = drafter
+    return env, verifier, drafter
+
+
 def test_drafting_in_flight_and_a_target_pass_slow_each_other():
     """A pass that starts while a drafter worker drafts is priced with the drafting's remaining
     time as sim/overlap.overlapped prices the two (drafting from now, the pass after its inputs
     cross the link); the drafting ends later by what the overlap costs it."""
-    env = simpy.Environment()
-    link = Link(env, lambda n: 0.1, lambda n: 0.1)
-    verifier = Verifier(env, link)
-    factors = (1.4, 1.2)
-    drafter = Drafter(env, ["d0"], overlap=factors, verifier=verifier)
-    verifier.drafter = drafter
+    env, verifier, drafter = _contending(link_s=0.1)
     done: list[tuple[str, float]] = []
     job = VerifyJob(1.0, send_bytes=8, return_bytes=8)
 
@@ -81,18 +88,13 @@ def test_drafting_in_flight_and_a_target_pass_slow_each_other():
 
     env.process(driver())
     env.run()
-    drafting, pass_s = overlapped(2.0, 1.0, 0.1, *factors)
+    drafting, pass_s = overlapped(2.0, 1.0, 0.1, *FACTORS)
     assert job.compute_s == pytest.approx(pass_s) and pass_s > 1.0
     assert done == [("draft", pytest.approx(1.0 + drafting))] and drafting > 2.0
 
 
 def test_drafting_that_starts_during_a_pass_pushes_the_pass_later():
-    env = simpy.Environment()
-    link = Link(env, lambda n: 0.0, lambda n: 0.0)
-    verifier = Verifier(env, link)
-    factors = (1.4, 1.2)
-    drafter = Drafter(env, ["d0"], overlap=factors, verifier=verifier)
-    verifier.drafter = drafter
+    env, verifier, drafter = _contending(link_s=0.0)
     done: list[tuple[str, float]] = []
     job = VerifyJob(2.0)
     ends: list[float] = []
@@ -106,7 +108,7 @@ def test_drafting_that_starts_during_a_pass_pushes_the_pass_later():
 
     env.process(driver())
     env.run()
-    drafting, left = overlapped(1.0, 1.5, 0.0, *factors)
+    drafting, left = overlapped(1.0, 1.5, 0.0, *FACTORS)
     assert done == [("draft", pytest.approx(0.5 + drafting))]
     assert ends == [pytest.approx(0.5 + left)] and left > 1.5
     assert verifier.busy_s == pytest.approx(0.5 + left)
