@@ -24,8 +24,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = out / "source"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", "build", "results", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)],
-                   check=True, capture_output=True)
+    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(source)]
+    subprocess.run(build, check=True, capture_output=True)
     return next(out.glob("psdsim-*.whl"))
 
 
