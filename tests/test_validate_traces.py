@@ -235,10 +235,12 @@ def test_malformed_folders_are_one_line_and_exit_2(tmp_path, make, needle):
     assert not (tmp_path / "out").exists()
 
 
-def test_traces_refuses_engine_flags(tmp_path):
+def test_traces_refuses_engine_flags_and_the_gate_needs_traces(tmp_path):
     run = write_minedraft(tmp_path / "sd", "sd")
     code, _, err = _run(["validate", "--traces", str(run), "--k", "1,2", "--out", str(tmp_path / "o")])
     assert code == 2 and "--k" in err and len(err.strip().splitlines()) == 1
+    code, _, err = _run(["validate", "--max-error", "p50=8", "--out", str(tmp_path / "o")])
+    assert code == 2 and err.startswith("psdsim: error: --max-error") and len(err.strip().splitlines()) == 1
 
 
 # -- the reference engine's traces: the same answer as validate --engine reference --------------

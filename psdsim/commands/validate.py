@@ -254,6 +254,9 @@ def run_traces(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.traces is not None:
         return run_traces(args)
+    for flag, given in (("--max-error", args.max_error), ("--junit", args.junit)):
+        if given:
+            raise user_error(flag, "gates validation from traces only", "add --traces RUN_DIR…, or remove it")
     if args.engine == "vllm":
         return cmd_validate_vllm(args)
     cfg = validate_config(args)
