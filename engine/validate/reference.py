@@ -171,7 +171,7 @@ CHANNEL = ("comm", "broadcast")
 
 
 def assemble_profiles(traces: Mapping[str, Sequence[Any]], contention: dict[str, Any] | None,
-                      source: dict[str, Any] | None = None, preset: str = "psdsim"
+                      source: dict[str, Any] | None = None, preset: str | None = "psdsim"
                       ) -> tuple[dict[str, Profile], Calibration]:
     """Profiles fitted to the AR and SD runs (calibration.calibrate), one per way the engine
     runs, and the calibration the acceptance comes from:
@@ -197,7 +197,7 @@ def assemble_profiles(traces: Mapping[str, Sequence[Any]], contention: dict[str,
     layout's runs, else from SD's, AR's or the two-process ones; without two-process runs no
     channel is fitted (the simulator prices it from the catalog's link and says so). `source`
     is the runs' provenance (default: the reference engine's), `preset` the range names of
-    any nsys or Kineto traces among them.
+    any nsys or Kineto traces among them (None: detected).
     """
     source = source if source is not None else {**SOURCE, "engine_version": _torch_version()}
 

@@ -8,7 +8,7 @@ Each RUN_DIR holds one real run (docs/validating-minedraft-runs.md):
 - `manifest.toml`: a scenario in psdsim's own fields and tables (models, GPUs, links, TP, method,
   k, m, n, dataset or request list; relative paths from the manifest's folder) and a `[validate]`
   table: `calibration` (default: true for ar, sd and sd-5gpu runs), `engine_version`, `ranges`
-  (the NVTX range preset of its GPU traces, default minedraft).
+  (the NVTX range preset of its GPU traces; default: detected from their range names).
 
 What the traces say is read from them, and the manifest must agree (else one line naming the
 folder, the field and the fix): k (the speculative steps' proposed_len: one value per folder),
@@ -91,7 +91,7 @@ class TraceRun:
     k: int | None               # from the traces (None: AR)
     calibration: bool
     engine_version: str
-    ranges: str
+    ranges: str | None          # range preset of its GPU traces (None: detected)
     jsonl: tuple[Path, ...]
     gpu_traces: tuple[Path, ...]
     iterations: tuple[Iteration, ...]
@@ -161,7 +161,7 @@ def read_run(folder: Path) -> TraceRun:
     if gpu_traces and not calibration:
         notes.append(f"{len(gpu_traces)} nsys/Kineto traces not used: only calibration runs' are")
     return TraceRun(folder, s, label, k, calibration, options.get("engine_version", ""),
-                    options.get("ranges", "minedraft"), jsonl, gpu_traces, tuple(iterations), tuple(notes))
+                    options.get("ranges"), jsonl, gpu_traces, tuple(iterations), tuple(notes))
 
 
 def _validate_table(folder: Path, table: Any) -> dict[str, Any]:
@@ -174,7 +174,7 @@ def _validate_table(folder: Path, table: Any) -> dict[str, Any]:
         if not isinstance(value, kind):
             what, example = ("true or false", "true") if kind is bool else ("a string", '"minedraft"')
             raise _bad(folder, f"validate.{key}", f"must be {what}", f"write e.g. {key} = {example}")
-    if table.get("ranges", "minedraft") not in RANGE_PRESETS:
+    if table.get("ranges", "minedraft") not in RANGE_PRESETS:   # absent: calibrate detects it
         raise _bad(folder, "validate.ranges", f"unknown range preset {table['ranges']!r}",
                    f"use one of {', '.join(RANGE_PRESETS)}")
     return dict(table)
@@ -366,7 +366,7 @@ def validate_traces(folders: Sequence[Path], out: Path, log: Log | None = None
     if not calibrating:
         raise ScenarioError("--traces", f"none of the {len(runs)} runs is a calibration run",
                             "add an SD or AR run, or mark one with [validate] calibration = true")
-    presets = {r.ranges for r in calibrating if r.gpu_traces}
+    presets = {r.ranges for r in calibrating if r.gpu_traces and r.ranges}
     if len(presets) > 1:
         raise ScenarioError("--traces", f"the calibration runs' GPU traces name their ranges in "
                             f"{len(presets)} ways ({', '.join(sorted(presets))})",
@@ -375,7 +375,7 @@ def validate_traces(folders: Sequence[Path], out: Path, log: Log | None = None
     calib: dict[str, list[list[Path]]] = {}
     for r in calibrating:
         calib.setdefault(LAYOUT[r.label], []).append(r.files)
-    preset = presets.pop() if presets else "psdsim"
+    preset = presets.pop() if presets else None
     profiles, cal = assemble_profiles(calib, None, _source(calibrating), preset)
     files: dict[str, str | bytes] = {name: p.to_json() for name, p in profiles.items()}
     with tempfile.TemporaryDirectory(prefix="psdsim-validate-") as tmp:
