@@ -1,13 +1,13 @@
 """How much memory a run will take, estimated before it starts, and how much the machine has.
 
-A run keeps one record per request and one per engine step until it ends (sim/records.py), so its
-memory grows with both. BYTES_PER_REQUEST and BYTES_PER_STEP are this code's own footprint,
-measured by benchmarks/memory_footprint.py (peak RSS over runs of 1,000-4,000 requests, AR and
-PSD, least squares: ~1.63 KB a request and ~1.73 KB a step), rounded up to 2 KiB. The step count is bounded above by
-every running request gaining one token per step in batches of m (what AR does; speculative
-methods take fewer steps), so the estimate errs high by at most ~2x for PSD. The CLI refuses a
-run whose estimate exceeds the memory available, instead of letting the kernel kill it after
-minutes (issue #14: `--set requests=1000000000`).
+A run keeps per-request columns and one packed row per engine step until it ends (sim/requests.py,
+sim/records.py), so its memory grows with both. BYTES_PER_REQUEST and BYTES_PER_STEP are this
+code's own footprint, measured by benchmarks/memory_footprint.py (peak RSS over runs of
+1,000-4,000 requests, AR and PSD, least squares: ~1.8 KB a request and ~0.64 KB a step), rounded
+up. The step count is bounded above by every running request gaining one token per step in
+batches of m (what AR does; speculative methods take fewer steps), so the estimate errs high,
+by up to ~3-5x for PSD. The CLI refuses a run whose estimate exceeds the memory available,
+instead of letting the kernel kill it after minutes (issue #14: `--set requests=1000000000`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from psdsim.sim.errors import ScenarioError
 from psdsim.sim.scenario import Scenario
 
 BYTES_PER_REQUEST = 2048
-BYTES_PER_STEP = 2048
+BYTES_PER_STEP = 1024
 GB = 1e9
 
 

@@ -63,7 +63,47 @@ STEP_COLUMNS = tuple(StepRecord.__annotations__)
 row = attrgetter(*STEP_COLUMNS)   # a record's values in column order
 
 
-def step_table(rows: list[tuple]) -> dict[str, np.ndarray]:
-    if not rows:
+# Rows kept as Python tuples before they are packed into column arrays: a tuple of ~36 Python
+# objects costs ~1.7 KB a step, a packed row ~0.3 KB (benchmarks/memory_footprint.py).
+CHUNK_ROWS = 4096
+
+
+class StepRows:
+    """A run's step rows (`row(record)` each), packed into column arrays every CHUNK_ROWS rows so
+    that a long run keeps ~0.3 KB a step instead of a tuple of Python objects (issue #14: a
+    1M-request run). step_table gives the arrays np.array would give over all the rows at once."""
+
+    def __init__(self) -> None:
+        self._rows: list[tuple] = []
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+
+    def append(self, values: tuple) -> None:
+        self._rows.append(values)
+        if len(self._rows) >= CHUNK_ROWS:
+            self._pack()
+
+    def _pack(self) -> None:
+        if self._rows:
+            self._chunks.append(tuple(np.array(col) for col in zip(*self._rows, strict=True)))
+            self._rows = []
+
+    def columns(self) -> list[list[np.ndarray]]:
+        """Each column's packed parts, in order."""
+        self._pack()
+        return [[chunk[i] for chunk in self._chunks] for i in range(len(STEP_COLUMNS))]
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """One column from its packed parts, with the dtype np.array infers over all its values: the
+    parts' own where they agree (strings of any width), else inferred again from the values
+    (e.g. None in one part and integers in another make an object column, as they would)."""
+    if len({p.dtype for p in parts}) == 1 or all(p.dtype.kind == "U" for p in parts):
+        return np.concatenate(parts)
+    return np.array(np.concatenate([p.astype(object) for p in parts]).tolist())
+
+
+def step_table(rows: StepRows) -> dict[str, np.ndarray]:
+    columns = rows.columns()
+    if not columns[0]:
         return {name: np.empty(0) for name in STEP_COLUMNS}
-    return {name: np.array(col) for name, col in zip(STEP_COLUMNS, zip(*rows, strict=True), strict=True)}
+    return {name: _joined(parts) for name, parts in zip(STEP_COLUMNS, columns, strict=True)}

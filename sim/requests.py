@@ -16,6 +16,9 @@ import heapq
 import numpy as np
 from psdsim.sim.workload import Workload
 
+# Verification steps logged before their outcomes are folded into per-request totals.
+LOG_FOLD = 4096
+
 WAITING, PREFILLING, DECODING, SWAPPED, FINISHED, ABORTED, REJECTED = range(7)
 STATE_NAMES = ("waiting", "prefilling", "decoding", "swapped", "finished", "aborted", "rejected")
 
@@ -45,10 +48,13 @@ class RequestTable:
         self.finish_s = np.full(n, np.nan)  # finished requests only
         self.end_s = np.full(n, np.nan)     # when the request left: finished, aborted or rejected
         # Verification outcomes are logged per step (array references, no per-request updates
-        # in the hot loop) and totalled per request once, in `columns`.
+        # in the hot loop) and folded into per-request totals every LOG_FOLD steps, so that the
+        # log's memory stays bounded in a long run (~0.7 KB a step otherwise; issue #14).
         self._verified: list[np.ndarray] = []
         self._proposed: list[np.ndarray] = []
         self._accepted: list[np.ndarray] = []
+        self._folded = np.zeros((3, n), dtype=np.int64)   # verifications, proposed, accepted
+        self._last_accepted = np.zeros(0, dtype=np.int64)
         self.completed: list[np.ndarray] = []  # emitted their last token: to retire
 
     def __len__(self) -> int:
@@ -65,20 +71,32 @@ class RequestTable:
     @property
     def last_accepted(self) -> np.ndarray:
         """Per request, the drafts accepted by the latest verification logged."""
-        return self._accepted[-1]
+        return self._accepted[-1] if self._accepted else self._last_accepted
 
     def log_verification(self, ids: np.ndarray, proposed: np.ndarray, accepted: np.ndarray) -> None:
         self._verified.append(ids)
         self._proposed.append(proposed)
         self._accepted.append(accepted)
+        if len(self._verified) >= LOG_FOLD:
+            self._fold()
 
-    def _per_request(self, values: list[np.ndarray] | None) -> np.ndarray:
-        n = len(self)
+    def _fold(self) -> None:
+        """Add the logged outcomes to the per-request totals and empty the log (integer sums:
+        the same totals however the log is cut)."""
         if not self._verified:
-            return np.zeros(n, dtype=np.int64)
+            return
+        n = len(self)
         ids = np.concatenate(self._verified)
-        weights = None if values is None else np.concatenate(values)
-        return np.bincount(ids, weights=weights, minlength=n).astype(np.int64)
+        self._folded[0] += np.bincount(ids, minlength=n)
+        for row, values in ((1, self._proposed), (2, self._accepted)):
+            totals = np.bincount(ids, weights=np.concatenate(values), minlength=n)
+            self._folded[row] += totals.astype(np.int64)
+        self._last_accepted = self._accepted[-1]
+        self._verified, self._proposed, self._accepted = [], [], []
+
+    def _per_request(self, row: int) -> np.ndarray:
+        self._fold()
+        return self._folded[row].copy()
 
     def emit(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray | None:
         """Append up to `tokens` to each request, never beyond its output length (vLLM discards
@@ -123,9 +141,9 @@ class RequestTable:
             "finish_s": self.finish_s,
             "end_s": self.end_s,
             "generated": self.generated,
-            "verifications": self._per_request(None),
-            "proposed": self._per_request(self._proposed),
-            "accepted": self._per_request(self._accepted),
+            "verifications": self._per_request(0),
+            "proposed": self._per_request(1),
+            "accepted": self._per_request(2),
             "preemptions": self.preemptions,
             "recomputed_tokens": self.recomputed,
         }

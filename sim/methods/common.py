@@ -14,7 +14,7 @@ from psdsim.sim.costs import StepCost
 from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.layout import layout_for
 from psdsim.sim.overlap import NO_SLOWDOWNS, Slowdowns
-from psdsim.sim.records import DECODE, StepRecord, row
+from psdsim.sim.records import DECODE, StepRecord, StepRows, row
 from psdsim.sim.requests import PREFILLING, RequestTable
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import EngineHooks, Scheduler, StepPlan
@@ -35,7 +35,7 @@ class SimContext:
     acceptance: AcceptanceSampler
     drafter: Drafter | None = None   # the drafter GPU(s); None without a draft model
     hidden: int = 0              # the target's hidden size when the draft is an EAGLE head
-    steps: list[tuple] = field(default_factory=list)   # records.row of each step
+    steps: StepRows = field(default_factory=StepRows)   # records.row of each step, packed
     timeline: Timeline | None = None  # records the run's work when asked (sim/timeline.py)
     slow: Slowdowns = NO_SLOWDOWNS    # a profile's measured slowdowns this run pays (sim/overlap.py)
     overlap_prefill: bool = False     # the drafter prefills beside the target (overlap_draft_prefill)
