@@ -18,7 +18,8 @@ EXIT_BAD_INPUT = 2
 PROGRESS_AFTER_S = 2.0
 BAR_WIDTH = 30
 SET_HELP = ("scenario field, e.g. --set k=4 --set link=nvlink4 (`psdsim scenario` lists them with "
-            "their values; repeatable)")
+            "their values; repeatable). The same everywhere: validate and engine run also take "
+            "engine.FIELD and model.FIELD for the real engine's own settings")
 
 T = TypeVar("T")
 
