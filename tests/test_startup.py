@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import psdsim
+from psdsim.cli import COMMANDS, main
 
 RUN = ["run", "--set", "requests=6", "--set", "output_len=4", "--set", "prompt_len=8", "--no-write", "--json"]
 
@@ -50,3 +51,12 @@ def test_the_public_api_resolves_lazily():
     assert set(psdsim.__all__) <= set(dir(psdsim))
     with pytest.raises(AttributeError):
         psdsim.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("argv", [[c, "--help"] for c in COMMANDS if c != "engine"]
+                         + [["engine", "run", "--help"], ["engine", "run", "--engine", "vllm", "--help"]])
+def test_every_command_has_its_own_help(argv, capsys):
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: psdsim {' '.join(a for a in argv if a in COMMANDS or a == 'run')}")
+    assert "--" in out   # its flags are listed
