@@ -4,7 +4,7 @@
         --trace-dir out --set model.draft_noise=0.3 --json
 
 Every EngineConfig field can be given with --set NAME=VALUE (model fields as model.NAME); the
-summary is printed as JSON with --json, else as `key: value` lines.
+summary is printed as JSON with --json, else laid out as `psdsim run` lays out its own.
 """
 
 from __future__ import annotations
@@ -79,12 +79,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_summary(summary: dict[str, Any], as_json: bool) -> None:
-    """An engine run's summary on stdout: one JSON line, or `key: value` lines."""
+    """An engine run's summary on stdout: one JSON line, or laid out as `psdsim run` lays out a
+    simulated run's."""
     if as_json:
         print(json.dumps(summary))
     else:
-        for key, value in summary.items():
-            print(f"{key}: {value}")
+        from psdsim.sim.output.report import format_engine_run
+
+        print(format_engine_run(summary))
 
 
 if __name__ == "__main__":

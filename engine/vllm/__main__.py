@@ -9,8 +9,8 @@ changes scenario fields (with --scenario or the built-in default scenario: k, m,
 output_len, seed and the dataset's prompt lengths come from it); `psdsim engine run` sets any
 VllmConfig field with --set engine.NAME=VALUE and the tiny models' with --set model.NAME=VALUE
 (`python -m psdsim.engine.vllm`: --option NAME=VALUE and --option tiny.NAME=VALUE). The summary
-is printed as JSON with --json (vLLM's own log goes to stderr then, so stdout holds the JSON only),
-else as `key: value` lines.
+is printed as JSON with --json, else laid out as `psdsim run` lays out its own; vLLM's own log
+goes to stderr either way, so stdout holds the summary alone.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def run_config(cfg: VllmConfig, as_json: bool) -> int:
 
     cfg.check()
     require_vllm(cfg)
-    with stdout_to_stderr(as_json):
+    with stdout_to_stderr(True):   # vLLM's log on stderr: stdout holds psdsim's summary alone
         summary = run(cfg)   # a model folder it cannot load: EngineConfigError, before any run
     print_summary(summary, as_json)
     return 0

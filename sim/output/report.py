@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -107,6 +108,52 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
                     f"({sm['makespan_s'] / wall_s:,.0f}× real time)")
     if tail:
         lines += ["", "  " + "   ".join(tail)]
+    return "\n".join(lines)
+
+
+# The keys format_engine_run lays out; any other key of an engine's summary is listed after them.
+_ENGINE_SHOWN = frozenset((
+    "method", "k", "m", "requests", "engine", "engine_version", "makespan_s", "throughput_tok_s",
+    "throughput_tok_s_trim80", "throughput_tok_s_trim70", "output_tok_s", "e2el_ms", "latency_ms", "ttft_ms",
+    "tpot_ms", "vsr", "parallelization_rate", "comm_share", "drafter_busy", "verifier_busy", "decode_steps",
+    "prefill_steps", "mean_draft_ms", "mean_verify_ms", "mean_comm_ms"))
+
+
+def _stats_line(label: str, st: dict[str, Any] | None) -> str:
+    st = st or {}
+    return (f"  {label:<27}mean {_num(st.get('mean'))}   p50 {_num(st.get('p50'))}   "
+            f"p90 {_num(st.get('p90'))}   p99 {_num(st.get('p99'))}")
+
+
+def format_engine_run(sm: dict[str, Any]) -> str:
+    """A real engine's run summary laid out as `psdsim run` lays out a simulated one (the shared
+    keys, docs/design.md §7), then whatever else the engine reports, one `key value` each."""
+    engine = sm.get("engine") or "reference"
+    version = f" {sm['engine_version']}" if sm.get("engine_version") else ""
+    k = f"k={sm['k']}, " if sm.get("k") is not None else ""
+    lines = [f"psdsim engine run · {engine}{version} · {sm.get('method')} ({k}m={sm.get('m')}) · "
+             f"{sm.get('requests')} requests", "",
+             f"  {'throughput (makespan)' if engine == 'vllm' else 'throughput (decode steps)':<27}"
+             f"{_num(sm.get('throughput_tok_s'))} tok/s   trim80 "
+             f"{_num(sm.get('throughput_tok_s_trim80'))}   trim70 {_num(sm.get('throughput_tok_s_trim70'))}",
+             f"  output over makespan       {_num(sm.get('output_tok_s'))} tok/s   makespan "
+             f"{_num(sm.get('makespan_s'), 2)} s   E2EL {_num(sm.get('e2el_ms'))} ms/request",
+             _stats_line("latency ms", sm.get("latency_ms")), _stats_line("TTFT ms", sm.get("ttft_ms")),
+             _stats_line("TPOT ms", sm.get("tpot_ms")),
+             f"  VSR {_num(sm.get('vsr'), 3)}   parallelised {_num(sm.get('parallelization_rate'), 3)}   "
+             f"comm share {_num(sm.get('comm_share'), 3)}",
+             f"  drafter busy {_num(sm.get('drafter_busy'), 2)}   verifier busy "
+             f"{_num(sm.get('verifier_busy'), 2)}   decode steps {_num(sm.get('decode_steps'))}   "
+             f"prefill steps {_num(sm.get('prefill_steps'))}",
+             f"  per decode step: draft {_num(sm.get('mean_draft_ms'))} ms   verify "
+             f"{_num(sm.get('mean_verify_ms'))} ms   link {_num(sm.get('mean_comm_ms'))} ms"]
+    rest = {key: value for key, value in sm.items() if key not in _ENGINE_SHOWN}
+    for key, value in rest.items():
+        if isinstance(value, (list, dict)):
+            shown = json.dumps(value)
+        else:
+            shown = "–" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+        lines.append(f"  {key}: {shown}")
     return "\n".join(lines)
 
 
