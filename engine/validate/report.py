@@ -176,6 +176,7 @@ def figure(rows: Sequence[Mapping[str, Any]], measured_by: str = "reference engi
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))
     labels = list(dict.fromkeys(r["label"] for r in rows))
@@ -198,6 +199,7 @@ def figure(rows: Sequence[Mapping[str, Any]], measured_by: str = "reference engi
             ax.plot(ks, pred, "o--", mfc="none", **kw, label=f"{lab} predicted")
         ax.set_title(title)
         ax.set_xlabel("k")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # k is whole: no ticks at 1.5
     axes.flat[0].legend(fontsize=7, ncol=2)
     fig.suptitle(f"psdsim validate: {measured_by} measured (filled) vs simulated (hollow, dashed)")
     fig.tight_layout()

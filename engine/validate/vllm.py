@@ -289,6 +289,7 @@ def figure(rows: list[dict[str, Any]]) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     sd = [r for r in rows if r["method"] == "sd"]
@@ -303,6 +304,7 @@ def figure(rows: list[dict[str, Any]]) -> bytes:
             if r["metrics"][key]["predicted"] is not None:
                 ax.axhline(r["metrics"][key]["predicted"], color="C1", lw=1, ls="--", label="AR predicted")
         ax.set_xlabel("k")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # k is whole: no ticks at 1.5
         ax.set_title(title)
     axes[0].legend(fontsize=8)
     fig.suptitle("psdsim validate --engine vllm: measured (filled) vs simulated from AR runs (hollow)")
