@@ -20,6 +20,9 @@ from psdsim.sim.scenario import Scenario
 
 BYTES_PER_REQUEST = 2048
 BYTES_PER_STEP = 1024
+# What a run allocates whatever its size (the workload's draws, the scheduler, the first packed
+# chunk): small runs measured ~10 MB above the per-request and per-step terms.
+BYTES_PER_RUN = 32 * 2**20
 GB = 1e9
 
 
@@ -32,7 +35,7 @@ def steps_bound(s: Scenario) -> int:
 
 def estimate_bytes(s: Scenario) -> int:
     """The memory one run of s keeps at its peak (records of every request and step)."""
-    return s.requests * s.n * BYTES_PER_REQUEST + steps_bound(s) * BYTES_PER_STEP
+    return BYTES_PER_RUN + s.requests * s.n * BYTES_PER_REQUEST + steps_bound(s) * BYTES_PER_STEP
 
 
 def available_bytes() -> int | None:
