@@ -68,7 +68,8 @@ def check_memory(scenarios: Iterable[Scenario], held: str = "") -> None:
     if have is None or need <= have:
         return
     s = runs[0]
-    fits = max(int(s.requests * have / need), 1)   # the estimate is linear in requests
+    fixed = BYTES_PER_RUN * len(runs)   # the rest grows in proportion to requests
+    fits = max(int(s.requests * max(have - fixed, 0) / (need - fixed)), 1)
     why = f" ({held})" if held else ""
     raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
                         f"{need / GB:,.1f} GB of memory{why}, but {have / GB:,.1f} GB are available",
