@@ -85,7 +85,8 @@ class Verifier:
     timeline: Timeline | None = None
     # Slowdown of a pass after the verifier idled this long (sim/overlap.py); None: none.
     after_idle: Callable[[float], float] | None = None
-    # Drafter workers whose drafting contends with the passes (sim/overlap.py); None: none.
+    # Drafter workers whose drafting contends with the passes (sim/overlap.py); None: none. With
+    # them the current pass is tracked, so that drafting that begins during it can push it later.
     drafter: Drafter | None = None
     busy_s: float = 0.0
     pass_start: float = math.inf  # the pass computing or about to: when it starts and ends
@@ -122,11 +123,10 @@ class Verifier:
                 job.compute_s = self.drafter.contend(delay, job.compute_s)
             if self.after_idle is not None:
                 job.compute_s *= self.after_idle(began - self._last_end)
-            self._job, self.pass_start, self.pass_end = job, began, self.env.now + (delay + job.compute_s)
-            yield self.env.timeout(delay + job.compute_s)
-            while self.pass_end > self.env.now:   # drafting that began meanwhile slowed it
-                yield self.env.timeout(self.pass_end - self.env.now)
-            self._job, self.pass_start, self.pass_end = None, math.inf, -math.inf
+            if self.drafter is None:
+                yield self.env.timeout(delay + job.compute_s)
+            else:
+                yield from self._contended(job, began, delay)
             self._last_end = self.env.now
             self.busy_s += job.compute_s
             if self.timeline is not None:
@@ -137,6 +137,14 @@ class Verifier:
                 yield self.env.timeout(delay)
             assert job.done is not None
             job.done.succeed()
+
+    def _contended(self, job: VerifyJob, began: float, delay: float) -> Generator[Any, Any, None]:
+        """The pass, exposed to drafting that begins while it runs (`slowed_by`)."""
+        self._job, self.pass_start, self.pass_end = job, began, self.env.now + (delay + job.compute_s)
+        yield self.env.timeout(delay + job.compute_s)
+        while self.pass_end > self.env.now:   # drafting that began meanwhile slowed it
+            yield self.env.timeout(self.pass_end - self.env.now)
+        self._job, self.pass_start, self.pass_end = None, math.inf, -math.inf
 
     def slowed_by(self, drafting: float, overlap: tuple[float, float]) -> float:
         """Drafting of `drafting` seconds alone begins now beside the current pass (if any): its
@@ -214,10 +222,10 @@ class Drafter:
     # -- the driver's own drafter work (drafter 0) ---------------------------------------
 
     def run(self, seconds: float, name: str, **args: Any) -> simpy.Timeout:
-        """Work the driver runs now on drafter 0 and waits for (a single timeout)."""
-        now = self.env.now
-        self.last_end[0] = now + seconds
+        """Work the driver runs now on drafter 0 and waits for (a single timeout). Only where the
+        drafter has no workers in use: the driver's own drafting and theirs do not mix."""
         if self.timeline is not None:
+            now = self.env.now
             self.timeline.drafting(self.tracks[0], name, now, now + seconds, **args)
         return self.env.timeout(seconds)
 
