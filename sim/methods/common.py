@@ -135,20 +135,20 @@ def emit_first_tokens(ctx: SimContext, plan: StepPlan) -> int:
 def record(ctx: SimContext, plan: StepPlan, start: float, st: StepRecord) -> None:
     """Close the step: prompts that completed emit their first token, the drafter is charged
     the step's own work, and the record gets what the plan and the running set say."""
-    st.generated += emit_first_tokens(ctx, plan)
+    prefill = len(plan.prefill)
+    if prefill:
+        st.generated += emit_first_tokens(ctx, plan)
+        st.prefill_tokens, st.prompts_done = int(plan.chunk.sum()), int(plan.completes.sum())
     if ctx.drafter is not None:
         ctx.drafter.busy_s += st.drafter_s
-    t = ctx.table
     running = ctx.scheduler.running
     if st.verified:
         st.kind = DECODE
     st.start_s, st.end_s, st.running = start, ctx.env.now, len(running)
-    if len(plan.prefill) or ctx.scheduler.chunked:
-        st.prefilling = int(np.count_nonzero(t.state[running] == PREFILLING))
+    if prefill or ctx.scheduler.chunked:
+        st.prefilling = int(np.count_nonzero(ctx.table.state[running] == PREFILLING))
     if st.batch0 is None:
         st.batch0 = len(running) - st.prefilling
-    if len(plan.prefill):
-        st.prefill_tokens, st.prompts_done = int(plan.chunk.sum()), int(plan.completes.sum())
     st.preempted, st.kv_blocks, st.waiting = plan.preempted, plan.kv_blocks, plan.waiting
     st.prefill_groups = plan.prefill_groups
     ctx.steps.append(row(st))
