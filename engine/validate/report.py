@@ -11,6 +11,7 @@ Relative error = (predicted − measured) / measured.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -68,12 +69,63 @@ def build_rows(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, An
                 each = [metric(x, key) for x in repeats[r.name]]
                 metrics[key]["repeats"] = each
                 metrics[key]["repeat_errors"] = [relative_error(x, b) for x in each]
+                metrics[key]["interval"] = error_interval(each, b)
         rows.append({"run": r.name, "engine_method": r.method, "label": r.label,
                      "sim_method": SIM_METHOD[r.label], "k": None if r.label == "ar" else r.k,
                      "in_sample": r.name in calib, "metrics": metrics,
                      "decode_steps": {"measured": m.get("decode_steps"), "predicted": p.get("decode_steps")},
                      "sim_warnings": list(p.get("warnings", []))})
     return rows
+
+
+def error_interval(values: Sequence[float | None], predicted: float | None) -> dict[str, Any] | None:
+    """The 95% confidence interval of the mean of the repeats (Student's t), as a share of the
+    mean (`half`), and the range of the relative error it allows (`error`). None under 2 values."""
+    xs = [x for x in values if x is not None]
+    if len(xs) < 2 or predicted is None:
+        return None
+    from scipy.stats import t as student_t
+
+    n, mean = len(xs), sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = float(student_t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    if mean <= 0 or half >= mean:
+        return {"half": None, "error": None}
+    return {"half": half / mean, "error": [predicted / (mean + half) - 1, predicted / (mean - half) - 1]}
+
+
+def noise_check(rows: Sequence[Mapping[str, Any]], cpus: int | None = None) -> dict[str, Any]:
+    """Whether the machine's noise lets the PSD rows be judged against the targets: the repeats'
+    95% intervals beside the bounds, and the load average of the last 5 minutes per CPU (other
+    processes competing with the engine's). `verdict` says it plainly, with what to do."""
+    cpus = cpus or os.cpu_count() or 1
+    try:
+        load: float | None = os.getloadavg()[1] / cpus
+    except OSError:
+        load = None
+    psd = [row for row in rows if row["label"] == "psd"]
+    runs = max((len(row["metrics"]["throughput_tok_s"].get("repeats") or [None]) for row in psd), default=0)
+    widths = {f"psd k={row['k']}": {key: (row["metrics"][key].get("interval") or {}).get("half")
+                                     for key in TARGETS} for row in psd}
+    over = [(name, key, half) for name, halves in widths.items() for key, half in halves.items()
+            if (half is None and runs > 1) or (half is not None and half > TARGETS[key])]
+    if runs < 2:
+        verdict = ("one run per configuration: the machine's noise is not known, so an error may be "
+                   "the machine's; rerun with --repeats 3 to measure it")
+    elif over:
+        name, key, half = max(over, key=lambda o: o[2] if o[2] is not None else math.inf)
+        spread = "no better than its own size" if half is None else f"±{half:.1%}"
+        verdict = (f"the machine's noise exceeds the target: the mean of {runs} repeats of {name} {key} "
+                   f"is known to {spread} (95%), the target is ±{TARGETS[key]:.0%}; the errors may be the "
+                   f"machine's, not the model's: run more repeats (--repeats {2 * runs}) on a quiet machine")
+    else:
+        worst = max((h for halves in widths.values() for h in halves.values() if h is not None), default=0.0)
+        verdict = f"the repeats agree: every PSD mean is known to ±{worst:.1%} (95%), inside the targets"
+    if load is not None and load > 1:
+        verdict += (f"; the load average was {load:.1f} per CPU over the last 5 minutes (other processes "
+                    "competed with the engine)")
+    return {"repeats": runs, "half_widths": widths, "load_per_cpu": load, "exceeds": bool(over) or runs < 2,
+            "verdict": verdict}
 
 
 def target_check(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -96,7 +148,9 @@ def build_report(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, 
                  meta: Mapping[str, Any], repeats: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
                  measured_by: str = "reference engine") -> tuple[dict[str, Any], bytes]:
     rows = build_rows(runs, measured, predicted, in_sample, repeats)
-    report = {**meta, "rows": rows, "targets": target_check(rows),
+    machine = meta.get("machine")
+    cpus = machine.get("cpus") if isinstance(machine, Mapping) else None
+    report = {**meta, "rows": rows, "targets": target_check(rows), "noise": noise_check(rows, cpus),
               "measured": {r.name: _plain(measured[r.name]) for r in runs},
               "predicted": {r.name: _plain(predicted[r.name]) for r in runs}}
     return report, figure(rows, measured_by)
@@ -162,12 +216,24 @@ def table_lines(report: Mapping[str, Any]) -> list[str]:
                     for key in TARGETS}
             out.append(f"  {row['run']} each repeat against the prediction: throughput "
                        f"{each['throughput_tok_s']}; p50 latency {each['latency_ms.p50']}")
+            ranges = {key: _error_range(row["metrics"][key].get("interval")) for key in TARGETS}
+            out.append(f"  {row['run']} error with the 95% interval of the mean: throughput "
+                       f"{ranges['throughput_tok_s']}; p50 latency {ranges['latency_ms.p50']}")
     t = report["targets"]
     for k, errs in t["psd"].items():
         out.append(f"  target psd k={k}: throughput {format_error(errs['throughput_tok_s'])} (within ±5%), "
                    f"p50 latency {format_error(errs['latency_ms.p50'])} (within ±8%): "
                    f"{'met' if errs['met'] else 'missed'}")
+    if "noise" in report:
+        out.append(f"  noise: {report['noise']['verdict']}")
     return out
+
+
+def _error_range(interval: Mapping[str, Any] | None) -> str:
+    if not interval or interval.get("error") is None:
+        return "– (the repeats spread wider than their mean)"
+    lo, hi = interval["error"]
+    return f"{format_error(lo)} … {format_error(hi)}"
 
 
 def figure(rows: Sequence[Mapping[str, Any]], measured_by: str = "reference engine") -> bytes:
