@@ -85,72 +85,70 @@ class Verifier:
     timeline: Timeline | None = None
     # Slowdown of a pass after the verifier idled this long (sim/overlap.py); None: none.
     after_idle: Callable[[float], float] | None = None
-    # Drafter workers whose drafting contends with the passes (sim/overlap.py); None: none. With
-    # them the current pass is tracked, so that drafting that begins during it can push it later.
+    # Drafter workers whose drafting contends with the passes (sim/overlap.py); None: none.
     drafter: Drafter | None = None
     busy_s: float = 0.0
     pass_start: float = math.inf  # the pass computing or about to: when it starts and ends
     pass_end: float = -math.inf
-    _job: VerifyJob | None = None
+    _job: VerifyJob | None = None  # the job being served
     _queue: deque[VerifyJob] = field(default_factory=deque)
-    _wakeup: simpy.Event | None = None
     _last_end: float = -math.inf
-
-    def __post_init__(self) -> None:
-        self.env.process(self._serve())
 
     def submit(self, job: VerifyJob) -> simpy.Event:
         job.done = self.env.event()
         self._queue.append(job)
-        if self._wakeup is not None and not self._wakeup.triggered:
-            self._wakeup.succeed()
+        if self._job is None:
+            self._start()
         return job.done
 
-    def _serve(self) -> Generator[Any, Any, None]:
-        while True:
-            while not self._queue:
-                self._wakeup = self.env.event()
-                yield self._wakeup
-            job = self._queue.popleft()
-            # Inputs arrive, then the target computes: one wait. The lane is reserved now, when
-            # the transfer is requested, so FIFO order on the link is what it would be anyway.
-            delay = 0.0
-            if job.send_bytes:
-                delay, hold = self.link.reserve(TO_VERIFIER, job.send_bytes)
-                job.transfer_s += hold
-            began = self.env.now + delay
-            if self.drafter is not None:
-                job.compute_s = self.drafter.contend(delay, job.compute_s)
-            if self.after_idle is not None:
-                job.compute_s *= self.after_idle(began - self._last_end)
-            if self.drafter is None:
-                yield self.env.timeout(delay + job.compute_s)
-            else:
-                yield from self._contended(job, began, delay)
-            self._last_end = self.env.now
-            self.busy_s += job.compute_s
-            if self.timeline is not None:
-                self.timeline.target_pass(job.name, began, self.env.now, job.args)
-            if job.return_bytes:
-                delay, hold = self.link.reserve(TO_DRAFTER, job.return_bytes)
-                job.transfer_s += hold
-                yield self.env.timeout(delay)
-            assert job.done is not None
-            job.done.succeed()
+    def _start(self) -> None:
+        """Serve the next job: inputs arrive, then the target computes (one wait). The lane is
+        reserved now, when the transfer is requested, so FIFO order on the link is what it would
+        be anyway. Callbacks rather than a process: a job costs no wake-up event."""
+        job = self._job = self._queue.popleft()
+        delay = 0.0
+        if job.send_bytes:
+            delay, hold = self.link.reserve(TO_VERIFIER, job.send_bytes)
+            job.transfer_s += hold
+        self.pass_start = began = self.env.now + delay
+        if self.drafter is not None:
+            job.compute_s = self.drafter.contend(delay, job.compute_s)
+        if self.after_idle is not None:
+            job.compute_s *= self.after_idle(began - self._last_end)
+        self.pass_end = self.env.now + (delay + job.compute_s)
+        self.env.timeout(delay + job.compute_s).callbacks.append(self._computed)
 
-    def _contended(self, job: VerifyJob, began: float, delay: float) -> Generator[Any, Any, None]:
-        """The pass, exposed to drafting that begins while it runs (`slowed_by`)."""
-        self._job, self.pass_start, self.pass_end = job, began, self.env.now + (delay + job.compute_s)
-        yield self.env.timeout(delay + job.compute_s)
-        while self.pass_end > self.env.now:   # drafting that began meanwhile slowed it
-            yield self.env.timeout(self.pass_end - self.env.now)
+    def _computed(self, _: simpy.Event) -> None:
+        now = self.env.now
+        if self.pass_end > now:   # drafting that began meanwhile slowed it (slowed_by)
+            self.env.timeout(self.pass_end - now).callbacks.append(self._computed)
+            return
+        job = self._job
+        assert job is not None
+        self._last_end = now
+        self.busy_s += job.compute_s
+        if self.timeline is not None:
+            self.timeline.target_pass(job.name, self.pass_start, now, job.args)
+        if job.return_bytes:
+            delay, hold = self.link.reserve(TO_DRAFTER, job.return_bytes)
+            job.transfer_s += hold
+            self.env.timeout(delay).callbacks.append(self._returned)
+        else:
+            self._returned(None)
+
+    def _returned(self, _: simpy.Event | None) -> None:
+        job = self._job
+        assert job is not None and job.done is not None
         self._job, self.pass_start, self.pass_end = None, math.inf, -math.inf
+        job.done.succeed()
+        if self._queue:
+            self._start()
 
     def slowed_by(self, drafting: float, overlap: tuple[float, float]) -> float:
         """Drafting of `drafting` seconds alone begins now beside the current pass (if any): its
         wall time; the pass is pushed later by the overlap (sim/overlap.py)."""
         now = self.env.now
-        if self._job is None or self.pass_end <= now:
+        if self._job is None or self.pass_end <= now:   # idle, or sending the sampler output back
             return drafting
         offset = max(0.0, self.pass_start - now)
         left = self.pass_end - max(now, self.pass_start)
@@ -165,13 +163,14 @@ class Verifier:
 class DraftJob:
     """Drafting handed to a drafter worker. `size()` -> (seconds alone, slice args) is called
     when a drafter takes the job (a sub-batch is drafted with the members it has then); the
-    drafter scales it by its slowdown after idling and calls `finish()` when it is done.
+    drafter scales it by its slowdown after idling and calls `finish(seconds it took)` when it is
+    done.
     Contention with a target pass that starts meanwhile may push `end_s` (and `seconds`) later
     (sim/methods/passes.py)."""
 
     name: str
     size: Callable[[], tuple[float, dict[str, Any]]]
-    finish: Callable[[], None]
+    finish: Callable[[float], None]
     done: simpy.Event | None = None
     seconds: float = 0.0
     end_s: float = math.inf
@@ -221,12 +220,18 @@ class Drafter:
 
     # -- the driver's own drafter work (drafter 0) ---------------------------------------
 
-    def run(self, seconds: float, name: str, **args: Any) -> simpy.Timeout:
-        """Work the driver runs now on drafter 0 and waits for (a single timeout). Only where the
-        drafter has no workers in use: the driver's own drafting and theirs do not mix."""
+    def run(self, seconds: float, name: str, batch: int, k: int,
+            sub_batch: int | None = None) -> simpy.Timeout:
+        """Drafting of `batch` requests, `k` tokens each (of `sub_batch`), that the driver runs
+        now on drafter 0 and waits for: a single timeout. Only where the drafter has no workers in
+        use: the driver's own drafting and theirs do not mix."""
         if self.timeline is not None:
             now = self.env.now
-            self.timeline.drafting(self.tracks[0], name, now, now + seconds, **args)
+            if sub_batch is None:
+                self.timeline.drafting(self.tracks[0], name, now, now + seconds, batch=batch, k=k)
+            else:
+                self.timeline.drafting(self.tracks[0], f"{name} B{sub_batch}", now, now + seconds,
+                                       sub_batch=sub_batch, batch=batch, k=k)
         return self.env.timeout(seconds)
 
     # -- drafter workers ------------------------------------------------------------------
@@ -306,6 +311,6 @@ class Drafter:
             else:
                 if tl is not None:
                     tl.drafting(self.tracks[i], job.name, began, env.now, **job.args)
-                job.finish()
+                job.finish(job.seconds)
             assert job.done is not None
             job.done.succeed()

@@ -18,7 +18,7 @@ def _drafter(count: int = 1, **kw):
 
 
 def _job(name: str, seconds: float, done: list[tuple[str, float]], env: simpy.Environment) -> DraftJob:
-    return DraftJob(name, lambda: (seconds, {}), lambda: done.append((name, env.now)))
+    return DraftJob(name, lambda: (seconds, {}), lambda took: done.append((name, env.now)))
 
 
 def test_urgent_work_goes_first_and_each_drafter_does_one_thing_at_a_time():

@@ -95,9 +95,17 @@ class TargetPass:
             if ctx.timeline is not None:
                 ctx.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, began, ctx.env.now)
 
-    def submit(self, name: str, **args: Any) -> simpy.Event:
-        """Hand the pass to the verifier; `name` and `args` label its timeline slice."""
+    def submit(self, name: str, sub_batch: int | None = None, k: int | None = None,
+               drafts_used: bool | None = None) -> simpy.Event:
+        """Hand the pass to the verifier; the rest labels its timeline slice (None: not said)."""
         if self.ctx.timeline is not None:
+            args: dict[str, Any] = {}
+            if sub_batch is not None:
+                name, args["sub_batch"] = f"{name} B{sub_batch}", sub_batch
+            if k is not None:
+                args["k"] = k
+            if drafts_used is not None:
+                args["drafts_used"] = drafts_used
             self.job.name, self.job.args = name, args
         return self.ctx.verifier.submit(self.job)
 

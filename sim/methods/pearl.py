@@ -69,9 +69,9 @@ class PEARL(EngineMethod):
         ahead_s = ctx.cost.draft(batch, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
         ahead_s = target.contend(ahead_s)
         yield from target.prepare(st)
-        done = target.submit("verify", k=k, drafts_used=use_drafts) if batch else target.submit("prefill")
+        done = target.submit("verify", None, k, use_drafts) if batch else target.submit("prefill")
         if batch:
-            yield drafter.run(ahead_s, "draft ahead", batch=batch, k=k)
+            yield drafter.run(ahead_s, "draft ahead", batch, k)
         drafted_at = env.now
         yield done
         st.wait_s = env.now - drafted_at if batch else 0.0

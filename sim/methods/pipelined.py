@@ -111,7 +111,9 @@ class PipelinedSD(EngineMethod):
         if refill.background:   # the ring: drafter workers draft the other sub-batches meanwhile
             st.drafted = self._queue_drafts(v, st)
         if v is not None:       # drafted earlier (parallelised), being drafted, or drafted first now
-            st.parallelised = yield from self._drafts_of(v, ids, context, chunks, st)
+            st.parallelised, drafting = self._drafts_of(v, ids, context, chunks, st)
+            if drafting is not None:
+                yield drafting
         proposed, selection, shift = self._scored(plan, v, ids, st.parallelised)
         total = int(proposed.sum())
         tokens = total + len(ids)
@@ -119,10 +121,10 @@ class PipelinedSD(EngineMethod):
         k_ahead, ahead_s = self._ahead(ahead, st)
         ahead_s = target.contend(ahead_s)
         yield from target.prepare(st)
-        done = (target.submit(f"verify B{v}", sub_batch=v, k=int(proposed.max()) if ctx.timeline else 0)
-                if v is not None else target.submit("prefill"))
+        done = (target.submit("verify", v, int(proposed.max()) if ctx.timeline else 0) if v is not None
+                else target.submit("prefill"))
         if ahead is not None:   # MineDraft: the driver drafts the other sub-batch while the pass runs
-            yield self.drafter.run(ahead_s, f"draft B{ahead}", sub_batch=ahead, batch=st.drafted, k=k_ahead)
+            yield self.drafter.run(ahead_s, "draft", st.drafted, k_ahead, ahead)
             st.draft_s += ahead_s
             st.drafter_s += ahead_s
         drafted_at = env.now
@@ -170,29 +172,24 @@ class PipelinedSD(EngineMethod):
     # -- drafting ---------------------------------------------------------------------------
 
     def _drafts_of(self, v: int, ids: np.ndarray, context: int, chunks: Chunks,
-                   st: StepRecord) -> Generator[Any, Any, bool]:
-        """Make sure the verified sub-batch has its drafts: returns whether they were drafted
-        before this step (parallelised); otherwise it is drafted first and the step waits."""
+                   st: StepRecord) -> tuple[bool, simpy.Event | None]:
+        """The verified sub-batch's drafts: (whether they were drafted before this step, i.e.
+        parallelised; what the step waits for: their drafting, or drafting them first now)."""
         if self.refill.background:
-            if v in self.drafting:   # its drafter is still at it: wait
-                yield self.drafting[v]
-                return True
+            if v in self.drafting:   # its drafter is still at it
+                return True, self.drafting[v]
             if self.ready[v]:
-                return True
-            job = self._draft_job(v)
-            yield self.drafter.submit(job, urgent=True)
-            st.draft_s += job.seconds
-            return False
+                return True, None
+            return False, self.drafter.submit(self._draft_job(v, st), urgent=True)
         if self.refill.drafted(v):
-            return True
+            return True, None
         k = self.lengths.k(ids, context, chunks, parallel=False)
         seconds = self.ctx.cost.draft(draft_rows(self.ctx, ids, st), k, context) * self.drafter.slowdown[0] \
             if k else 0.0
-        yield self.drafter.run(seconds, f"draft B{v}", sub_batch=v, batch=len(ids), k=k)
-        self.proposals[ids] = k
+        self.proposals[ids] = k   # held once the drafting is done
         st.draft_s += seconds
         st.drafter_s += seconds
-        return False
+        return False, self.drafter.run(seconds, "draft", len(ids), k, v)
 
     def _ahead(self, ahead: int | None, st: StepRecord) -> tuple[int, float]:
         """(k, seconds alone) of drafting sub-batch `ahead` beside the pass; its requests hold k
@@ -226,8 +223,9 @@ class PipelinedSD(EngineMethod):
                 queued += len(members[b])
         return queued
 
-    def _draft_job(self, b: int) -> DraftJob:
-        """Drafting sub-batch `b` on a drafter worker, sized with its members when it starts."""
+    def _draft_job(self, b: int, st: StepRecord | None = None) -> DraftJob:
+        """Drafting sub-batch `b` on a drafter worker, sized with its members when it starts;
+        `st`: the step that waits for it, whose drafting time it is."""
         k, drafted = self.lookahead, [EMPTY]
 
         def size() -> tuple[float, dict[str, Any]]:
@@ -235,9 +233,11 @@ class PipelinedSD(EngineMethod):
             return self.ctx.cost.draft(len(ids), k, self.ctx.table.context(ids)), \
                 {"sub_batch": b, "batch": len(ids), "k": k}
 
-        def finish() -> None:
+        def finish(seconds: float) -> None:
             self.proposals[drafted[0]] = k
             self.ready[b] = True
             self.drafting.pop(b, None)
+            if st is not None:
+                st.draft_s += seconds
 
         return DraftJob(f"draft B{b}", size, finish)

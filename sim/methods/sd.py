@@ -55,13 +55,13 @@ class StandardSD(EngineMethod):
             drafted = int(proposed.max())
             rows = draft_rows(ctx, ids, st)
             st.draft_s = st.drafter_s = ctx.cost.draft(rows, drafted, context) * drafter.slowdown[0]
-            yield drafter.run(st.draft_s, "draft", batch=batch, k=drafted)
+            yield drafter.run(st.draft_s, "draft", batch, drafted)
         total = int(proposed.sum())
         tokens = total + batch
         target = TargetPass(ctx, batch, tokens, context, chunks, over_link=self.over_link)
         yield from target.prepare(st)
         submitted = env.now
-        yield target.submit("verify", k=k) if batch else target.submit("prefill")
+        yield target.submit("verify", None, k) if batch else target.submit("prefill")
         # rejection sampling runs on the driver, not the drafter (drafter_busy)
         yield from after_pass(ctx, plan, st, chunks, tokens, bool(batch) and k > 0, submitted,
                               reject_on=DRIVER, emitting=batch)
