@@ -2,13 +2,13 @@
 resources.
 
 The driver (the engine loop, running on the drafter GPU in PSD) hands the verifier a job: inputs
-to send over the link, target compute, a sampler output to send back. The verifier is one
-long-lived process that serves jobs in order. The link has one lane per direction (full duplex:
-inputs are broadcast to the verifier group, the sampler output comes back point-to-point from
-its first rank); each lane is a FIFO single-server resource: a transfer waits until the lane is
-free, then holds it for latency + bytes / bandwidth. That is exactly a capacity-1
-`simpy.Resource` served in request order, kept as a "free at" time so that a transfer costs one
-event instead of four.
+to send over the link, target compute, a sampler output to send back. The verifier serves jobs
+in order, one at a time, by callbacks on its timeouts (a job costs no process switch). The link
+has one lane per direction (full duplex: inputs are broadcast to the verifier group, the sampler
+output comes back point-to-point from its first rank); each lane is a FIFO single-server
+resource: a transfer waits until the lane is free, then holds it for latency + bytes / bandwidth.
+That is exactly a capacity-1 `simpy.Resource` served in request order, kept as a "free at" time
+so that a transfer costs one event instead of four.
 
 The drafter GPUs (`Drafter`) do two kinds of work. Work the driver runs in its own process and
 waits for in the same step (MineDraft's driver runs on its drafter GPU; SD's draft shares the
@@ -78,7 +78,8 @@ class VerifyJob:
 
 @dataclass
 class Verifier:
-    """The target model's TP group: serves VerifyJobs one at a time."""
+    """The target model's TP group: serves VerifyJobs one at a time. With drafter workers
+    (`drafter`), the drafting they do and the pass slow each other (Drafter.contend, slowed_by)."""
 
     env: simpy.Environment
     link: Link
