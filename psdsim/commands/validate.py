@@ -260,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         return cmd_validate_vllm(args)
     cfg = validate_config(args)
+    from psdsim.sim.output.results import check_results_folder
+
+    check_results_folder(cfg.out, "validate")  # before anything else: a refusal costs nothing
     if importlib.util.find_spec("torch") is None:
         raise user_error("--engine", "the reference engine needs PyTorch",
                          "pip install 'psdsim[engine]' (CPU only: pip install torch==2.13.0)")
