@@ -75,7 +75,8 @@ class PEARL(EngineMethod):
         drafted_at = env.now
         yield done
         st.wait_s = env.now - drafted_at if batch else 0.0
-        st.draft_s = st.drafter_s = ahead_s
+        st.draft_s += ahead_s   # after the driver's input prep (TargetPass.prepare), a part of it
+        st.drafter_s += ahead_s
         yield from after_pass(ctx, plan, st, chunks, tokens, bool(batch), drafted_at, emitting=batch)
         self._verify(ids, proposed, total, st)
         target.measured(st, ahead_s if batch else None)
