@@ -96,6 +96,28 @@ def test_every_pipeline_pays_measured_contention(sub_batches, drafters):
 
 
 @pytest.mark.parametrize(("sub_batches", "drafters"), PIPELINES)
+def test_slowed_work_stays_one_thing_at_a_time_and_accounted(sub_batches, drafters):
+    """Contention pushes drafting and passes later while they run: each drafter GPU and the
+    verifier still do one thing at a time, their slices add up to their busy time, and
+    recording a timeline changes nothing."""
+    s = Scenario(requests=48, m=4, k=3, output_len=24, seed=3, prompt_len=64, sub_batches=sub_batches,
+                 drafters=drafters)
+    cost = _Slowed(contention=(1.4, 1.2), idle=30.0)
+    r = simulate(s, cost=cost, timeline=True)
+    assert r.summary == simulate(s, cost=_Slowed(contention=(1.4, 1.2), idle=30.0)).summary
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for x in r.timeline.slices:
+        spans.setdefault(x.track, []).append((x.start_s, x.end_s))
+    for track in spans.values():
+        assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(sorted(track)))
+    makespan = r.summary["makespan_s"]
+    verifier = sum(e - b for b, e in spans["verifier"]) / makespan
+    drafter = sum(x.end_s - x.start_s for x in r.timeline.slices if x.cat == "drafter")
+    assert verifier == pytest.approx(r.summary["verifier_busy"], rel=1e-9)
+    assert drafter / makespan / drafters == pytest.approx(r.summary["drafter_busy"], rel=1e-9)
+
+
+@pytest.mark.parametrize(("sub_batches", "drafters"), PIPELINES)
 def test_every_pipeline_pays_the_after_idle_slowdown(sub_batches, drafters):
     """The drafter's work after it waited for the verifier is slowed by that wait, whichever
     pipeline runs (the ring ignored it too)."""
