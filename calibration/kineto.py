@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import zlib
 from bisect import bisect_left
 from collections import Counter, defaultdict
@@ -32,6 +31,7 @@ from typing import Any
 from psdsim.calibration.phases import COMM_KERNEL, Built, GpuWork, TimedRange, TraceInfo, build_samples
 from psdsim.calibration.ranges import RangeRule, classify
 from psdsim.calibration.trace_error import trace_error
+from psdsim.sim.numbers import finite
 
 GZIP_MAGIC = b"\x1f\x8b"
 US = 1e-6
@@ -83,14 +83,6 @@ def _events(doc: Any, path: Path) -> tuple[list[Any], dict[str, Any]]:
     return events, meta
 
 
-def _num(value: Any) -> float | None:
-    """A finite number, or None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def _ident(value: Any) -> Ident:
     """A pid, tid or correlation id as an int where it is one (some traces write strings)."""
     if isinstance(value, bool):
@@ -139,7 +131,7 @@ def _scan(events: list[Any], rules: tuple[RangeRule, ...]) -> _Scan:
         cat = ev["cat"].lower()
         if cat not in RANGE_CATS and cat not in CALL_CATS and cat not in OP_CATS:
             continue
-        ts, dur, name = _num(ev.get("ts")), _num(ev.get("dur")), ev.get("name")
+        ts, dur, name = finite(ev.get("ts")), finite(ev.get("dur")), ev.get("name")
         if cat in RANGE_CATS:
             if isinstance(name, str):
                 _range(scan, rules, name, ts, dur, (_ident(ev.get("pid")), _ident(ev.get("tid"))))

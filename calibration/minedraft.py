@@ -88,6 +88,7 @@ import numpy as np
 from psdsim.calibration.phases import Built, TraceInfo
 from psdsim.calibration.samples import NAN, StepSample
 from psdsim.calibration.trace_error import trace_error
+from psdsim.sim.numbers import finite
 
 US = 1e-6
 UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6))
@@ -253,11 +254,10 @@ def _attach_prompt_lens(trace: _Trace) -> None:
 
 
 def _num(value: Any) -> float:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
-    return NAN
+    """A step field as a float: MineDraft writes flags as booleans (1/0); anything else that is
+    not a finite number is NaN, which the reader treats as absent."""
+    number = float(value) if isinstance(value, bool) else finite(value)
+    return NAN if number is None else number
 
 
 def _role(step: dict[str, Any]) -> str:

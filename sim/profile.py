@@ -34,6 +34,7 @@ from typing import Any
 from psdsim.sim.costs import NO_CHUNKS, Chunks, StepCost
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.execution import driver_prep, framework
+from psdsim.sim.numbers import finite
 from psdsim.sim.overlap import idle_factor
 
 PROFILE_FORMAT = "psdsim-profile"
@@ -152,12 +153,8 @@ def _bad(problem: str, path: str) -> ScenarioError:
                          "give a profile written by `psdsim calibrate … --out profile.json`")
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _idle_point(pt: Any) -> bool:
-    return isinstance(pt, list) and len(pt) == 2 and all(_number(v) for v in pt) and pt[0] >= 0 and pt[1] > 0
+    return isinstance(pt, list) and len(pt) == 2 and None not in map(finite, pt) and pt[0] >= 0 and pt[1] > 0
 
 
 def _term(name: str, doc: Any, path: str) -> Term:
@@ -172,12 +169,12 @@ def _term(name: str, doc: Any, path: str) -> Term:
         raise _bad(f"term {name!r}: features {doc.get('features')} differ from this psdsim's "
                    f"{list(FEATURES[name])}", path)
     want = len(features)
-    if not isinstance(coef, list) or len(coef) != want or not all(_number(c) for c in coef):
+    if not isinstance(coef, list) or len(coef) != want or None in map(finite, coef):
         raise _bad(f"term {name!r}: coef must be a list of {want} finite numbers "
                    f"({', '.join(features)})", path)
     ranges = doc.get("ranges", {})
     if not isinstance(ranges, dict) or not all(
-            isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v) for v in ranges.values()):
+            isinstance(v, list) and len(v) == 2 and None not in map(finite, v) for v in ranges.values()):
         raise _bad(f"term {name!r}: ranges must map names to [low, high]", path)
     cv = doc.get("cv_mape")
     return Term(name, tuple(float(c) for c in coef), int(doc.get("samples", 0)),
@@ -202,7 +199,7 @@ def profile_from_json(text: str, path: str = "profile") -> Profile:
     contention = doc.get("contention", {})
     sides = ("draft", "verify")
     if not isinstance(contention, dict) or not all(
-            _number(contention.get(side, 1.0)) and contention.get(side, 1.0) > 0 for side in sides):
+            (finite(contention.get(side, 1.0)) or 0.0) > 0 for side in sides):
         raise _bad("contention must map draft and verify to positive slowdown factors", path)
     idle = contention.get("after_idle", {})
     if not isinstance(idle, dict) or not all(

@@ -8,16 +8,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from psdsim.sim.numbers import finite
 from psdsim.sim.output.plots import figure_formats
 
 MAX_LINES = 12
 IGNORED = ("rate", "seed", "name")  # not a line of their own in throughput vs rate
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return float(v)
 
 
 def _save(fig: Any, name: str, out: dict[str, bytes]) -> None:
@@ -32,7 +27,7 @@ def throughput_vs_rate(rows: list[dict[str, Any]], swept: Sequence[str], out: di
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-    ok = [r for r in rows if r["status"] == "ok" and _num(r.get("rate")) is not None]
+    ok = [r for r in rows if r["status"] == "ok" and finite(r.get("rate")) is not None]
     if not ok:
         return
     others = ["method", *(f for f in swept if f not in (*IGNORED, "method"))]
@@ -44,7 +39,7 @@ def throughput_vs_rate(rows: list[dict[str, Any]], swept: Sequence[str], out: di
                            (axes[1], "output_tok_s", "output tok/s (over makespan)")):
         series: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
         for r in ok:
-            y = _num(r.get(key))
+            y = finite(r.get(key))
             if y is not None:
                 series[_label(r, others)][r["rate"]].append(y)
         colors = plt.get_cmap("tab10" if len(series) <= 10 else "tab20")
@@ -75,7 +70,7 @@ def heatmap_k_m(rows: list[dict[str, Any]], swept: Sequence[str], metric: str,
     import matplotlib.pyplot as plt
     import numpy as np
 
-    ok = [r for r in rows if r["status"] == "ok" and _num(r.get(metric)) is not None]
+    ok = [r for r in rows if r["status"] == "ok" and finite(r.get(metric)) is not None]
     if not ok:
         return
     methods = list(dict.fromkeys(r["method"] for r in ok)) if "method" in swept else [None]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from psdsim.engine.validate.describe import SIM_METHOD, EngineRun
+from psdsim.sim.numbers import finite
 from psdsim.sim.output.plots import figure_bytes
 
 METRICS: tuple[tuple[str, str], ...] = (
@@ -32,7 +33,7 @@ def metric(summary: Mapping[str, Any], key: str) -> float | None:
     value: Any = summary
     for part in key.split("."):
         value = value.get(part) if isinstance(value, Mapping) else None
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+    return finite(value)
 
 
 def relative_error(measured: float | None, predicted: float | None) -> float | None:
