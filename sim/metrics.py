@@ -165,7 +165,7 @@ def _per_prompt(s: Scenario, requests: dict[str, np.ndarray]) -> tuple[np.ndarra
 
 
 def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.ndarray], *,
-              gpus: int, uses_drafter: bool, drafter_busy_s: float, verifier_busy_s: float,
+              gpus: int, speculates: bool, drafter_busy_s: float, verifier_busy_s: float,
               kv: KVPools) -> dict[str, Any]:
     decode = steps["kind"] == DECODE
     paper = decode & (steps["prefill_groups"] == 0)  # not a prompt run
@@ -180,10 +180,10 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
     latency_s, ttft_s = _per_prompt(s, requests)
     linked = layout_for(s).over_link
     throughput = step_throughput(gen, paper_s, 1.0)
-    imbalance = np.abs(steps["batch1"] - steps["batch0"])[decode] if s.sub_batched else None
+    imbalance = np.abs(steps["batch1"] - steps["batch0"])[decode] if s.batch_managed else None
     summary: dict[str, Any] = {
         "method": s.method,
-        "k": s.k if uses_drafter else None,
+        "k": s.k if speculates else None,
         "m": s.m,
         "requests": prompts,
         "sequences": n,
@@ -200,17 +200,17 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "ttft_ms": ms_stats(ttft_s),
         "tpot_ms": ms_stats(_tpot(requests)),
         "queue_ms": ms_stats(requests["admitted_s"] - requests["arrival_s"]),
-        "vsr": step_ratio(accepted, proposed, 1.0) if uses_drafter else None,
-        "vsr_trim80": step_ratio(accepted, proposed, 0.8) if uses_drafter else None,
-        "vsr_trim70": step_ratio(accepted, proposed, 0.7) if uses_drafter else None,
+        "vsr": step_ratio(accepted, proposed, 1.0) if speculates else None,
+        "vsr_trim80": step_ratio(accepted, proposed, 0.8) if speculates else None,
+        "vsr_trim70": step_ratio(accepted, proposed, 0.7) if speculates else None,
         "drafts_per_verification": (ratio(steps["proposed"][decode].sum(), steps["verified"][decode].sum())
-                                    if uses_drafter else None),
+                                    if speculates else None),
         "parallelization_rate": (ratio(steps["parallelised"][paper].sum(), paper.sum())
-                                 if uses_drafter else None),
+                                 if speculates else None),
         "comm_share": ratio(steps["wait_s"][decode].sum(), dur.sum()) if linked else None,
         "link_share": ratio(steps["link_critical_s"][decode].sum(), dur.sum()) if linked else None,
         "drafter_busy": (ratio(drafter_busy_s, makespan * max(1, layout_for(s).drafter_gpus))
-                         if uses_drafter else None),
+                         if speculates else None),
         "verifier_busy": ratio(verifier_busy_s, makespan),
         "decode_steps": int(paper.sum()),
         "mixed_steps": int((decode & ~paper).sum()),
@@ -220,14 +220,14 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "swap_s": float(steps["swap_s"].sum()),
         "aborted": _state_count(requests, ABORTED),
         "rejected": _state_count(requests, REJECTED),
-        "wasted_verifications": int(steps["unproposed"].sum()) if uses_drafter else None,
+        "wasted_verifications": int(steps["unproposed"].sum()) if speculates else None,
         "imbalance_mean": float(imbalance.mean()) if imbalance is not None and len(imbalance) else None,
         "imbalance_max": int(imbalance.max()) if imbalance is not None and len(imbalance) else None,
         "imbalance_final": int(imbalance[-1]) if imbalance is not None and len(imbalance) else None,
         "kv_pool_blocks": dict(kv.capacities),
         "kv_peak_usage": {side: kv.peak / cap for side, cap in kv.capacities.items()},
         "kv_binding_pool": kv.binding,
-        "mean_draft_ms": _mean_ms(steps["draft_s"][decode]) if uses_drafter else None,
+        "mean_draft_ms": _mean_ms(steps["draft_s"][decode]) if speculates else None,
         "mean_verify_ms": _mean_ms(steps["verify_s"][decode]),
         "mean_comm_ms": _mean_ms(steps["comm_s"][decode]),
         **goodput(s, requests, makespan),

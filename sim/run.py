@@ -61,10 +61,10 @@ class Result:
         return bool(self.summary["fits"])
 
 
-def _engine_loop(ctx: SimContext, method: Any,
+def _engine_loop(sim: SimContext, method: Any,
                  progress: Progress | None) -> Generator[Any, Any, None]:
     """The driver: each iteration plans one engine step, executes it, then closes it."""
-    env, sched, tl = ctx.env, ctx.scheduler, ctx.timeline
+    env, sched, tl = sim.env, sim.scheduler, sim.timeline
     steps = 0
     while not sched.done:
         sched.arrive_until(env.now)
@@ -81,7 +81,7 @@ def _engine_loop(ctx: SimContext, method: Any,
         sched.close_step(plan, env.now, method)
         steps += 1
         if progress is not None and steps % PROGRESS_EVERY == 0:
-            progress(sched.ended / len(ctx.table))
+            progress(sched.ended / len(sim.table))
 
 
 def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | None = None,
@@ -122,23 +122,23 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         gpus = max(1, layout.drafter_gpus)
         tracks = [DRAFTER] if gpus == 1 else [drafter_track(i) for i in range(gpus)]
         drafter = Drafter(env, tracks, tl, slow.driver_idle, slow.overlap)
-    ctx = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
+    sim = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
                      verifier=Verifier(env, link, tl, slow.verifier_idle), link=link, vocab=target.vocab,
                      acceptance=AcceptanceSampler(rng), drafter=drafter,
-                     hidden=target.hidden if s.uses_draft and cat.models[s.draft].eagle else 0,
+                     hidden=target.hidden if s.speculates and cat.models[s.draft].eagle else 0,
                      timeline=tl, slow=slow, overlap_prefill=s.overlap_draft_prefill and dedicated)
     if drafter is not None and slow.overlap is not None:   # worker drafting and passes contend
-        drafter.verifier, ctx.verifier.drafter = ctx.verifier, drafter
-    if getattr(cost, "extra_draft_rows", False) and s.uses_draft:
-        ctx.all_accepted = np.zeros(len(table), dtype=bool)
-    method = kind(ctx)
-    env.run(until=env.process(_engine_loop(ctx, method, progress)))
+        drafter.verifier, sim.verifier.drafter = sim.verifier, drafter
+    if getattr(cost, "extra_draft_rows", False) and s.speculates:
+        sim.all_accepted = np.zeros(len(table), dtype=bool)
+    method = kind(sim)
+    env.run(until=env.process(_engine_loop(sim, method, progress)))
 
-    steps = step_table(ctx.steps)
+    steps = step_table(sim.steps)
     requests = table.columns()
-    summary = summarize(s, steps, requests, gpus=kind.gpus(s), uses_drafter=method.uses_drafter,
+    summary = summarize(s, steps, requests, gpus=kind.gpus(s), speculates=s.speculates,
                         drafter_busy_s=drafter.busy_s if drafter is not None else 0.0,
-                        verifier_busy_s=ctx.verifier.busy_s, kv=kv)
+                        verifier_busy_s=sim.verifier.busy_s, kv=kv)
     summary["warnings"] = scenario_warnings(s)
     if isinstance(cost, FittedCost):
         summary["warnings"] += source_warnings(cost.profile, s) + cost.warnings()

@@ -149,13 +149,14 @@ class Scenario:
                           "fitted cost profile (JSON from `psdsim calibrate`); absent = analytic model")
 
     @property
-    def uses_draft(self) -> bool:
+    def speculates(self) -> bool:
+        """Every method but AR drafts tokens for the target to verify."""
         return self.method != "ar"
 
     @property
-    def sub_batched(self) -> bool:
-        """MineDraft's two sub-batches with one drafter (whose imbalance the summary reports);
-        other N and D run the round-robin ring of sim/methods/pipelined.py."""
+    def batch_managed(self) -> bool:
+        """MineDraft's two sub-batches with one drafter, refilled by its Batch Manager (whose
+        imbalance the summary reports); other N and D run the round-robin ring."""
         return self.method in ("psd", "psd+tetris") and self.sub_batches == 2 and self.drafters == 1
 
     @property
@@ -424,7 +425,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _one_of(s, "pearl_stale", PEARL_STALE)
     _one_of(s, "k_policy", ("fixed", "adaptive"))
     _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu")
-          or (s.method == "psd" and s.sub_batched), "k_policy",
+          or (s.method == "psd" and s.batch_managed), "k_policy",
           f"adaptive k is built for sd, sd-2m, sd-5gpu and two-sub-batch psd, not {s.method}"
           + (" as a ring" if s.method == "psd" else ""), "set k_policy=fixed")
     _one_of(s, "sampler_output", ("full", "compact"))
@@ -439,7 +440,7 @@ def _check_models(s: Scenario, cat: Catalog) -> None:
     if s.acceptance is not None:
         _need(0.0 < s.acceptance < 1.0, "acceptance", f"must be in (0, 1), got {s.acceptance}",
               "set acceptance to a per-token acceptance rate such as 0.6")
-    elif s.uses_draft:
+    elif s.speculates:
         _need(cat.acceptance_prior(s.draft, s.target) is not None, "acceptance",
               f"no catalog prior for draft {s.draft!r} with target {s.target!r}",
               "set acceptance to the per-token acceptance rate you expect, e.g. acceptance=0.6")
@@ -564,7 +565,7 @@ def warnings(s: Scenario) -> list[str]:
     for role, gpu, link in (("verifier", s.gpu, s.tp_link_key), ("drafter", s.drafter_gpu_key, s.link)):
         if cat.links[link].nvlink and not cat.gpus[gpu].nvlink:
             out.append(f"hypothetical: {link} on the {role}'s {gpu}, which has no NVLink")
-    if s.method == "psd" and not s.sub_batched:
+    if s.method == "psd" and not s.batch_managed:
         out.append(f"beyond the paper: PSD with {s.sub_batches} sub-batches and {s.drafters} drafters")
     if s.sampler_output == "compact":
         out.append("hypothetical: compact sampler output (MineDraft sends full-vocabulary rows)")
@@ -580,7 +581,7 @@ def _code_warnings(s: Scenario) -> list[str]:
     if s.method == "pearl" and s.pearl_variant == "minedraft" and s.pearl_stale == "as-fresh":
         out.append("hypothetical: pearl_stale = as-fresh accepts PEARL's stale drafts like fresh ones, "
                    "an upper bound (they were drafted for other positions)")
-    if not s.sub_batched:
+    if not s.batch_managed:
         return out
     if s.chunked_prefill and s.psd_prefill_chunks == "verified-only":
         out.append("MineDraft's code: a prompt chunk is computed only when its sub-batch is verified, "

@@ -60,7 +60,7 @@ def row(s: Scenario, search: RateSearch, price: dict[str, float] | None = None) 
     gpus = sm.get("gpus")
     out = {key: getattr(s, key) for key in CONFIG_KEYS}
     out["drafter_gpu"] = s.drafter_gpu_key
-    if not s.uses_draft:
+    if not s.speculates:
         out.update(draft=None, k=None, drafter_gpu=None, link=None)
     out.update({
         "gpus": gpus,

@@ -96,7 +96,7 @@ def test_invariants_hold(s: Scenario):
     assert (steps["batch0"] + steps["batch1"] + steps["prefilling"] == steps["running"]).all()
     cap = {"psd": s.sub_batches * s.m, "psd+tetris": 2 * s.m, "sd-2m": 2 * s.m}.get(s.method, s.m)
     assert (steps["running"] <= cap).all()
-    if s.sub_batched:
+    if s.batch_managed:
         decoding = steps["batch0"][decode] + steps["batch1"][decode]
         assert (steps["verified"][decode] + steps["drafted"][decode] == decoding).all()
     # Simulated time never goes backwards and steps do not overlap.

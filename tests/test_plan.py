@@ -65,7 +65,7 @@ def test_an_unreadable_plan_file_is_one_line(tmp_path: Path) -> None:
 def test_the_space_runs_ar_once_and_reports_invalid_combinations(tmp_path: Path) -> None:
     spec = load_plan(_plan(tmp_path, PLAN.replace('k = [2, 3]', 'k = [2, 3]\ntensor_parallel_size = [4, 3]')))
     valid, invalid = configurations(spec)
-    assert sorted((s.method, s.k if s.uses_draft else None) for s in valid) == [
+    assert sorted((s.method, s.k if s.speculates else None) for s in valid) == [
         ("ar", None), ("psd", 2), ("psd", 3), ("sd", 2), ("sd", 3)]
     assert len(invalid) == 5 and all("tensor_parallel_size" in why for _, why in invalid)
 

@@ -13,18 +13,17 @@ from psdsim.sim.scheduler import StepPlan
 
 
 class AutoRegressive(EngineMethod):
-    uses_drafter = False
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx, st = self.ctx, StepRecord()
-        ids, start = plan.decode, ctx.env.now
+        sim, st = self.sim, StepRecord()
+        ids, start = plan.decode, sim.env.now
         batch = len(ids)
-        chunks = chunk_work(ctx, plan)
-        target = TargetPass(ctx, batch, batch, ctx.table.context(ids), chunks, over_link=False)
+        chunks = chunk_work(sim, plan)
+        target = TargetPass(sim, batch, batch, sim.table.context(ids), chunks, over_link=False)
         yield target.submit("decode" if batch else "prefill")
-        yield from after_pass(ctx, plan, st, chunks, batch, False, ctx.env.now, reject_on=None,
+        yield from after_pass(sim, plan, st, chunks, batch, False, sim.env.now, reject_on=None,
                               emitting=batch)
-        verify_outcome(ctx, st, ids, np.zeros(batch, dtype=np.int64), 0)
+        verify_outcome(sim, st, ids, np.zeros(batch, dtype=np.int64), 0)
         target.measured(st)
         st.verified = st.scored = batch
-        record(ctx, plan, start, st)
+        record(sim, plan, start, st)

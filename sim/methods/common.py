@@ -47,11 +47,9 @@ class SimContext:
 class EngineMethod(EngineHooks):
     """Base of the methods: holds the context and the scheduler hooks' defaults."""
 
-    uses_drafter = False
-
-    def __init__(self, ctx: SimContext) -> None:
-        self.ctx = ctx
-        self.lookahead = ctx.scenario.k if self.uses_drafter else 0
+    def __init__(self, sim: SimContext) -> None:
+        self.sim = sim
+        self.lookahead = sim.scenario.k if sim.scenario.speculates else 0
 
     @staticmethod
     def running_cap(s: Scenario) -> int:
@@ -67,12 +65,12 @@ class EngineMethod(EngineHooks):
         raise NotImplementedError
 
 
-def draft_rows(ctx: SimContext, ids: np.ndarray, st: StepRecord) -> int:
+def draft_rows(sim: SimContext, ids: np.ndarray, st: StepRecord) -> int:
     """Rows a drafting of `ids` runs: one each, and one more for every request whose drafts were
     all accepted where the engine drafts that extra row (counted in the step's extra_rows)."""
-    if ctx.all_accepted is None or not len(ids):
+    if sim.all_accepted is None or not len(ids):
         return len(ids)
-    extra = int(np.count_nonzero(ctx.all_accepted[ids]))
+    extra = int(np.count_nonzero(sim.all_accepted[ids]))
     st.extra_rows += extra
     return len(ids) + extra
 
@@ -86,7 +84,7 @@ def draft_counts(plan: StepPlan, ids: np.ndarray, wanted: np.ndarray) -> np.ndar
     return np.minimum(wanted, np.array([cap[r] for r in ids.tolist()], dtype=np.int64))
 
 
-def verify_outcome(ctx: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
+def verify_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
                    total_proposed: int, acceptable: np.ndarray | None = None) -> None:
     """Draw acceptance for verified requests, emit accepted + 1 tokens each, update stats.
     `total_proposed` is proposed.sum(), which every caller already knows; where `acceptable` is
@@ -94,61 +92,61 @@ def verify_outcome(ctx: SimContext, st: StepRecord, ids: np.ndarray, proposed: n
     if not len(ids):
         return
     if total_proposed:
-        accepted = ctx.acceptance.accepted(ctx.table.log_acceptance[ids], proposed)
+        accepted = sim.acceptance.accepted(sim.table.log_acceptance[ids], proposed)
         if acceptable is not None:
             accepted *= acceptable
     else:
         accepted = np.zeros(len(ids), dtype=np.int64)
-    emit_outcome(ctx, st, ids, proposed, total_proposed, accepted)
+    emit_outcome(sim, st, ids, proposed, total_proposed, accepted)
 
 
-def emit_outcome(ctx: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
+def emit_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
                  total_proposed: int, accepted: np.ndarray) -> None:
     """Emit accepted + 1 tokens for each verified request, log the verification, count it."""
-    t = ctx.table
-    if ctx.all_accepted is not None:
-        ctx.all_accepted[ids] = (proposed > 0) & (accepted >= proposed)
+    t = sim.table
+    if sim.all_accepted is not None:
+        sim.all_accepted[ids] = (proposed > 0) & (accepted >= proposed)
     total_accepted = int(accepted.sum()) if total_proposed else 0
     if total_proposed:
         unproposed = len(ids) - int(np.count_nonzero(proposed))
     else:
-        unproposed = len(ids) if ctx.scenario.method != "ar" else 0
+        unproposed = len(ids) if sim.scenario.method != "ar" else 0
     kept = t.emit(ids, accepted + 1)
     t.log_verification(ids, proposed, accepted)
     st.proposed, st.accepted, st.unproposed = total_proposed, total_accepted, unproposed
     st.generated = total_accepted + len(ids) if kept is None else int(kept.sum())
 
 
-def emit_first_tokens(ctx: SimContext, plan: StepPlan) -> int:
+def emit_first_tokens(sim: SimContext, plan: StepPlan) -> int:
     """Prompts whose prefill completed sample a token (the first, or the next after a recompute)."""
     if not len(plan.prefill):
         return 0
     done = plan.prefill[plan.completes]
     if not len(done):
         return 0
-    t = ctx.table
+    t = sim.table
     kept = t.emit(done, np.ones(len(done), dtype=np.int64))
-    t.first_token(done, ctx.env.now)
+    t.first_token(done, sim.env.now)
     return len(done) if kept is None else int(kept.sum())
 
 
-def record(ctx: SimContext, plan: StepPlan, start: float, st: StepRecord) -> None:
+def record(sim: SimContext, plan: StepPlan, start: float, st: StepRecord) -> None:
     """Close the step: prompts that completed emit their first token, the drafter is charged
     the step's own work, and the record gets what the plan and the running set say."""
     prefill = len(plan.prefill)
     if prefill:
-        st.generated += emit_first_tokens(ctx, plan)
+        st.generated += emit_first_tokens(sim, plan)
         st.prefill_tokens, st.prompts_done = int(plan.chunk.sum()), int(plan.completes.sum())
-    if ctx.drafter is not None:
-        ctx.drafter.busy_s += st.drafter_s
-    running = ctx.scheduler.running
+    if sim.drafter is not None:
+        sim.drafter.busy_s += st.drafter_s
+    running = sim.scheduler.running
     if st.verified:
         st.kind = DECODE
-    st.start_s, st.end_s, st.running = start, ctx.env.now, len(running)
-    if prefill or ctx.scheduler.chunked:
-        st.prefilling = int(np.count_nonzero(ctx.table.state[running] == PREFILLING))
+    st.start_s, st.end_s, st.running = start, sim.env.now, len(running)
+    if prefill or sim.scheduler.chunked:
+        st.prefilling = int(np.count_nonzero(sim.table.state[running] == PREFILLING))
     if st.batch0 is None:
         st.batch0 = len(running) - st.prefilling
     st.preempted, st.kv_blocks, st.waiting = plan.preempted, plan.kv_blocks, plan.waiting
     st.prefill_groups = plan.prefill_groups
-    ctx.steps.append(row(st))
+    sim.steps.append(row(st))

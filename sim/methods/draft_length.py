@@ -37,8 +37,8 @@ class Selection:
 class FixedLength:
     """k drafts per request, every drafting; all of them scored."""
 
-    def __init__(self, ctx: SimContext, width: int) -> None:
-        self.ctx = ctx
+    def __init__(self, sim: SimContext, width: int) -> None:
+        self.sim = sim
         self.width = width   # the most drafts a request holds
 
     def k(self, ids: np.ndarray, context: int, chunks: Chunks, parallel: bool, over_link: bool = True) -> int:
@@ -57,27 +57,27 @@ class FixedLength:
 class AdaptiveLength(FixedLength):
     """k' in 0..k per drafting, for the most expected tokens per second (sim/methods/adaptive.py)."""
 
-    def __init__(self, ctx: SimContext, width: int) -> None:
-        super().__init__(ctx, width)
-        self.estimate = AcceptanceEstimate(ctx.table.acceptance_mean)
+    def __init__(self, sim: SimContext, width: int) -> None:
+        super().__init__(sim, width)
+        self.estimate = AcceptanceEstimate(sim.table.acceptance_mean)
 
     def k(self, ids: np.ndarray, context: int, chunks: Chunks, parallel: bool, over_link: bool = True) -> int:
-        ctx = self.ctx
-        return best_k(ctx.cost, len(ids), context, chunks, self.width, self.estimate.rate, parallel,
-                      link_seconds(ctx, len(ids), context, chunks) if over_link else None)
+        sim = self.sim
+        return best_k(sim.cost, len(ids), context, chunks, self.width, self.estimate.rate, parallel,
+                      link_seconds(sim, len(ids), context, chunks) if over_link else None)
 
     def seen(self, proposed: np.ndarray, total: int) -> None:
         if total:
-            self.estimate.update(proposed, self.ctx.table.last_accepted)
+            self.estimate.update(proposed, self.sim.table.last_accepted)
 
 
 class Tetris(FixedLength):
     """k + e drafts per request; a full batch scores the best k x m prefixes."""
 
     def select(self, ids: np.ndarray, drafted: np.ndarray) -> Selection:
-        s, width = self.ctx.scenario, self.width
-        log_q, accepted = draft_positions(self.ctx.table.acceptance[ids], width, s.confidence_spread,
-                                          self.ctx.rng)
+        s, width = self.sim.scenario, self.width
+        log_q, accepted = draft_positions(self.sim.table.acceptance[ids], width, s.confidence_spread,
+                                          self.sim.rng)
         log_q = np.where(np.arange(width)[None, :] < drafted[:, None], log_q, -np.inf)
         lengths = drafted
         if len(ids) >= s.m:
@@ -85,9 +85,9 @@ class Tetris(FixedLength):
         return Selection(lengths, accepted)
 
 
-def draft_length(ctx: SimContext) -> FixedLength:
+def draft_length(sim: SimContext) -> FixedLength:
     """The scenario's draft-length policy."""
-    s = ctx.scenario
+    s = sim.scenario
     if s.method == "psd+tetris":
-        return Tetris(ctx, s.k + s.extra)
-    return (AdaptiveLength if s.k_policy == "adaptive" else FixedLength)(ctx, s.k)
+        return Tetris(sim, s.k + s.extra)
+    return (AdaptiveLength if s.k_policy == "adaptive" else FixedLength)(sim, s.k)

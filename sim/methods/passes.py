@@ -25,33 +25,33 @@ from psdsim.sim.scheduler import StepPlan
 from psdsim.sim.timeline import DRAFT_PREFILL, DRAFTER, DRIVER, ON_DRAFTER, ON_DRIVER, REJECT, driver_parts
 
 
-def chunk_work(ctx: SimContext, plan: StepPlan) -> Chunks:
+def chunk_work(sim: SimContext, plan: StepPlan) -> Chunks:
     """The prefill work of a plan: each chunk attends to its prompt's earlier chunks and itself."""
     if not len(plan.prefill):
         return NO_CHUNKS
-    computed = ctx.table.computed[plan.prefill]
+    computed = sim.table.computed[plan.prefill]
     chunk = plan.chunk
     pairs = float((chunk * computed).sum() + (chunk * chunk).sum() / 2)
     return Chunks(int(chunk.sum()), pairs, int(computed.sum()), int(plan.completes.sum()))
 
 
-def link_bytes(ctx: SimContext, requests: int, scored: int, context: int,
+def link_bytes(sim: SimContext, requests: int, scored: int, context: int,
                chunks: Chunks) -> tuple[int, int]:
     """(inputs broadcast to the verifier group, sampler output back) for one target pass."""
-    s = ctx.scenario
+    s = sim.scenario
     send = step_inputs_bytes(requests, scored + chunks.tokens, context + chunks.ctx, s.block_size)
-    back = sampler_output_bytes(scored + chunks.completing, ctx.vocab, s.sampler_output == "compact")
-    if ctx.hidden:
-        back += hidden_state_bytes(scored + chunks.tokens, ctx.hidden)
+    back = sampler_output_bytes(scored + chunks.completing, sim.vocab, s.sampler_output == "compact")
+    if sim.hidden:
+        back += hidden_state_bytes(scored + chunks.tokens, sim.hidden)
     return send, back
 
 
-def link_seconds(ctx: SimContext, requests: int, context: int, chunks: Chunks) -> Callable[[int], float]:
+def link_seconds(sim: SimContext, requests: int, context: int, chunks: Chunks) -> Callable[[int], float]:
     """Seconds the step's messages hold the link, both ways, as a function of the positions
     the target pass scores (adaptive k prices each choice with it)."""
     def seconds(scored: int) -> float:
-        send, back = link_bytes(ctx, requests, scored, context, chunks)
-        return ctx.link.seconds(TO_VERIFIER, send) + ctx.link.seconds(TO_DRAFTER, back)
+        send, back = link_bytes(sim, requests, scored, context, chunks)
+        return sim.link.seconds(TO_VERIFIER, send) + sim.link.seconds(TO_DRAFTER, back)
 
     return seconds
 
@@ -60,45 +60,45 @@ class TargetPass:
     """One target pass: `requests` decodes scoring `tokens` positions over `context` cached
     tokens, plus the plan's prefill chunks; over the link when the drafter has a GPU of its own."""
 
-    __slots__ = ("ctx", "job", "parts", "requests", "tokens")
+    __slots__ = ("job", "parts", "requests", "sim", "tokens")
 
-    def __init__(self, ctx: SimContext, requests: int, tokens: int, context: int, chunks: Chunks,
+    def __init__(self, sim: SimContext, requests: int, tokens: int, context: int, chunks: Chunks,
                  over_link: bool = True) -> None:
-        self.ctx = ctx
-        self.job = VerifyJob(ctx.cost.verify(requests, tokens, context, chunks))
+        self.sim = sim
+        self.job = VerifyJob(sim.cost.verify(requests, tokens, context, chunks))
         self.requests, self.tokens = requests, tokens
-        self.parts = verify_parts(ctx.cost, requests, tokens, chunks)
+        self.parts = verify_parts(sim.cost, requests, tokens, chunks)
         if over_link:
-            self.job.send_bytes, self.job.return_bytes = link_bytes(ctx, requests, tokens, context, chunks)
+            self.job.send_bytes, self.job.return_bytes = link_bytes(sim, requests, tokens, context, chunks)
 
     def contend(self, drafting: float) -> float:
         """Price the contention of this pass with `drafting` seconds (alone) that the driver
         starts beside it now (sim/overlap.py): returns the drafting's wall time and slows the
         pass. (Drafting on drafter workers is priced by the devices, sim/devices.py.)"""
-        overlap = self.ctx.slow.overlap
+        overlap = self.sim.slow.overlap
         if drafting and overlap is not None:
             job = self.job
-            inputs_s = self.ctx.cost.broadcast(job.send_bytes)
+            inputs_s = self.sim.cost.broadcast(job.send_bytes)
             drafting, job.compute_s = overlapped(drafting, job.compute_s, inputs_s, *overlap)
         return drafting
 
     def prepare(self, st: StepRecord) -> Generator[Any, Any, None]:
         """The driver's input preparation before it hands the pass over and drafts (MineDraft:
         the target inputs and the metadata broadcast; 0 on other engines), a part of draft_s."""
-        ctx = self.ctx
-        seconds = driver_prep(ctx.cost, self.requests, self.tokens) if self.requests else 0.0
+        sim = self.sim
+        seconds = driver_prep(sim.cost, self.requests, self.tokens) if self.requests else 0.0
         if seconds:
-            began = ctx.env.now
-            yield ctx.env.timeout(seconds)
+            began = sim.env.now
+            yield sim.env.timeout(seconds)
             st.prep_s += seconds
             st.draft_s += seconds
-            if ctx.timeline is not None:
-                ctx.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, began, ctx.env.now)
+            if sim.timeline is not None:
+                sim.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, began, sim.env.now)
 
     def submit(self, name: str, sub_batch: int | None = None, k: int | None = None,
                drafts_used: bool | None = None) -> simpy.Event:
         """Hand the pass to the verifier; the rest labels its timeline slice (None: not said)."""
-        if self.ctx.timeline is not None:
+        if self.sim.timeline is not None:
             args: dict[str, Any] = {}
             if sub_batch is not None:
                 name, args["sub_batch"] = f"{name} B{sub_batch}", sub_batch
@@ -107,7 +107,7 @@ class TargetPass:
             if drafts_used is not None:
                 args["drafts_used"] = drafts_used
             self.job.name, self.job.args = name, args
-        return self.ctx.verifier.submit(self.job)
+        return self.sim.verifier.submit(self.job)
 
     def measured(self, st: StepRecord, beside: float | None = None) -> None:
         """The pass's figures, once it is back. `beside`: the drafting the driver did while the
@@ -123,7 +123,7 @@ class TargetPass:
                                   - max(job.compute_s, beside))
 
 
-def after_pass(ctx: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
+def after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
                scored: bool, waited_from: float, reject_on: str | None = DRAFTER,
                queued: bool = False, emitting: int = 0) -> Generator[Any, Any, None]:
     """The driver's work once the target pass is back (it waited from `waited_from`): what is
@@ -136,11 +136,11 @@ def after_pass(ctx: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, 
     waits for a free drafter worker (a PSD ring, whose drafters draft in the background), and
     the driver's part follows it; otherwise the driver runs it all in one wait (MineDraft's
     driver runs on its drafter GPU)."""
-    env, cost, tl, drafter = ctx.env, ctx.cost, ctx.timeline, ctx.drafter
+    env, cost, tl, drafter = sim.env, sim.cost, sim.timeline, sim.drafter
     sync_s = cost.draft_chunks(chunks) if reject_on is not None else 0.0
     reject_s = cost.reject(tokens) if scored else 0.0
     swap_s = st.swap_s = cost.swap(plan.swap_blocks)
-    overhead = st.framework_s = framework(cost, len(ctx.scheduler.running), emitting)
+    overhead = st.framework_s = framework(cost, len(sim.scheduler.running), emitting)
     if queued:
         assert drafter is not None
         if sync_s + reject_s:
@@ -152,12 +152,12 @@ def after_pass(ctx: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, 
         if tl is not None:
             tl.after(on_cpu, env.now, driver_parts(overhead, swap_s))
         return
-    idle = ctx.slow.driver_idle
+    idle = sim.slow.driver_idle
     after_wait = idle(env.now - waited_from) if idle is not None else 1.0
     if drafter is not None:
         drafter.slowdown[0] = after_wait
     # with overlap_prefill the draft's prompt pass ran beside the target's: only the rest is left
-    left = max(0.0, waited_from + sync_s - env.now) if ctx.overlap_prefill and sync_s else sync_s
+    left = max(0.0, waited_from + sync_s - env.now) if sim.overlap_prefill and sync_s else sync_s
     left_s = left * after_wait   # what is left runs after the wait, slowed by it
     reject_s *= after_wait
     verified_at = env.now

@@ -39,14 +39,13 @@ from psdsim.sim.scheduler import StepPlan
 
 
 class PEARL(EngineMethod):
-    uses_drafter = True
 
-    def __init__(self, ctx: SimContext) -> None:
-        super().__init__(ctx)
-        n = len(ctx.table)
-        self.lookahead = 2 * ctx.scenario.k - 1
-        self.per_request = ctx.scenario.pearl_variant == "per-request"
-        self.stale_rejected = ctx.scenario.pearl_stale == "rejected"  # else accepted like fresh ones
+    def __init__(self, sim: SimContext) -> None:
+        super().__init__(sim)
+        n = len(sim.table)
+        self.lookahead = 2 * sim.scenario.k - 1
+        self.per_request = sim.scenario.pearl_variant == "per-request"
+        self.stale_rejected = sim.scenario.pearl_stale == "rejected"  # else accepted like fresh ones
         self.drafted = np.zeros(n, dtype=bool)  # pre-drafted tokens exist (valid or stale)
         self.valid = np.zeros(n, dtype=bool)    # ... and continue the request's real prefix
 
@@ -55,18 +54,18 @@ class PEARL(EngineMethod):
         self.valid[ids] = False
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx, st = self.ctx, StepRecord()
-        env, drafter, k, start = ctx.env, ctx.drafter, ctx.scenario.k, ctx.env.now
+        sim, st = self.sim, StepRecord()
+        env, drafter, k, start = sim.env, sim.drafter, sim.scenario.k, sim.env.now
         assert drafter is not None
         ids = plan.decode
         batch = len(ids)
-        chunks, context = chunk_work(ctx, plan), ctx.table.context(ids)
+        chunks, context = chunk_work(sim, plan), sim.table.context(ids)
         proposed, use_drafts = self._proposals(plan, ids)
         total = int(proposed.sum())
         tokens = total + batch
-        target = TargetPass(ctx, batch, tokens, context, chunks)
+        target = TargetPass(sim, batch, tokens, context, chunks)
         # post-verify: draft the next k for everyone while the target verifies
-        ahead_s = ctx.cost.draft(batch, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
+        ahead_s = sim.cost.draft(batch, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
         ahead_s = target.contend(ahead_s)
         yield from target.prepare(st)
         done = target.submit("verify", None, k, use_drafts) if batch else target.submit("prefill")
@@ -77,15 +76,15 @@ class PEARL(EngineMethod):
         st.wait_s = env.now - drafted_at if batch else 0.0
         st.draft_s += ahead_s   # after the driver's input prep (TargetPass.prepare), a part of it
         st.drafter_s += ahead_s
-        yield from after_pass(ctx, plan, st, chunks, tokens, bool(batch), drafted_at, emitting=batch)
+        yield from after_pass(sim, plan, st, chunks, tokens, bool(batch), drafted_at, emitting=batch)
         self._verify(ids, proposed, total, st)
         target.measured(st, ahead_s if batch else None)
         st.parallelised, st.verified, st.drafted, st.scored = batch > 0, batch, batch, tokens if batch else 0
-        record(ctx, plan, start, st)
+        record(sim, plan, start, st)
 
     def _proposals(self, plan: StepPlan, ids: np.ndarray) -> tuple[np.ndarray, bool]:
         """Drafts each request has scored, and whether the pre-drafted tokens are used at all."""
-        k = self.ctx.scenario.k
+        k = self.sim.scenario.k
         if self.per_request:
             return draft_counts(plan, ids, self.valid[ids] * (k - 1)), len(ids) > 0
         use_drafts = len(ids) > 0 and bool(self.valid[ids].any())
@@ -96,13 +95,13 @@ class PEARL(EngineMethod):
         """Score the drafts (stale ones as `pearl_stale` says) and note whose pre-drafted tokens
         continue the real sequence: the code's `has_accepted_all`, all drafts accepted (or, with
         none, the first drafted token matching the target's)."""
-        ctx, table = self.ctx, self.ctx.table
+        sim, table = self.sim, self.sim.table
         valid = self.valid[ids]
         stale_accept_nothing = self.stale_rejected and not self.per_request
-        verify_outcome(ctx, st, ids, proposed, total, acceptable=valid if stale_accept_nothing else None)
+        verify_outcome(sim, st, ids, proposed, total, acceptable=valid if stale_accept_nothing else None)
         if not len(ids):
             return
-        first_match = ctx.acceptance.bernoulli(table.log_acceptance[ids])
+        first_match = sim.acceptance.bernoulli(table.log_acceptance[ids])
         if self.per_request:  # every proposal passed, then the first token drafted ahead
             self.valid[ids] = (table.last_accepted == proposed) & first_match
         else:

@@ -54,24 +54,23 @@ from psdsim.sim.scheduler import StepPlan
 
 
 class PipelinedSD(EngineMethod):
-    uses_drafter = True
 
     @staticmethod
     def running_cap(s: Scenario) -> int:
         return s.sub_batches * s.m
 
-    def __init__(self, ctx: SimContext) -> None:
-        super().__init__(ctx)
-        s, n = ctx.scenario, len(ctx.table)
-        self.lengths = draft_length(ctx)
+    def __init__(self, sim: SimContext) -> None:
+        super().__init__(sim)
+        s, n = sim.scenario, len(sim.table)
+        self.lengths = draft_length(sim)
         self.lookahead = self.lengths.width
-        self.refill = (BatchManagerRefill(n, s, self.lookahead) if s.sub_batched
+        self.refill = (BatchManagerRefill(n, s, self.lookahead) if s.batch_managed
                        else RoundRobinRefill(n, s.sub_batches))
         self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
         self.ready = [False] * s.sub_batches           # background drafting: a sub-batch's drafts are done
         self.drafting: dict[int, simpy.Event] = {}     # ... and the end of those being drafted
-        assert ctx.drafter is not None
-        self.drafter: Drafter = ctx.drafter
+        assert sim.drafter is not None
+        self.drafter: Drafter = sim.drafter
 
     # -- scheduler hooks --------------------------------------------------------------------
 
@@ -86,7 +85,7 @@ class PipelinedSD(EngineMethod):
         return self.refill.computes_chunks(prefill, decode)
 
     def admitted(self, ids: np.ndarray, mixed: bool) -> None:
-        self.refill.admitted(ids, mixed, restart=len(self.ctx.scheduler.running) == len(ids))
+        self.refill.admitted(ids, mixed, restart=len(self.sim.scheduler.running) == len(ids))
         self.proposals[ids] = 0
 
     def graduated(self, ids: np.ndarray) -> None:
@@ -97,17 +96,17 @@ class PipelinedSD(EngineMethod):
         self.proposals[ids] = 0
 
     def left(self, ids: np.ndarray) -> None:
-        self.refill.left(ids, self.ctx.table.state)
+        self.refill.left(ids, self.sim.table.state)
         self.proposals[ids] = 0
 
     # -- a step -----------------------------------------------------------------------------
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx, st, refill = self.ctx, StepRecord(), self.refill
-        env, start = ctx.env, ctx.env.now
+        sim, st, refill = self.sim, StepRecord(), self.refill
+        env, start = sim.env, sim.env.now
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
         ids = refill.members[v] if v is not None else EMPTY
-        chunks, context = chunk_work(ctx, plan), ctx.table.context(ids)
+        chunks, context = chunk_work(sim, plan), sim.table.context(ids)
         if refill.background:   # the ring: drafter workers draft the other sub-batches meanwhile
             st.drafted = self._queue_drafts(v, st)
         if v is not None:       # drafted earlier (parallelised), being drafted, or drafted first now
@@ -117,11 +116,11 @@ class PipelinedSD(EngineMethod):
         proposed, selection, shift = self._scored(plan, v, ids, st.parallelised)
         total = int(proposed.sum())
         tokens = total + len(ids)
-        target = TargetPass(ctx, len(ids), tokens, context, chunks)
+        target = TargetPass(sim, len(ids), tokens, context, chunks)
         k_ahead, ahead_s = self._ahead(ahead, st)
         ahead_s = target.contend(ahead_s)
         yield from target.prepare(st)
-        done = (target.submit("verify", v, int(proposed.max()) if ctx.timeline else 0) if v is not None
+        done = (target.submit("verify", v, int(proposed.max()) if sim.timeline else 0) if v is not None
                 else target.submit("prefill"))
         if ahead is not None:   # MineDraft: the driver drafts the other sub-batch while the pass runs
             yield self.drafter.run(ahead_s, "draft", st.drafted, k_ahead, ahead)
@@ -131,12 +130,12 @@ class PipelinedSD(EngineMethod):
         yield done
         if v is not None and not refill.background:
             st.wait_s = env.now - drafted_at
-        yield from after_pass(ctx, plan, st, chunks, tokens, v is not None, drafted_at,
+        yield from after_pass(sim, plan, st, chunks, tokens, v is not None, drafted_at,
                               queued=refill.background, emitting=len(ids))
         self._verified(v, ahead, ids, proposed, total, selection, shift, st)
         target.measured(st, ahead_s if v is not None and not refill.background else None)
         st.verified, st.scored = len(ids), tokens if v is not None else 0
-        record(ctx, plan, start, st)
+        record(sim, plan, start, st)
 
     def _scored(self, plan: StepPlan, v: int | None, ids: np.ndarray,
                 parallelised: bool) -> tuple[np.ndarray, Selection | None, int]:
@@ -159,12 +158,12 @@ class PipelinedSD(EngineMethod):
         """The pass is back: the verified requests' drafts are used up, their tokens emitted."""
         self.proposals[ids] = 0
         if shift:  # drafts scored against another request's sequence: rejected
-            emit_outcome(self.ctx, st, ids, proposed, total, np.zeros(len(ids), dtype=np.int64))
+            emit_outcome(self.sim, st, ids, proposed, total, np.zeros(len(ids), dtype=np.int64))
         elif selection is None:
-            verify_outcome(self.ctx, st, ids, proposed, total)
+            verify_outcome(self.sim, st, ids, proposed, total)
             self.lengths.seen(proposed, total)
         else:
-            emit_outcome(self.ctx, st, ids, proposed, total, selection.leading())
+            emit_outcome(self.sim, st, ids, proposed, total, selection.leading())
         if v is not None:
             self.ready[v] = False
             self.refill.verified(v, ahead)
@@ -184,7 +183,7 @@ class PipelinedSD(EngineMethod):
         if self.refill.drafted(v):
             return True, None
         k = self.lengths.k(ids, context, chunks, parallel=False)
-        seconds = self.ctx.cost.draft(draft_rows(self.ctx, ids, st), k, context) * self.drafter.slowdown[0] \
+        seconds = self.sim.cost.draft(draft_rows(self.sim, ids, st), k, context) * self.drafter.slowdown[0] \
             if k else 0.0
         self.proposals[ids] = k   # held once the drafting is done
         st.draft_s += seconds
@@ -197,13 +196,13 @@ class PipelinedSD(EngineMethod):
         if ahead is None:
             return 0, 0.0
         ids = self.refill.members[ahead]
-        context = self.ctx.table.context(ids)
+        context = self.sim.table.context(ids)
         k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
         self.proposals[ids] = k   # held from when the drafting beside the pass ends
         st.drafted = len(ids)
         if not k:
             return 0, 0.0
-        return k, self.ctx.cost.draft(draft_rows(self.ctx, ids, st), k, context) * self.drafter.slowdown[0]
+        return k, self.sim.cost.draft(draft_rows(self.sim, ids, st), k, context) * self.drafter.slowdown[0]
 
     def _queue_drafts(self, v: int | None, st: StepRecord) -> int:
         """Background drafting: queue every other non-empty sub-batch without drafts for the
@@ -230,7 +229,7 @@ class PipelinedSD(EngineMethod):
 
         def size() -> tuple[float, dict[str, Any]]:
             drafted[0] = ids = self.refill.members[b]
-            return self.ctx.cost.draft(len(ids), k, self.ctx.table.context(ids)), \
+            return self.sim.cost.draft(len(ids), k, self.sim.table.context(ids)), \
                 {"sub_batch": b, "batch": len(ids), "k": k}
 
         def finish(seconds: float) -> None:

@@ -35,41 +35,40 @@ from psdsim.sim.timeline import DRIVER
 
 
 class StandardSD(EngineMethod):
-    uses_drafter = True
 
-    def __init__(self, ctx: SimContext) -> None:
-        super().__init__(ctx)
-        self.over_link = layout_for(ctx.scenario).over_link
-        self.lengths = draft_length(ctx)
+    def __init__(self, sim: SimContext) -> None:
+        super().__init__(sim)
+        self.over_link = layout_for(sim.scenario).over_link
+        self.lengths = draft_length(sim)
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        ctx, st = self.ctx, StepRecord()
-        env, drafter, start = ctx.env, ctx.drafter, ctx.env.now
+        sim, st = self.sim, StepRecord()
+        env, drafter, start = sim.env, sim.drafter, sim.env.now
         assert drafter is not None
         ids = plan.decode
         batch = len(ids)
-        context, chunks = ctx.table.context(ids), chunk_work(ctx, plan)
+        context, chunks = sim.table.context(ids), chunk_work(sim, plan)
         k = self.lengths.k(ids, context, chunks, parallel=False, over_link=self.over_link) if batch else 0
         proposed = draft_counts(plan, ids, np.full(batch, k, dtype=np.int64))
         if batch and k:   # draft, then the target pass scores the drafts
             drafted = int(proposed.max())
-            rows = draft_rows(ctx, ids, st)
-            st.draft_s = st.drafter_s = ctx.cost.draft(rows, drafted, context) * drafter.slowdown[0]
+            rows = draft_rows(sim, ids, st)
+            st.draft_s = st.drafter_s = sim.cost.draft(rows, drafted, context) * drafter.slowdown[0]
             yield drafter.run(st.draft_s, "draft", batch, drafted)
         total = int(proposed.sum())
         tokens = total + batch
-        target = TargetPass(ctx, batch, tokens, context, chunks, over_link=self.over_link)
+        target = TargetPass(sim, batch, tokens, context, chunks, over_link=self.over_link)
         yield from target.prepare(st)
         submitted = env.now
         yield target.submit("verify", None, k) if batch else target.submit("prefill")
         # rejection sampling runs on the driver, not the drafter (drafter_busy)
-        yield from after_pass(ctx, plan, st, chunks, tokens, bool(batch) and k > 0, submitted,
+        yield from after_pass(sim, plan, st, chunks, tokens, bool(batch) and k > 0, submitted,
                               reject_on=DRIVER, emitting=batch)
-        verify_outcome(ctx, st, ids, proposed, total)
+        verify_outcome(sim, st, ids, proposed, total)
         self.lengths.seen(proposed, total)
         target.measured(st)
         st.verified, st.scored = batch, tokens if batch else 0
-        record(ctx, plan, start, st)
+        record(sim, plan, start, st)
 
 
 class MemoryFairSD(StandardSD):

@@ -20,7 +20,7 @@ def occupancy_png(result: Any) -> bytes:
     st, s = result.steps, result.scenario
     t = st["start_s"]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    if s.sub_batched:
+    if s.batch_managed:
         top.step(t, st["batch0"], where="post", label="sub-batch False", lw=0.8)
         top.step(t, st["batch1"], where="post", label="sub-batch True", lw=0.8)
         decode = st["kind"] == DECODE
