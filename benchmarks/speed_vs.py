@@ -1,0 +1,111 @@
+"""This checkout's speed against an earlier commit's, measured side by side in one run.
+
+Why: this machine's absolute times move ±30% with its load, so a speed target (issue #15) is a
+ratio against a baseline measured in the same run, interleaved (old, new, old, new, …) so that
+load shifts hit both. The baseline commit is checked out into a temporary git worktree; each
+measurement is a fresh process that imports one tree only.
+
+Measured per tree: `simulate()` of the default scenario's engine loop for each method, priced by
+the roofline in both trees (the cost model the old commit had, so that both simulate the same
+work; the newer default engine adds CPU-side terms to every step), and the whole `psdsim run`
+process of the same scenario (start-up, simulation and writing the results folder). Ratios are
+per interleaved pair, then the median.
+
+    python benchmarks/speed_vs.py --against REV [--repeats N] [--methods psd,sd,ar] [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from recording import ROOT, add_record_flag, write
+
+# Run in a child process with the tree's folder as argv[1]: make `psdsim.*` importable from that
+# tree whatever its layout (the old one had top-level sim/, the new one maps sim/ under psdsim),
+# then time simulate() of the default scenario for one method, roofline-priced.
+CHILD = r"""
+import json, sys, time
+tree, method, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, tree)
+import psdsim
+if "from sim." in open(tree + "/psdsim/__init__.py").read():  # the old layout: top-level sim/
+    from sim.run import simulate
+    from sim.scenario import Scenario
+else:  # the new one: the tree's sim/ is psdsim.sim (as its package-dir mapping installs it)
+    psdsim.__path__.append(tree)
+    from psdsim.sim.run import simulate
+    from psdsim.sim.scenario import Scenario
+pinned = {"engine": "roofline"} if "engine" in Scenario.__dataclass_fields__ else {}
+s = Scenario(method=method, **pinned)
+if mode == "loop":
+    began = time.perf_counter()
+    summary = simulate(s).summary
+    print(json.dumps({"wall_s": time.perf_counter() - began, "steps": summary["decode_steps"]
+                      + summary["prefill_steps"]}))
+else:
+    from psdsim.cli import main
+    began = time.perf_counter()
+    out = sys.argv[4]
+    main(["run", "--method", method, "--out", out] + (["--set", "engine=roofline"] if pinned else []))
+    print(json.dumps({"wall_s": time.perf_counter() - began}), file=sys.stderr)
+"""
+
+
+def _measure(tree: Path, method: str, mode: str, scratch: Path) -> float:
+    """Seconds: simulate() alone ("loop"), or the whole process ("process", wall clock outside)."""
+    out = scratch / f"run-{tree.name}-{method}"
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", CHILD, str(tree), method, mode, str(out)],
+                          capture_output=True, text=True, check=True, cwd=scratch)
+    took = time.perf_counter() - began
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])["wall_s"] if mode == "loop" else took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", required=True, help="the baseline commit (any git revision)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--methods", default="psd,sd,ar")
+    add_record_flag(parser)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "old"
+        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(old), args.against],
+                       cwd=ROOT, check=True)
+        try:
+            lines = _compare(old, ROOT, args.methods.split(","), args.repeats, Path(tmp))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
+    if args.record:
+        notes = (f"Baseline: {args.against}. Median over {args.repeats} interleaved pairs of fresh "
+                 "processes; "
+                 "`loop` is simulate() of the default scenario priced by the roofline in both trees, "
+                 "`process` the whole `psdsim run` (start-up, simulation, results folder). "
+                 "ratio = old / new per pair, median (above 1: this checkout is faster).")
+        print(f"recorded: {write('speed_vs', 'Speed against a baseline commit', lines, notes)}")
+
+
+def _compare(old: Path, new: Path, methods: list[str], repeats: int, scratch: Path) -> list[str]:
+    lines = [f"{'case':<18}{'old s':>9}{'new s':>9}{'ratio':>8}"]
+    print(lines[0], flush=True)
+    for mode in ("loop", "process"):
+        for method in methods:
+            pairs = [(_measure(old, method, mode, scratch), _measure(new, method, mode, scratch))
+                     for _ in range(repeats)]
+            o, n = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+            ratio = statistics.median(p[0] / p[1] for p in pairs)
+            lines.append(f"{mode + ' ' + method:<18}{o:>9.3f}{n:>9.3f}{ratio:>7.2f}×")
+            print(lines[-1], flush=True)
+    return lines
+
+
+if __name__ == "__main__":
+    main()
