@@ -293,8 +293,11 @@ def _config_doc(cfg: ValidateConfig) -> dict[str, Any]:
 
 
 def _torch_version() -> str:
-    import torch
-
+    """The PyTorch that ran the engine; predicting from stored measurements needs none."""
+    try:
+        import torch
+    except ImportError:
+        return "not installed"
     return str(torch.__version__)
 
 
