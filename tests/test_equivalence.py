@@ -13,7 +13,8 @@ and says in its commit message which cases moved and why.
 
 The set covers every method, tight KV (recompute and swap), aborts with arrivals, chunked prefill,
 rebalance, the vLLM V1 scheduler, adaptive k, the PSD ring, fan-out (n), another preset, and a
-fixed-cost model with measured overlap contention and after-idle slowdowns.
+fixed-cost model with measured overlap contention and after-idle slowdowns, and the engine
+execution model's two profiles (V0 eager, V1).
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ def cases() -> dict[str, tuple[Scenario, Callable[[], Any] | None]]:
         out[f"{method}-slowed"] = (_base(method=method, prompt_len=64), _slowed)
     out["ring-3x2-slowed"] = (_base(sub_batches=3, drafters=2, prompt_len=64), _slowed)
     out["ring-3x1-slowed"] = (_base(sub_batches=3, drafters=1, prompt_len=64), _slowed)
+    # the engine execution model (sim/execution.py), each profile named rather than defaulted
+    for method in ("psd", "sd", "ar", "pearl"):
+        out[f"{method}-eager-engine"] = (_base(method=method, engine="vllm-0.9.2-v0-eager"), None)
+    out["psd-vllm-v1-engine"] = (_base(scheduler="vllm-v1", engine="vllm-v1"), None)
+    out["sd-vllm-v1-engine"] = (_base(method="sd", scheduler="vllm-v1", engine="vllm-v1"), None)
     return out
 
 
