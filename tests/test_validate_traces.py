@@ -37,14 +37,14 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
 # -- a hand-built MineDraft run set ----------------------------------------------------------
 
 K, M, ACCEPT, OUT_LEN, PROMPT = 2, 2, 1, 9, 8    # every verification accepts ACCEPT of K drafts
+EXTRA = 1                                          # TETRIS drafts K + EXTRA, a full sub-batch scores K x M
 VERIFIES = (OUT_LEN - 1) // (ACCEPT + 1)           # verifications per request after its prefill: 4
 PREFILL_US, SD_US, PSD_INIT_US, PSD_US = 20_000, 10_000, 10_000, 8_000   # step wall times
 
 
-def _steps(psd: bool, t0: float) -> tuple[list[dict], dict[str, float]]:
-    """An offline iteration starting at t0 µs: one prompt step, then decode steps verifying
-    sub-batch A then B (PSD) or every request (SD); returns the steps and each request's end."""
-    n = 2 * M if psd else M
+def _steps(psd: bool, t0: float, n: int) -> tuple[list[dict], dict[str, float]]:
+    """An offline iteration of n requests starting at t0 µs: one prompt step, then decode steps
+    verifying sub-batch A then B (PSD) or every request (SD); returns the steps and each request's end."""
     tids = [f"Request:{i}" for i in range(n)]
     steps = [{"tid": "Step:0", "type": "Step", "start_us": t0 + 100, "end_us": t0 + 100 + PREFILL_US,
               "is_prompt_run": n, "batched_requests": tids, "is_parallelised": False,
@@ -71,20 +71,25 @@ def _steps(psd: bool, t0: float) -> tuple[list[dict], dict[str, float]]:
 def write_minedraft(folder: Path, method: str, *, k: int = K, manifest: str | None = None,
                     iterations: int = 2, calibration: bool | None = None) -> Path:
     """A run folder: MineDraft's JSONL (a warm-up bundle, then `iterations` measured ones,
-    named as benchmarks/benchmark_psd.py names it) and a manifest."""
+    named as benchmarks/benchmark_psd.py names it) and a manifest. psd+tetris is PSD whose steps
+    propose k + EXTRA per request but score k per verified request (a full sub-batch's k x M);
+    sd-2m is SD over 2M requests."""
     folder.mkdir(parents=True, exist_ok=True)
-    psd = method == "psd"
+    psd = method in ("psd", "psd+tetris")
+    tetris = method == "psd+tetris"
+    n = 2 * M if method in ("psd", "psd+tetris", "sd-2m") else M
     lines = []
     for b in range(1 + iterations):
         t0 = 5e6 + b * 1e6
-        steps, ends = _steps(psd, t0)
+        steps, ends = _steps(psd, t0, n)
         for s in steps:
             if "proposed_len" in s:
-                s["proposed_len"] = k
+                s["proposed_len"] = k + EXTRA if tetris else k
         reqs = [{"tid": tid, "type": "Request", "start_us": t0, "end_us": end, "prompt_len": PROMPT,
                  "gen_len": OUT_LEN} for tid, end in ends.items()]
         lines.append(json.dumps({"metadata": {}, "traces": steps + sorted(reqs, key=lambda r: r["tid"])}))
-    name = (f"input=4_spec_bench_Qwen3-32B_Qwen3-1.7B_{M}_False_parallel={psd}_k={k}_t=0_n=1_c=0_"
+    name = (f"input=4_spec_bench_Qwen3-32B_Qwen3-1.7B_{M}_{tetris}_parallel={psd}_k={k}_"
+            f"t={EXTRA if tetris else 0}_n=1_c=0_"
             f"warmup=1_runs={iterations}.jsonl")
     (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     table = "" if calibration is None else f"\n[validate]\ncalibration = {str(calibration).lower()}\n"
@@ -93,13 +98,14 @@ def write_minedraft(folder: Path, method: str, *, k: int = K, manifest: str | No
 method = "{method}"
 k = {K}
 m = {M}
+{f"extra = {EXTRA}" if tetris else ""}
 
 [hardware]
 gpu = "h100-sxm"
 tensor_parallel_size = 4
 
 [workload]
-requests = {2 * M if psd else M}
+requests = {n}
 output_len = {OUT_LEN}
 prompt_len = {PROMPT}
 {table}""", encoding="utf-8")
@@ -201,7 +207,42 @@ def test_gate_rules():
             parse_max_errors(bad)
 
 
+def test_tetris_and_sd_2m_runs_are_predicted_from_the_sd_calibration(tmp_path):
+    """A TETRIS run (proposes K + EXTRA, scores K a verified request) and an sd-2m run (SD over
+    2M requests) are held out: measured from their traces, simulated as psd+tetris and sd-2m."""
+    runs = [write_minedraft(tmp_path / m, m) for m in ("sd", "psd+tetris", "sd-2m")]
+    code, stdout, err = _run(["validate", "--traces", *map(str, runs), "--out", str(tmp_path / "o"),
+                              "--json"])
+    assert code == 0, err
+    report = json.loads(stdout)
+    rows = {r["run"]: r for r in report["rows"]}
+    assert set(rows) == {"sd_k2", "psd+tetris_k2", "sd-2m_k2"}
+    assert [n for n, r in rows.items() if r["in_sample"]] == ["sd_k2"]
+    tetris, sd2m = rows["psd+tetris_k2"], rows["sd-2m_k2"]
+    assert (tetris["sim_method"], tetris["k"], sd2m["sim_method"], sd2m["k"]) == ("psd+tetris", K, "sd-2m", K)
+    # VSR on the scored drafts (K a request), not on the K + EXTRA proposed
+    assert tetris["metrics"]["vsr"]["measured"] == pytest.approx(ACCEPT / K)
+    steps = 2 * VERIFIES
+    decode_us = PSD_INIT_US + (steps - 1) * PSD_US
+    assert tetris["metrics"]["throughput_tok_s"]["measured"] == pytest.approx(
+        steps * (ACCEPT + 1) * M / (decode_us * 1e-6))
+    # sd-2m: VERIFIES steps of SD_US, each emitting (ACCEPT + 1) tokens for each of 2M requests
+    assert sd2m["metrics"]["throughput_tok_s"]["measured"] == pytest.approx(
+        (ACCEPT + 1) * 2 * M / (SD_US * 1e-6))
+    for row in (tetris, sd2m):   # predicted, from the SD run's profile and acceptance at K
+        assert all(row["metrics"][key]["predicted"] > 0 for key in ("throughput_tok_s", "e2el_ms", "vsr"))
+    scenario = (tmp_path / "o" / "scenarios" / "psd+tetris_k2.toml").read_text(encoding="utf-8")
+    assert f"extra = {EXTRA}" in scenario and 'method = "psd+tetris"' in scenario
+    assert report["runs"]["sd-2m_k2"]["calibration"] is False
+    assert report["predicted"]["sd-2m_k2"]["m"] == M
+
+
 # -- malformed folders ------------------------------------------------------------------------
+
+
+def _manifest(method: str, requests: int, extra: str, m: int = M) -> str:
+    return (f'method = "{method}"\nk = {K}\nm = {m}\nrequests = {requests}\noutput_len = {OUT_LEN}\n'
+            f"prompt_len = {PROMPT}\n{extra}")
 
 
 def _two_k(folder: Path) -> None:
@@ -224,6 +265,12 @@ def _two_k(folder: Path) -> None:
     (lambda d: write_minedraft(d, "psd"), "none of the 1 runs is a calibration run"),
     (lambda d: write_minedraft(d, "sd", calibration=False), "none of the 1 runs is a calibration run"),
     (lambda d: write_minedraft(d, "sd", manifest='method = "sd"\nk = 2\nm = 2\nnosuch = 1\n'), "nosuch"),
+    (lambda d: write_minedraft(d, "psd+tetris", manifest=_manifest("psd+tetris", 4, "extra = 2\n")),
+     "extra: the manifest drafts k + extra = 2 + 2 = 4 tokens per request, its traces propose 3"),
+    (lambda d: write_minedraft(d, "sd-2m", manifest=_manifest("sd-2m", 4, "", m=1)),
+     "m: the manifest says 1, which allows 2 requests a step"),
+    (lambda d: write_minedraft(d, "sd-2m", manifest=_manifest("sd", 4, "")),
+     "m: the manifest says 2, which allows 2 requests a step"),
 ])
 def test_malformed_folders_are_one_line_and_exit_2(tmp_path, make, needle):
     run = tmp_path / "run"

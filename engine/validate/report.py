@@ -72,7 +72,7 @@ def build_rows(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, An
                 metrics[key]["repeat_errors"] = [relative_error(x, b) for x in each]
                 metrics[key]["interval"] = error_interval(each, b)
         rows.append({"run": r.name, "engine_method": r.method, "label": r.label,
-                     "sim_method": SIM_METHOD[r.label], "k": None if r.label == "ar" else r.k,
+                     "sim_method": SIM_METHOD.get(r.label, r.label), "k": None if r.label == "ar" else r.k,
                      "in_sample": r.name in calib, "metrics": metrics,
                      "decode_steps": {"measured": m.get("decode_steps"), "predicted": p.get("decode_steps")},
                      "sim_warnings": list(p.get("warnings", []))})

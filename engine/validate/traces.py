@@ -11,8 +11,10 @@ Each RUN_DIR holds one real run (docs/validating-minedraft-runs.md):
   (the NVTX range preset of its GPU traces; default: detected from their range names).
 
 What the traces say is read from them, and the manifest must agree (else one line naming the
-folder, the field and the fix): k (the speculative steps' proposed_len: one value per folder),
-m (no step batches more than max_num_seqs allows: 2m for PSD), requests × n (request records
+folder, the field and the fix): k (the speculative steps' proposed_len: one value per folder;
+a psd+tetris run proposes k + extra and scores at most k x m of them a full sub-batch, so its
+proposed_len is checked against k + extra), m (no step batches more than max_num_seqs allows: 2m
+for psd, psd+tetris and sd-2m), requests × n (request records
 per iteration), every request's prompt and output length (against the manifest's request list
 where it names one, else its fixed prompt_len; no more output than output_len), and arrivals (an
 offline manifest, without rate or request list, means every request arrived before the first
@@ -71,9 +73,18 @@ from psdsim.sim.trace_replay import read_trace
 
 MANIFEST = "manifest.toml"
 VALIDATE_KEYS = {"calibration": bool, "engine_version": str, "ranges": str}
-LABEL = {sim: label for label, sim in SIM_METHOD.items()}    # simulator method -> run label
+# Methods the reference engine does not run, validated from real traces only: their label is
+# the simulator's method (report.py's sim_method falls back to the label).
+TRACE_ONLY_PROFILE = {"sd-2m": "profile-one-process.json", "psd+tetris": "profile.json"}
+LABEL = {**{sim: label for label, sim in SIM_METHOD.items()},    # simulator method -> run label
+         **{method: method for method in TRACE_ONLY_PROFILE}}
+PROFILE = {**PROFILE_FILE, **TRACE_ONLY_PROFILE}                  # run label -> the profile it runs on
 # Where a calibration run's traces go in assemble_profiles: by process layout.
-LAYOUT = {"ar": "ar", "sd": "sd", "sd-2proc": "sd-2proc", "psd": "sd-2proc", "pearl": "sd-2proc"}
+LAYOUT = {"ar": "ar", "sd": "sd", "sd-2proc": "sd-2proc", "psd": "sd-2proc", "pearl": "sd-2proc",
+          "sd-2m": "sd", "psd+tetris": "sd-2proc"}
+# Methods whose steps batch up to 2m requests: MineDraft's two sub-batches of m (its
+# --max-num-seqs m means 2m running, docs/reference/paper.md §4.2), and sd-2m's 2m by definition.
+TWO_M = ("psd", "psd+tetris", "sd-2m")
 ARRIVAL_TOLERANCE_S = 0.1   # a request list's arrival against the traced one (the engine adds each late)
 SCHEMA = 1                  # report["schema"]: bumped when a documented key changes meaning
 US = 1e-6
@@ -216,12 +227,20 @@ def _check_k(folder: Path, s: Scenario, sourced: Sequence[tuple[Path, Iteration]
     if s.method == "ar":
         if seen:
             raise _bad(folder, "method", f"ar, but its traces draft k = {next(iter(seen))} tokens a step",
-                       "set the run's method (sd, sd-5gpu, psd, pearl)")
+                       f"set the run's method ({', '.join(m for m in LABEL if m != 'ar')})")
         return None
     if not seen:
         raise _bad(folder, "method", f"{s.method}, but its traces hold no speculative step",
                    "set method = \"ar\" if the run did not speculate")
     (k,) = seen
+    if s.method == "psd+tetris":
+        # TETRIS drafts k + e per request (proposed_len) and scores the best k x m of them in a
+        # full sub-batch (verify_len): the traces name k + e, the manifest's k sets the budget.
+        if k != s.k + s.extra:
+            fix = f"set extra = {k - s.k}" if k > s.k else f"set k and extra so that k + extra = {k}"
+            raise _bad(folder, "extra", f"the manifest drafts k + extra = {s.k} + {s.extra} = "
+                       f"{s.k + s.extra} tokens per request, its traces propose {k}", fix)
+        return s.k
     if k != s.k:
         raise _bad(folder, "k", f"the manifest says {s.k}, its traces propose {k} tokens per request",
                    f"set k = {k}")
@@ -230,11 +249,13 @@ def _check_k(folder: Path, s: Scenario, sourced: Sequence[tuple[Path, Iteration]
 
 def _check_iteration(folder: Path, s: Scenario, it: Iteration, where: str) -> None:
     """The manifest's m, requests, n, lengths and arrivals against one iteration's records."""
-    cap = 2 * s.m if s.method == "psd" else s.m
+    cap = 2 * s.m if s.method in TWO_M else s.m
     widest = max((len(st.get("batched_requests") or ()) for st in it.steps), default=0)
     if widest > cap:
+        fix = ("set m to half the run's max_num_seqs (sd-2m runs 2m)" if s.method == "sd-2m"
+               else "set m to the run's max_num_seqs (--max-num-seqs)")
         raise _bad(folder, "m", f"the manifest says {s.m}, which allows {cap} requests a step, but {where} "
-                   f"batches {widest}", "set m to the run's max_num_seqs (--max-num-seqs)")
+                   f"batches {widest}", fix)
     reqs = it.requests
     listed = read_trace(s.trace, s.max_model_len) if s.trace else None
     prompts = min(s.requests, len(listed.prompt_len)) if listed is not None else s.requests
@@ -395,7 +416,7 @@ def validate_traces(folders: Sequence[Path], out: Path, log: Log | None = None
             (files in `folder`; unchecked, so that it can name the report folder)."""
             changes: dict[str, Any] = {"trace": str(folder / "requests" / f"{er.name}.jsonl"), "rate": None,
                                        "requests": len(r.iterations[0].requests) // r.scenario.n,
-                                       "profile": str(folder / PROFILE_FILE[r.label]),
+                                       "profile": str(folder / PROFILE[r.label]),
                                        "acceptance_spread": spread}
             if r.label != "ar":
                 changes["acceptance"] = rates[er.k]
