@@ -50,11 +50,12 @@ DRIVER_PREP = "driver prep"  # its timeline slice (the driver's track)
 class PassModel:
     """One model on one TP group under one engine: the CPU and GPU seconds of a forward pass.
 
-    Everything that does not depend on the pass's tokens is computed here once, so a pass adds
-    a few arithmetic operations to the roofline's."""
+    Everything that does not depend on the pass's tokens is computed here once (kernel counts,
+    floors, launches, the sampler's per-row costs), so a pass adds a few arithmetic operations to
+    the roofline's; `wall` prices a whole pass in one call (this runs every simulated step)."""
 
-    __slots__ = ("_gather", "_roof", "_samp_host", "_samp_row", "_sample_bw", "cpu_pass", "eager",
-                 "gpu_pass", "layers")
+    __slots__ = ("_fabric", "_gather_bytes", "_roof", "_samp_host", "_samp_row", "_sample_bw", "_tp",
+                 "cpu_pass", "eager", "gpu_pass", "layers")
 
     def __init__(self, model: Model, gpu: GPU, tp: int, fabric: Link, engine: EngineProfile,
                  mem_efficiency: float, compute_efficiency: float) -> None:
@@ -72,9 +73,9 @@ class PassModel:
         else:
             self.cpu_pass = engine.graph_launch_us * 1e-6
         # the full-vocabulary logits of each sampled row gathered to the first rank: (tp-1)/tp
-        # of them cross the TP fabric
-        self._gather = (lambda rows: fabric.p2p_seconds(rows * model.vocab * LOGIT_BYTES * (tp - 1) / tp)) \
-            if tp > 1 else None
+        # of them cross the TP fabric (an integer, so rows x it is exact)
+        self._tp, self._fabric = tp, fabric
+        self._gather_bytes = model.vocab * LOGIT_BYTES * (tp - 1)
         self._sample_bw = engine.sampler_vocab_bytes * model.vocab / (
             gpu.memory_bandwidth_gbps * 1e9 * mem_efficiency)
         self._samp_host = engine.sampler_host_ms * 1e-3
@@ -88,8 +89,8 @@ class PassModel:
         """GPU seconds of gathering `rows` full-vocabulary logit rows to the first rank and
         sampling them (a part of `gpu`)."""
         t = rows * self._sample_bw
-        if self._gather is not None and rows:
-            t += self._gather(rows)
+        if self._tp > 1 and rows:
+            t += self._fabric.p2p_seconds(rows * self._gather_bytes / self._tp)
         return t
 
     def cpu(self, rows: float) -> float:
@@ -102,11 +103,29 @@ class PassModel:
             return max(cpu, gpu) + min(cpu, gpu) / self.layers
         return cpu + gpu
 
+    def wall(self, tokens: float, rows: float, ctx: float, pairs: float,
+             host_rows: float) -> tuple[float, float]:
+        """`combine(cpu(host_rows), gpu(...))` of one pass in one call, and its `sample_gpu` part."""
+        sample = self.sample_gpu(rows)
+        gpu = self._roof.seconds(tokens, rows, ctx, pairs) + self.gpu_pass + sample
+        cpu = self.cpu_pass + (self._samp_host + host_rows * self._samp_row if host_rows else 0.0)
+        if self.eager:
+            return ((cpu if cpu > gpu else gpu) + (gpu if cpu > gpu else cpu) / self.layers), sample
+        return cpu + gpu, sample
+
     def draft_gpu(self, batch: int, k: int, ctx: int) -> float:
         """GPU seconds of k chained draft passes of `batch` rows (pass j over ctx + j*batch)."""
         roof = self._roof.draft_passes(batch, k, ctx)
         fixed = self.gpu_pass + self.sample_gpu(batch)
         return roof + k * fixed
+
+    def draft_wall(self, batch: int, k: int, ctx: int) -> float:
+        """`combine(k * cpu(batch), draft_gpu(batch, k, ctx))` in one call."""
+        gpu = self._roof.draft_passes(batch, k, ctx) + k * (self.gpu_pass + self.sample_gpu(batch))
+        cpu = k * (self.cpu_pass + (self._samp_host + batch * self._samp_row if batch else 0.0))
+        if self.eager:
+            return (cpu if cpu > gpu else gpu) + (gpu if cpu > gpu else cpu) / self.layers
+        return cpu + gpu
 
 
 class VerifyParts(NamedTuple):
@@ -121,7 +140,11 @@ NO_PARTS = VerifyParts(0.0, 0.0, 0.0)
 
 
 class EngineCost:
-    """A StepCost from an engine execution profile (the non-roofline engines)."""
+    """A StepCost from an engine execution profile (the non-roofline engines).
+
+    The hot calls (draft, verify, verify_parts, framework, driver_prep) run every simulated step:
+    their constants are unpacked here once and `verify` keeps its named parts for the
+    `verify_parts` call that follows it on the same pass, so nothing is priced twice."""
 
     def __init__(self, s: Scenario, cat: Catalog, engine: EngineProfile) -> None:
         self.engine = engine
@@ -142,6 +165,13 @@ class EngineCost:
         self._timer = e.timer_syncs * self._sync if e.minedraft else 0.0
         self._step = (e.step_ms * 1e-3, e.step_request_us * 1e-6, e.output_request_us * 1e-6)
         self._exposed = e.exposed_ms * 1e-3
+        self._async = e.async_scheduling
+        # the last verify's arguments and named parts, for verify_parts on the same pass
+        self._last: tuple[int, int, Chunks, VerifyParts] | None = None
+        # links, rejection sampling and swaps are the roofline's (plus a sync for rejection)
+        self.comm = self.base.comm
+        self.broadcast = self.base.broadcast
+        self.swap = self.base.swap
         self.overhead = self.framework(0, 0)
 
     # -- named terms -------------------------------------------------------------------------
@@ -159,7 +189,7 @@ class EngineCost:
     def framework(self, running: int, emitting: int) -> float:
         """Per-step scheduling over `running` requests and output processing of `emitting`
         (serial in V0; with async scheduling only `exposed_ms` stays on the critical path)."""
-        if self.engine.async_scheduling:
+        if self._async:
             return self._exposed
         fixed, per_running, per_output = self._step
         return fixed + running * per_running + emitting * per_output
@@ -168,7 +198,9 @@ class EngineCost:
         """MineDraft's driver work before it drafts: the target inputs and their broadcast."""
         if not self.parallel:
             return 0.0
-        return self.prepare(requests, tokens) + self.metadata(requests)
+        fixed, per_request, per_token = self._prep
+        return (fixed + requests * per_request + tokens * per_token) + (
+            self._meta[0] + requests * self._meta[1])
 
     def timer(self) -> float:
         return self._timer
@@ -179,49 +211,47 @@ class EngineCost:
         """k chained passes over `batch` rows (the methods add V0's extra rows to the batch)."""
         if not k or not batch:
             return 0.0
-        d = self.drafter
-        gpu = d.draft_gpu(batch, k, ctx)
-        return self.prepare(batch, batch) + d.combine(k * d.cpu(batch), gpu) + self._sync
+        fixed, per_request, per_token = self._prep
+        return (fixed + batch * per_request + batch * per_token) + self.drafter.draft_wall(batch, k, ctx) \
+            + self._sync
 
     def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
-        t = self.target
         pairs = tokens * ctx / batch if batch else 0.0
         rows = tokens + chunks.completing
-        gpu = t.gpu(tokens + chunks.tokens, rows, ctx + chunks.ctx, pairs + chunks.pairs)
+        wall, sample = self.target.wall(tokens + chunks.tokens, rows, ctx + chunks.ctx, pairs + chunks.pairs,
+                                        rows)
         host = self.verify_prep(batch, tokens, chunks)
-        return host + t.combine(t.cpu(rows), gpu) + self._sync + self._timer
+        self._last = (batch, tokens, chunks, VerifyParts(host, self._timer, sample))
+        return host + wall + self._sync + self._timer
 
     def verify_prep(self, batch: int, tokens: int, chunks: Chunks = NO_CHUNKS) -> float:
         """The verifier side's serial input preparation before its pass: the scorer's inputs,
         and where the driver is not in the group, rank 1 rebuilding them from the metadata."""
-        host = self.prepare(batch + (1 if chunks.tokens else 0), tokens + chunks.tokens)
+        fixed, per_request, per_token = self._prep
+        host = (fixed + (batch + (1 if chunks.tokens else 0)) * per_request
+                + (tokens + chunks.tokens) * per_token)
         if self.parallel:
-            host += self.metadata(batch)
+            host += self._meta[0] + batch * self._meta[1]
         return host
 
     def verify_parts(self, batch: int, tokens: int, chunks: Chunks = NO_CHUNKS) -> VerifyParts:
-        """The named terms inside a target pass's time (seconds), for the step table."""
+        """The named terms inside a target pass's time (seconds), for the step table: those the
+        last `verify` of this pass computed, else priced afresh."""
+        last = self._last
+        if last is not None and last[2] is chunks and last[0] == batch and last[1] == tokens:
+            return last[3]
         return VerifyParts(self.verify_prep(batch, tokens, chunks), self._timer,
                            self.target.sample_gpu(tokens + chunks.completing))
 
     def draft_chunks(self, chunks: Chunks) -> float:
         if not chunks.tokens:
             return 0.0
-        d = self.drafter
-        gpu = d.gpu(chunks.tokens, chunks.completing, chunks.ctx, chunks.pairs)
-        return self.prepare(chunks.completing, chunks.tokens) + d.combine(d.cpu(0), gpu) + self._sync
-
-    def comm(self, nbytes: int) -> float:
-        return self.base.comm(nbytes)
-
-    def broadcast(self, nbytes: int) -> float:
-        return self.base.broadcast(nbytes)
+        # a chunk pass's host side is its launches only, cpu(0), as priced since the model landed
+        wall, _ = self.drafter.wall(chunks.tokens, chunks.completing, chunks.ctx, chunks.pairs, 0)
+        return self.prepare(chunks.completing, chunks.tokens) + wall + self._sync
 
     def reject(self, positions: int) -> float:
         return self.base.reject(positions) + self._sync
-
-    def swap(self, blocks: int) -> float:
-        return self.base.swap(blocks)
 
 
 def driver_prep(cost: StepCost, requests: int, tokens: int) -> float:
