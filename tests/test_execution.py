@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from psdsim.sim.catalog import EngineProfile, builtin_catalog
 from psdsim.sim.costs import AnalyticCost
 from psdsim.sim.errors import ScenarioError
@@ -129,3 +131,39 @@ def test_unknown_engine_is_a_one_line_error() -> None:
     with pytest.raises(ScenarioError) as err:
         Scenario().replace(engine="vllm-0.1")
     assert "engine" in str(err.value) and "\n" not in str(err.value)
+
+
+# -- the hot calls against the named terms they inline --------------------------------------
+# sim/execution.py prices a pass in one call (`wall`, `draft_wall`, `EngineCost.draft`,
+# `driver_prep`) for speed, beside the named terms the tests above check by hand (`gpu`, `cpu`,
+# `combine`, `draft_gpu`, `prepare`, `metadata`). These keep the two spellings from drifting apart.
+
+ENGINES = ("vllm-0.9.2-v0-eager", "vllm-v1")
+
+
+@settings(max_examples=60, deadline=None)
+@given(engine=st.sampled_from(ENGINES), tp=st.sampled_from((1, 4)), tokens=st.integers(0, 4096),
+       rows=st.integers(0, 256), ctx=st.integers(0, 200_000), host_rows=st.integers(0, 256),
+       k=st.integers(1, 8))
+def test_one_call_pricing_equals_its_named_terms(engine, tp, tokens, rows, ctx, host_rows, k) -> None:
+    pm = PassModel(CAT.models["qwen3-32b"], CAT.gpus["l40s"], tp, CAT.links["pcie4"], CAT.engines[engine],
+                   0.81, 0.77)
+    pairs = float(tokens * 7)
+    wall, sample = pm.wall(tokens, rows, ctx, pairs, host_rows)
+    assert wall == pytest.approx(pm.combine(pm.cpu(host_rows), pm.gpu(tokens, rows, ctx, pairs)), rel=1e-12)
+    assert sample == pm.sample_gpu(rows)
+    batch = max(rows, 1)
+    assert pm.draft_wall(batch, k, ctx) == pytest.approx(
+        pm.combine(k * pm.cpu(batch), pm.draft_gpu(batch, k, ctx)), rel=1e-12)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_step_s_hot_terms_equal_the_named_ones(engine: str) -> None:
+    s = Scenario(engine=engine)
+    cost = step_cost(s, catalog_for(s))
+    assert isinstance(cost, EngineCost)
+    for batch, k, ctx in ((1, 1, 0), (16, 3, 9000), (32, 5, 60_000)):
+        assert cost.draft(batch, k, ctx) == pytest.approx(
+            cost.prepare(batch, batch) + cost.drafter.draft_wall(batch, k, ctx) + cost._sync, rel=1e-12)
+        expected = cost.prepare(batch, batch * 4) + cost.metadata(batch) if cost.parallel else 0.0
+        assert cost.driver_prep(batch, batch * 4) == pytest.approx(expected, rel=1e-12)
