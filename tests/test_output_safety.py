@@ -153,3 +153,10 @@ def test_calibrate_keeps_foreign_files(capsys, tmp_path, option):
         args[-1] = str(mine)
     err = _refused(capsys, args)
     assert option in err and mine.read_bytes() == b"\x00precious"
+
+
+def test_a_user_file_that_mentions_psdsim_is_not_taken_for_ours(capsys, tmp_path):
+    notes = tmp_path / "timeline.json"
+    notes.write_text('{"my notes": "psdsim run --trace wrote here once"}')
+    err = _refused(capsys, ["run", *FAST, "--no-write", "--trace", str(notes)])
+    assert "--trace" in err and "psdsim run --trace wrote" in notes.read_text()

@@ -64,13 +64,14 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.calibration.calibrate import calibrate
     from psdsim.calibration.report import fit_figure, report_lines
     from psdsim.calibration.samples import COLUMNS, sample_columns
-    from psdsim.sim.output.results import OWN_FILE_SIGNATURE, check_output_file, table_csv, write_file
+    from psdsim.sim.output.results import OWN_FILE_SIGNATURES, check_output_file, table_csv, write_file
 
     _check_provenance(args)
     samples_header = ",".join(COLUMNS).encode()
     for option, path in (("--out", args.out), ("--plot", args.plot), ("--samples", args.samples)):
         if path is not None:
-            check_output_file(path, option, samples_header if option == "--samples" else OWN_FILE_SIGNATURE)
+            own = (samples_header,) if option == "--samples" else OWN_FILE_SIGNATURES
+            check_output_file(path, option, own)
     source = {"engine": args.engine, "engine_version": args.engine_version, "gpu": args.gpu,
               "drafter_gpu": args.drafter_gpu, "target": args.target, "draft": args.draft,
               "tensor_parallel_size": args.tp}

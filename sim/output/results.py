@@ -26,9 +26,13 @@ from psdsim.sim.output.plots import occupancy_png
 from psdsim.sim.scenario import scenario_to_toml
 
 MARKER = ".psdsim-results.json"
-# The bytes by which psdsim recognises a single file it wrote (profiles, traces, figures all carry
-# the name near their start): such a file may be replaced by a later run, any other may not.
-OWN_FILE_SIGNATURE = b"psdsim"
+# The bytes by which psdsim recognises a single file it wrote, near its start: a profile's format
+# key, a timeline's psdsim_version, the creator metadata of a PNG, SVG or PDF figure, validate's
+# JUnit suite. Such a file may be replaced by a later run; any other may not (a user's file that
+# merely mentions psdsim is not one of ours).
+OWN_FILE_SIGNATURES = (b'"format": "psdsim-profile"', b'{"otherData":{"psdsim_version"',
+                       b"Software\x00psdsim", b"<dc:title>psdsim</dc:title>", b"/Creator (psdsim)",
+                       b'<testsuite name="psdsim validate"')
 # The marker's file list of a folder a command fills file by file and never empties (validate):
 # the same command may write into it again, overwriting only the names it writes.
 INCREMENTAL = "written file by file; never emptied"
@@ -159,9 +163,10 @@ def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> 
         raise _refuse(option, out, f"holds files psdsim did not write ({', '.join(foreign[:3])})")
 
 
-def check_output_file(path: Path, option: str, signature: bytes = OWN_FILE_SIGNATURE) -> None:
+def check_output_file(path: Path, option: str,
+                      signatures: tuple[bytes, ...] = OWN_FILE_SIGNATURES) -> None:
     """Refuse (ScenarioError) to overwrite an existing file that psdsim did not write (its first
-    bytes do not hold `signature`: by default psdsim's name; a CSV passes its header row), a
+    bytes hold none of `signatures`: by default psdsim's own; a CSV passes its header row), a
     folder, or a link."""
     path = Path(path)
     if path.is_symlink() or path.is_dir():
@@ -173,7 +178,7 @@ def check_output_file(path: Path, option: str, signature: bytes = OWN_FILE_SIGNA
         except OSError as exc:
             raise ScenarioError(option, f"cannot read {str(path)!r} ({exc.strerror or exc})",
                                 "choose another file") from None
-        if signature not in head:
+        if not any(signature in head for signature in signatures):
             raise _refuse(option, path, "is an existing file psdsim did not write")
 
 
