@@ -18,7 +18,6 @@ from psdsim.sim.acceptance import MAX_ACCEPTANCE, draw_request_acceptance
 from psdsim.sim.catalog import Catalog, Dataset
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.trace_replay import read_trace
-from scipy.special import ndtr, ndtri
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,11 @@ class Workload:
 
 
 def sample_prompt_lengths(ds: Dataset, n: int, max_prompt: int, rng: np.random.Generator) -> np.ndarray:
-    """Mixture of log-normals truncated to [min_prompt, max_prompt], by inverse-CDF sampling."""
+    """Mixture of log-normals truncated to [min_prompt, max_prompt], by inverse-CDF sampling.
+    scipy.special is imported here, not at the top: a run with fixed prompt lengths or a trace
+    never needs it (issue #14: ~0.1 s of `psdsim run`'s start-up)."""
+    from scipy.special import ndtr, ndtri
+
     lo, hi = ds.min_prompt, min(ds.max_prompt, max_prompt)
     weights = np.array([c.weight for c in ds.components], dtype=float)
     which = rng.choice(len(weights), size=n, p=weights / weights.sum())
