@@ -81,6 +81,10 @@ CASES = [
     ["validate", "--set", "link=nvlink4"], ["validate", "--repeats", "0"],
     ["validate", "--set", "model.layers=0"],
     ["validate", "--engine", "vllm", "--set", "engine.colour=red"], ["validate", "--out", "existing.txt"],
+    ["validate", "--engine", "vllm", "--models-dir", "missing"],
+    ["validate", "--engine", "vllm", "--models-dir", "existing.txt"],
+    ["validate", "--engine", "vllm", "--models-dir", "folder", "--set", "engine.models_dir=folder"],
+    ["validate", "--models-dir", "folder"], ["validate", "--traces", "folder", "--models-dir", "folder"],
     ["engine", "run", "--engine", "tgi"], ["engine", "run", "--set", "engine.nosuch=1"],
     ["engine", "run", "--set", "model.draft_noise=3"], ["engine", "run", "--k", "x"],
     ["engine", "run", "--engine", "vllm", "--set", "dtype=auto"],
@@ -159,6 +163,9 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert lines["plan space_invalid.toml --workers 1"].count("fix:") == 1
     assert lines["run --set requests=1000000000"].startswith("psdsim: error: requests: ")
     assert "GB of memory" in lines["run --set requests=1000000000"]
+    assert lines["validate --engine vllm --models-dir missing"].startswith(
+        "psdsim: error: --models-dir: 'missing' not found")
+    assert "is a file" in lines["validate --engine vllm --models-dir existing.txt"]
 
 
 # -- generated input ----------------------------------------------------------------------------

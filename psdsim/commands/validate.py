@@ -49,8 +49,11 @@ def add_arguments(v: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     v.add_argument("--methods",
                    help="reference engine: methods measured against their prediction (default: psd,pearl)")
     v.add_argument("--repeats", type=int, default=1,
-                   help="engine runs per configuration, in rounds; measured = their mean (default 1); "
-                        "vllm: repeats of the AR timings")
+                   help="engine runs per configuration, in rounds; measured = their mean, with its 95%% "
+                        "interval from 2 repeats on (default 1); vllm: the AR timings too")
+    v.add_argument("--models-dir", type=Path, metavar="DIR",
+                   help="vllm: an existing folder where the tiny local models are built and reused "
+                        "(default ~/.cache/psdsim/vllm-tiny)")
     v.add_argument("--no-contention", action="store_true",
                    help="skip the contention microbenchmark (model no slowdown of overlapped work)")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
@@ -95,6 +98,9 @@ def validate_config(args: argparse.Namespace) -> Any:
         raise user_error("--methods", f"expected distinct methods among {','.join(MEASURED_LABELS)}, got "
                                       f"{text!r}", "write e.g. --methods psd")
     _check_repeats(args)
+    if args.models_dir is not None:
+        raise user_error("--models-dir", "applies to --engine vllm only (the reference engine builds its "
+                                         "models in memory)", "remove --models-dir, or add --engine vllm")
     changes: dict[str, Any] = dict(base)
     try:
         for item in sets.engine:
@@ -153,6 +159,11 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
         if name in VLLM_RESERVED:
             raise user_error(f"engine.{name}", "is set by validate itself (it runs and describes the tiny "
                                                "local pair, SD at each --k)", f"remove --set engine.{name}=…")
+    if args.models_dir is not None:
+        if any(item.partition("=")[0] == "models_dir" for item in sets.engine):
+            raise user_error("--models-dir", "given twice (also as --set engine.models_dir)",
+                             "keep one of them")
+        base["models_dir"] = _models_dir(args.models_dir)
     try:
         options = [*sets.engine, *(f"tiny.{item}" for item in sets.model)]
         changes = {**base, **option_changes(options)}
@@ -164,6 +175,17 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
     out = args.out or Path("results") / (f"validate-vllm-m{engine.m}-k{'-'.join(map(str, ks))}"
                                          f"-r{engine.requests}x{engine.output_len}")
     return VllmValidateConfig(engine, out, ks, repeats=args.repeats)
+
+
+def _models_dir(path: Path) -> Path:
+    """--models-dir must name a folder that exists: a typo would otherwise build the models in a
+    new folder nobody asked for (engine.models_dir, like `engine run`, still creates it)."""
+    if not path.is_dir():
+        problem = "is a file, not a folder" if path.exists() else "not found"
+        raise user_error("--models-dir", f"{str(path)!r} {problem}",
+                         f"create it first (mkdir -p {path}) or leave --models-dir out for "
+                         "~/.cache/psdsim/vllm-tiny")
+    return path
 
 
 def cmd_validate_vllm(args: argparse.Namespace) -> int:
@@ -212,6 +234,7 @@ def run_traces(args: argparse.Namespace) -> int:
                     ("--requests", args.requests is not None),
                     ("--output-len", args.output_len is not None), ("--methods", args.methods is not None),
                     ("--repeats", args.repeats != 1), ("--no-contention", args.no_contention),
+                    ("--models-dir", args.models_dir is not None),
                     ("--set", bool(args.overrides)))
     for flag, given in engine_flags:
         if given:
