@@ -30,7 +30,7 @@ PREEMPTION_MODES = ("recompute", "swap")
 KV_PATCHES = ("has_deferred", "default", "intended")
 PEARL_VARIANTS = ("minedraft", "per-request")
 # MineDraft's code (the default, first) or the behaviour it meant (docs/minedraft-fidelity.md)
-PEARL_STALE = ("rejected", "as-fresh")
+PEARL_STALE = ("rejected", "as-fresh", "rate")
 SWAP_IN_BATCHES = ("verified", "drafted")
 PSD_PREFILL_CHUNKS = ("verified-only", "every-pass")
 SECTIONS = ("run", "models", "hardware", "engine", "workload", "slo", "costs")
@@ -65,8 +65,12 @@ class Scenario:
                                 "pearl: minedraft (stale drafts scored batch-wide) | per-request "
                                 "(the reference engine's: k - 1 kept, first drafted ahead checked)")
     pearl_stale: str = _field("rejected", "run", str,
-                              "pearl minedraft: stale drafts are scored and accept nothing (they sit "
-                              "at the wrong positions) | as-fresh (what-if: accepted like fresh ones)")
+                              "pearl minedraft: stale drafts are scored and accept nothing, the lower "
+                              "bound | as-fresh (accepted like fresh ones, the upper bound) | rate "
+                              "(accepted at pearl_stale_acceptance per token)")
+    pearl_stale_acceptance: float = _field(0.0, "run", float,
+                                           "pearl_stale = rate: per-token acceptance of a stale draft, "
+                                           "in [0, 1], leading run as for fresh drafts (unpublished)")
     confidence_spread: float = _field(4.0, "run", float,
                                       "psd+tetris: Beta concentration of per-token draft confidence")
     sampler_output: str = _field("full", "run", str,
@@ -423,6 +427,10 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _one_of(s, "sd_5gpu_layout", ("drafter", "tp"))
     _one_of(s, "pearl_variant", PEARL_VARIANTS)
     _one_of(s, "pearl_stale", PEARL_STALE)
+    _in_range(s, "pearl_stale_acceptance", 0.0, 1.0)
+    _need(s.pearl_stale == "rate" or s.pearl_stale_acceptance == 0.0, "pearl_stale_acceptance",
+          f'applies only with pearl_stale = "rate", not "{s.pearl_stale}"',
+          "set pearl_stale=rate, or remove pearl_stale_acceptance")
     _one_of(s, "k_policy", ("fixed", "adaptive"))
     _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu")
           or (s.method == "psd" and s.batch_managed), "k_policy",
@@ -574,13 +582,24 @@ def warnings(s: Scenario) -> list[str]:
     return out + _code_warnings(s)
 
 
+# MineDraft's code scores PEARL's stale drafts against the real sequence; how often one matches is
+# not published (docs/minedraft-fidelity.md §6), so every PEARL result says which model it used.
+_PEARL_STALE_WARNINGS = {
+    "rejected": "lower bound: PEARL's stale drafts are scored and accept nothing (pearl_stale = rejected); "
+                "MineDraft's code may accept some, at a rate no source publishes",
+    "as-fresh": "hypothetical: pearl_stale = as-fresh accepts PEARL's stale drafts like fresh ones, "
+                "an upper bound (they were drafted for other positions)",
+    "rate": "assumed: PEARL's stale drafts accept {:g} per token (pearl_stale_acceptance), a rate no "
+            "source publishes",
+}
+
+
 def _code_warnings(s: Scenario) -> list[str]:
     """Where a two-sub-batch PSD run follows a bug of MineDraft's code (the default), or leaves
     the code for a what-if (docs/minedraft-fidelity.md)."""
     out = []
-    if s.method == "pearl" and s.pearl_variant == "minedraft" and s.pearl_stale == "as-fresh":
-        out.append("hypothetical: pearl_stale = as-fresh accepts PEARL's stale drafts like fresh ones, "
-                   "an upper bound (they were drafted for other positions)")
+    if s.method == "pearl" and s.pearl_variant == "minedraft":
+        out.append(_PEARL_STALE_WARNINGS[s.pearl_stale].format(s.pearl_stale_acceptance))
     if not s.batch_managed:
         return out
     if s.chunked_prefill and s.psd_prefill_chunks == "verified-only":

@@ -8,11 +8,14 @@ first token matches the target's: probability = its acceptance rate); otherwise 
 prefix that was rejected and are stale. As in MineDraft's worker (`_prepare_previous_proposals`),
 the pre-drafted tokens are used for every request as long as at least one request's are valid;
 when none is valid, the whole batch takes a step without drafts. Stale drafts are scored against
-the real sequence like any others (`ParallelMQAScorer.start_score_proposals`), and by default
-accept nothing: a request whose j-th of k drafts was rejected has its pre-drafted tokens scored
-k - 1 - j positions before the ones they were drafted for, after a prefix they did not assume
-(`pearl_stale = "as-fresh"`, a what-if, accepts them like fresh drafts: the upper bound;
-docs/minedraft-fidelity.md §6). So the more requests share a step, the longer stale drafts linger
+the real sequence like any others (`ParallelMQAScorer.start_score_proposals`). How often one
+matches is a property of the models and the text, not of the code, and no source publishes it: a
+request whose j-th of k drafts was rejected has its pre-drafted tokens scored k - 1 - j positions
+before the ones they were drafted for, after a prefix they did not assume. `pearl_stale` chooses
+the model (docs/minedraft-fidelity.md §6): "rejected" (the default) accepts nothing, the lower
+bound; "as-fresh" accepts them with the request's own acceptance, the upper bound; "rate" accepts
+them at `pearl_stale_acceptance` per token. Either way the accepted drafts are the leading run of
+successes, as for fresh drafts. So the more requests share a step, the longer stale drafts linger
 before the batch resets, and each rejection costs a request a wasted speculation step. A request
 whose stale drafts were all accepted continues with valid ones, as the code's `has_accepted_all`
 says.
@@ -32,7 +35,15 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-from psdsim.sim.methods.common import EngineMethod, SimContext, draft_counts, record, verify_outcome
+from psdsim.sim.acceptance import MAX_ACCEPTANCE
+from psdsim.sim.methods.common import (
+    EngineMethod,
+    SimContext,
+    draft_counts,
+    emit_outcome,
+    record,
+    verify_outcome,
+)
 from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
@@ -45,7 +56,8 @@ class PEARL(EngineMethod):
         n = len(sim.table)
         self.lookahead = 2 * sim.scenario.k - 1
         self.per_request = sim.scenario.pearl_variant == "per-request"
-        self.stale_rejected = sim.scenario.pearl_stale == "rejected"  # else accepted like fresh ones
+        self.stale_log_acceptance = stale_log_acceptance(sim.scenario.pearl_stale,
+                                                         sim.scenario.pearl_stale_acceptance)
         self.drafted = np.zeros(n, dtype=bool)  # pre-drafted tokens exist (valid or stale)
         self.valid = np.zeros(n, dtype=bool)    # ... and continue the request's real prefix
 
@@ -96,11 +108,15 @@ class PEARL(EngineMethod):
         continue the real sequence: the code's `has_accepted_all`, all drafts accepted (or, with
         none, the first drafted token matching the target's)."""
         sim, table = self.sim, self.sim.table
-        valid = self.valid[ids]
-        stale_accept_nothing = self.stale_rejected and not self.per_request
-        verify_outcome(sim, st, ids, proposed, total, acceptable=valid if stale_accept_nothing else None)
         if not len(ids):
             return
+        if total and self.stale_log_acceptance is not None and not self.per_request:
+            # one uniform per request as for fresh drafts; a stale request's leading run is drawn
+            # with the stale acceptance (ln 0 = -inf: none)
+            log_acceptance = np.where(self.valid[ids], table.log_acceptance[ids], self.stale_log_acceptance)
+            emit_outcome(sim, st, ids, proposed, total, sim.acceptance.accepted(log_acceptance, proposed))
+        else:
+            verify_outcome(sim, st, ids, proposed, total)
         first_match = sim.acceptance.bernoulli(table.log_acceptance[ids])
         if self.per_request:  # every proposal passed, then the first token drafted ahead
             self.valid[ids] = (table.last_accepted == proposed) & first_match
@@ -108,3 +124,12 @@ class PEARL(EngineMethod):
             all_accepted = table.last_accepted == proposed
             self.valid[ids] = np.where(proposed > 0, all_accepted, first_match)
             self.drafted[ids] = True
+
+
+def stale_log_acceptance(model: str, rate: float) -> float | None:
+    """ln(per-token acceptance) of a stale draft under `pearl_stale` = `model`; None: the
+    request's own (as-fresh). "rejected" is rate 0 (ln 0 = -inf: every stale draft rejected)."""
+    if model == "as-fresh":
+        return None
+    rate = rate if model == "rate" else 0.0
+    return float(np.log(min(rate, MAX_ACCEPTANCE))) if rate > 0 else -np.inf
