@@ -327,3 +327,23 @@ def test_a_bad_stale_acceptance_is_one_line_naming_the_field(sets: list[str], fi
     err = capsys.readouterr().err
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith(f"psdsim: error: {field}: ") and "fix:" in err
+
+
+def test_pearl_drafts_v0s_extra_row_for_a_request_whose_drafts_were_all_accepted():
+    """spec_decode_worker.py, ParallelSpecDecodeWorker._run_speculative_decoding_step (PEARL:
+    proposer_worker.get_spec_proposals(mock_execute_model_req, _seq_with_bonus_token_in_last_step),
+    the set left by the last verification); vllm/spec_decode/spec_decode_worker.py,
+    SpecDecodeWorker._track_sequences_with_bonus_tokens (a sequence is in it when the last column
+    of its accepted tokens holds a token: all its drafts accepted); vllm/spec_decode/
+    multi_step_worker.py, MultiStepWorker._expand_execute_model_request (one more row per such
+    sequence in every draft pass). One request alone: each step's drafting ahead has an extra row
+    exactly when the step before accepted every draft it scored; the roofline engine has none."""
+    s = Scenario(method="pearl", requests=1, m=1, k=3, output_len=64, prompt_len=32, acceptance=0.8,
+                 engine="vllm-0.9.2-v0-eager", seed=3)
+    st = simulate(s).steps
+    d = st["kind"] == "decode"
+    proposed, accepted, extra = st["proposed"][d], st["accepted"][d], st["extra_rows"][d]
+    all_accepted = (proposed > 0) & (accepted == proposed)
+    assert extra[0] == 0 and (extra[1:] == all_accepted[:-1]).all()
+    assert 0 < extra.sum() < len(extra)
+    assert not simulate(s.replace(engine="roofline")).steps["extra_rows"].any()

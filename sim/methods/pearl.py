@@ -19,6 +19,10 @@ successes, as for fresh drafts. So the more requests share a step, the longer st
 before the batch resets, and each rejection costs a request a wasted speculation step. A request
 whose stale drafts were all accepted continues with valid ones, as the code's `has_accepted_all`
 says.
+Drafting ahead runs on vLLM V0's MultiStepWorker, given the requests whose last verification
+accepted all their drafts (`get_spec_proposals(mock_execute_model_req,
+_seq_with_bonus_token_in_last_step)`), so on an engine that drafts the extra row for each of them
+(`extra_draft_rows`) PEARL pays it as SD and PSD do (`draft_rows`, the step's `extra_rows`).
 KV: each decode keeps 2k - 1 lookahead slots, as MineDraft's PEARL mode allocates.
 
 `pearl_variant = "per-request"` is the lossless per-request form the reference engine runs
@@ -40,6 +44,7 @@ from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
     draft_counts,
+    draft_rows,
     emit_outcome,
     record,
     verify_outcome,
@@ -77,7 +82,10 @@ class PEARL(EngineMethod):
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks)
         # post-verify: draft the next k for everyone while the target verifies
-        ahead_s = sim.cost.draft(batch, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
+        # V0's MultiStepWorker adds a row for each request whose last verification accepted all
+        # its drafts (the set the code passes when drafting ahead), where the engine does
+        rows = draft_rows(sim, ids, st)
+        ahead_s = sim.cost.draft(rows, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
         ahead_s = target.contend(ahead_s)
         yield from target.prepare(st)
         done = target.submit("verify", None, k, use_drafts) if batch else target.submit("prefill")
