@@ -8,7 +8,14 @@ has one lane per direction (full duplex: inputs are broadcast to the verifier gr
 output comes back point-to-point from its first rank); each lane is a FIFO single-server
 resource: a transfer waits until the lane is free, then holds it for latency + bytes / bandwidth.
 That is exactly a capacity-1 `simpy.Resource` served in request order, kept as a "free at" time
-so that a transfer costs one event instead of four.
+so that a transfer costs no event at all.
+
+Deterministic FIFO servers need no events of their own: a step that waits for its target pass
+and nothing else can disturb (every method but the PSD ring, whose drafter workers may slow a
+pass that has started) books the pass at a time of its own (`Verifier.book`): its transfers, its
+compute and its return are priced there and then, as SimPy would have timed them, and the step
+waits once, for its end (`exact_delay`). The ring's steps hand the pass over (`submit`) and wait
+for it in SimPy, because drafting that starts meanwhile can push its end later.
 
 The drafter GPUs (`Drafter`) do two kinds of work. Work the driver runs in its own process and
 waits for in the same step (MineDraft's driver runs on its drafter GPU; SD's draft shares the
@@ -39,6 +46,21 @@ TO_VERIFIER = "to_verifier"
 TO_DRAFTER = "to_drafter"
 
 
+def exact_delay(now: float, at: float) -> float:
+    """The delay d for which SimPy's `now + d` is `at` exactly. A step that computes its end as
+    the sum of its parts, in the order the timeouts it replaces would have added them, waits once
+    with this delay and ends on the very same float (`at - now` alone can miss it by an ulp)."""
+    d = at - now
+    for _ in range(4):
+        if now + d < at:
+            d = math.nextafter(d, math.inf)
+        elif now + d > at:
+            d = math.nextafter(d, -math.inf)
+        else:
+            return d
+    raise AssertionError(f"no delay reaches {at!r} from {now!r}")  # a float that cannot happen
+
+
 class Link:
     def __init__(self, env: simpy.Environment, to_verifier: Callable[[int], float],
                  to_drafter: Callable[[int], float], timeline: Timeline | None = None) -> None:
@@ -52,10 +74,12 @@ class Link:
         """How long `nbytes` hold `lane` (latency + bytes / bandwidth), queueing aside."""
         return self._seconds[lane](nbytes)
 
-    def reserve(self, lane: str, nbytes: int) -> tuple[float, float]:
-        """Queue a transfer on `lane` now: returns (seconds until it completes, seconds it holds
-        the lane: latency + nbytes / bandwidth). The caller waits the first."""
-        now = self.env.now
+    def reserve(self, lane: str, nbytes: int, now: float | None = None) -> tuple[float, float]:
+        """Queue a transfer on `lane` at `now` (default: the simulation's now): returns (seconds
+        until it completes, seconds it holds the lane: latency + nbytes / bandwidth). The caller
+        waits the first."""
+        if now is None:
+            now = self.env.now
         hold = self._seconds[lane](nbytes)
         start = max(now, self._free_at[lane])
         self._free_at[lane] = start + hold
@@ -95,28 +119,59 @@ class Verifier:
     _queue: deque[VerifyJob] = field(default_factory=deque)
     _last_end: float = -math.inf
 
+    def book(self, job: VerifyJob, at: float) -> float:
+        """Serve `job` from `at`, when the verifier is free and nothing can slow the pass once it
+        has started (no drafter workers): its inputs' transfer, compute and output's transfer
+        are priced now, as `submit` would time them. Returns when the output is back."""
+        assert self._job is None, "book() needs a free verifier"
+        delay = self._begin(job, at, contend=False)
+        computed = at + (delay + job.compute_s)
+        back = self._finish(job, computed)
+        self.pass_start, self.pass_end = math.inf, -math.inf
+        return computed if back is None else computed + back
+
     def submit(self, job: VerifyJob) -> simpy.Event:
+        """Hand `job` over in SimPy: served in order, one at a time, by callbacks on its timeouts
+        (a job costs no process switch); the event fires when its output is back."""
         job.done = self.env.event()
         self._queue.append(job)
         if self._job is None:
             self._start()
         return job.done
 
-    def _start(self) -> None:
-        """Serve the next job: inputs arrive, then the target computes (one wait). The lane is
-        reserved now, when the transfer is requested, so FIFO order on the link is what it would
-        be anyway. Callbacks rather than a process: a job costs no wake-up event."""
-        job = self._job = self._queue.popleft()
+    def _begin(self, job: VerifyJob, now: float, contend: bool = True) -> float:
+        """Start serving `job` at `now`: its inputs cross the link (the lane is reserved when the
+        transfer is requested, so FIFO order on the link is what it would be anyway), then the
+        target computes, slowed by drafting beside it (`contend`) and after idling. Returns the
+        inputs' delay; sets the pass's start and end."""
         delay = 0.0
         if job.send_bytes:
-            delay, hold = self.link.reserve(TO_VERIFIER, job.send_bytes)
+            delay, hold = self.link.reserve(TO_VERIFIER, job.send_bytes, now)
             job.transfer_s += hold
-        self.pass_start = began = self.env.now + delay
-        if self.drafter is not None:
+        self.pass_start = began = now + delay
+        if contend and self.drafter is not None:
             job.compute_s = self.drafter.contend(delay, job.compute_s)
         if self.after_idle is not None:
             job.compute_s *= self.after_idle(began - self._last_end)
-        self.pass_end = self.env.now + (delay + job.compute_s)
+        self.pass_end = now + (delay + job.compute_s)
+        return delay
+
+    def _finish(self, job: VerifyJob, now: float) -> float | None:
+        """The pass computed by `now`: count it, and send its output back. Returns the return
+        transfer's delay, None when nothing goes back."""
+        self._last_end = now
+        self.busy_s += job.compute_s
+        if self.timeline is not None:
+            self.timeline.target_pass(job.name, self.pass_start, now, job.args)
+        if not job.return_bytes:
+            return None
+        delay, hold = self.link.reserve(TO_DRAFTER, job.return_bytes, now)
+        job.transfer_s += hold
+        return delay
+
+    def _start(self) -> None:
+        job = self._job = self._queue.popleft()
+        delay = self._begin(job, self.env.now)
         self.env.timeout(delay + job.compute_s).callbacks.append(self._computed)
 
     def _computed(self, _: simpy.Event) -> None:
@@ -124,18 +179,12 @@ class Verifier:
         if self.pass_end > now:   # drafting that began meanwhile slowed it (slowed_by)
             self.env.timeout(self.pass_end - now).callbacks.append(self._computed)
             return
-        job = self._job
-        assert job is not None
-        self._last_end = now
-        self.busy_s += job.compute_s
-        if self.timeline is not None:
-            self.timeline.target_pass(job.name, self.pass_start, now, job.args)
-        if job.return_bytes:
-            delay, hold = self.link.reserve(TO_DRAFTER, job.return_bytes)
-            job.transfer_s += hold
-            self.env.timeout(delay).callbacks.append(self._returned)
-        else:
+        assert self._job is not None
+        delay = self._finish(self._job, now)
+        if delay is None:
             self._returned(None)
+        else:
+            self.env.timeout(delay).callbacks.append(self._returned)
 
     def _returned(self, _: simpy.Event | None) -> None:
         job = self._job
@@ -221,18 +270,24 @@ class Drafter:
 
     # -- the driver's own drafter work (drafter 0) ---------------------------------------
 
+    def book(self, at: float, seconds: float, name: str, batch: int, k: int,
+             sub_batch: int | None = None) -> float:
+        """Drafting of `batch` requests, `k` tokens each (of `sub_batch`), that the driver runs on
+        drafter 0 from `at` and waits for; returns its end. Only where the drafter has no workers
+        in use: the driver's own drafting and theirs do not mix."""
+        end = at + seconds
+        if self.timeline is not None:
+            if sub_batch is None:
+                self.timeline.drafting(self.tracks[0], name, at, end, batch=batch, k=k)
+            else:
+                self.timeline.drafting(self.tracks[0], f"{name} B{sub_batch}", at, end,
+                                       sub_batch=sub_batch, batch=batch, k=k)
+        return end
+
     def run(self, seconds: float, name: str, batch: int, k: int,
             sub_batch: int | None = None) -> simpy.Timeout:
-        """Drafting of `batch` requests, `k` tokens each (of `sub_batch`), that the driver runs
-        now on drafter 0 and waits for: a single timeout. Only where the drafter has no workers in
-        use: the driver's own drafting and theirs do not mix."""
-        if self.timeline is not None:
-            now = self.env.now
-            if sub_batch is None:
-                self.timeline.drafting(self.tracks[0], name, now, now + seconds, batch=batch, k=k)
-            else:
-                self.timeline.drafting(self.tracks[0], f"{name} B{sub_batch}", now, now + seconds,
-                                       sub_batch=sub_batch, batch=batch, k=k)
+        """`book` from now, as a timeout to wait for (a step that waits in SimPy)."""
+        self.book(self.env.now, seconds, name, batch, k, sub_batch)
         return self.env.timeout(seconds)
 
     # -- drafter workers ------------------------------------------------------------------

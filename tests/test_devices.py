@@ -1,4 +1,5 @@
-"""The drafter GPUs as a SimPy device (sim/devices.Drafter), on hand-built jobs and times."""
+"""The devices (sim/devices.py) on hand-built jobs and times: the drafter GPUs in SimPy, and a
+booked target pass timed as a submitted one."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from itertools import pairwise
 
 import pytest
 import simpy
-from psdsim.sim.devices import AfterPassJob, Drafter, DraftJob, Link, Verifier, VerifyJob
+from hypothesis import given
+from hypothesis import strategies as st
+from psdsim.sim.devices import AfterPassJob, Drafter, DraftJob, Link, Verifier, VerifyJob, exact_delay
 from psdsim.sim.overlap import overlapped
 from psdsim.sim.timeline import Timeline
 
@@ -112,3 +115,45 @@ def test_drafting_that_starts_during_a_pass_pushes_the_pass_later():
     assert done == [("draft", pytest.approx(0.5 + drafting))]
     assert ends == [pytest.approx(0.5 + left)] and left > 1.5
     assert verifier.busy_s == pytest.approx(0.5 + left)
+
+
+@given(st.floats(0.0, 1e6), st.floats(0.0, 1e6))
+def test_exact_delay_lands_on_the_very_float(now, span):
+    """A step that sums its parts itself waits once with exact_delay and must end on the float
+    the chain of timeouts it replaces would have reached: now + d == at, exactly."""
+    at = now + span
+    assert now + exact_delay(now, at) == at
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 0.2), st.floats(0.0, 0.05),
+                          st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=8),
+       st.booleans())
+def test_a_booked_pass_is_timed_as_a_submitted_one(passes, idle_slowdown):
+    """Verifier.book prices a pass from a given time as submit serves it in SimPy: the same end
+    (bit for bit), the same link and compute figures, the same timeline slices."""
+    after_idle = (lambda idle: 1.0 + min(idle, 1.0) / 10) if idle_slowdown else None
+
+    def served(book: bool):
+        env, tl = simpy.Environment(), Timeline()
+        link = Link(env, lambda n: 1e-4 + n * 1e-6, lambda n: 2e-4 + n * 1e-6, tl)
+        verifier = Verifier(env, link, tl, after_idle)
+        ends: list[float] = []
+        jobs: list[VerifyJob] = []
+
+        def driver():
+            for gap, compute, _, send, back in passes:
+                yield env.timeout(gap)
+                job = VerifyJob(compute, send * 1000, back * 100)
+                jobs.append(job)
+                if book:
+                    end = verifier.book(job, env.now)
+                    yield env.timeout(exact_delay(env.now, end))
+                else:
+                    yield verifier.submit(job)
+                ends.append(env.now)
+
+        env.process(driver())
+        env.run()
+        return ends, [(j.compute_s, j.transfer_s) for j in jobs], tl.slices, verifier.busy_s, link.busy_s
+
+    assert served(book=True) == served(book=False)

@@ -6,8 +6,9 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
+from psdsim.sim.devices import exact_delay
 from psdsim.sim.methods.common import EngineMethod, record, verify_outcome
-from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
+from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 
@@ -16,13 +17,13 @@ class AutoRegressive(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         sim, st = self.sim, StepRecord()
-        ids, start = plan.decode, sim.env.now
+        ids, env, start = plan.decode, sim.env, sim.env.now
         batch = len(ids)
         chunks = chunk_work(sim, plan)
         target = TargetPass(sim, batch, batch, sim.table.context(ids), chunks, over_link=False)
-        yield target.submit("decode" if batch else "prefill")
-        yield from after_pass(sim, plan, st, chunks, batch, False, sim.env.now, reject_on=None,
-                              emitting=batch)
+        back = target.book("decode" if batch else "prefill", start)
+        end = after_pass_end(sim, plan, st, chunks, batch, False, back, back, reject_on=None, emitting=batch)
+        yield env.timeout(exact_delay(start, end))
         verify_outcome(sim, st, ids, np.zeros(batch, dtype=np.int64), 0)
         target.measured(st)
         st.verified = st.scored = batch

@@ -15,10 +15,11 @@ from typing import Any
 
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, Chunks
-from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob
+from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob, exact_delay
 from psdsim.sim.execution import DRIVER_PREP, driver_prep, framework, verify_parts
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from psdsim.sim.methods.common import SimContext
+from psdsim.sim.numbers import isum
 from psdsim.sim.overlap import overlapped
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
@@ -31,8 +32,8 @@ def chunk_work(sim: SimContext, plan: StepPlan) -> Chunks:
         return NO_CHUNKS
     computed = sim.table.computed[plan.prefill]
     chunk = plan.chunk
-    pairs = float((chunk * computed).sum() + (chunk * chunk).sum() / 2)
-    return Chunks(int(chunk.sum()), pairs, int(computed.sum()), int(plan.completes.sum()))
+    pairs = float(isum(chunk * computed) + isum(chunk * chunk) / 2)
+    return Chunks(isum(chunk), pairs, isum(computed), isum(plan.completes))
 
 
 def link_bytes(sim: SimContext, requests: int, scored: int, context: int,
@@ -60,7 +61,7 @@ class TargetPass:
     """One target pass: `requests` decodes scoring `tokens` positions over `context` cached
     tokens, plus the plan's prefill chunks; over the link when the drafter has a GPU of its own."""
 
-    __slots__ = ("job", "parts", "requests", "sim", "tokens")
+    __slots__ = ("job", "parts", "prep_s", "requests", "sim", "tokens")
 
     def __init__(self, sim: SimContext, requests: int, tokens: int, context: int, chunks: Chunks,
                  over_link: bool = True) -> None:
@@ -82,22 +83,42 @@ class TargetPass:
             drafting, job.compute_s = overlapped(drafting, job.compute_s, inputs_s, *overlap)
         return drafting
 
-    def prepare(self, st: StepRecord) -> Generator[Any, Any, None]:
-        """The driver's input preparation before it hands the pass over and drafts (MineDraft:
-        the target inputs and the metadata broadcast; 0 on other engines), a part of draft_s."""
+    def prepared(self, st: StepRecord, at: float) -> float:
+        """The driver's input preparation from `at` before it hands the pass over and drafts
+        (MineDraft: the target inputs and the metadata broadcast; 0 on other engines), a part of
+        draft_s. Returns when it ends."""
         sim = self.sim
-        seconds = driver_prep(sim.cost, self.requests, self.tokens) if self.requests else 0.0
-        if seconds:
-            began = sim.env.now
-            yield sim.env.timeout(seconds)
-            st.prep_s += seconds
-            st.draft_s += seconds
-            if sim.timeline is not None:
-                sim.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, began, sim.env.now)
+        seconds = self.prep_s = driver_prep(sim.cost, self.requests, self.tokens) if self.requests else 0.0
+        if not seconds:
+            return at
+        end = at + seconds
+        st.prep_s += seconds
+        st.draft_s += seconds
+        if sim.timeline is not None:
+            sim.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, at, end)
+        return end
+
+    def prepare(self, st: StepRecord) -> Generator[Any, Any, None]:
+        """`prepared` from now, waited for in SimPy (a step that waits in SimPy)."""
+        env = self.sim.env
+        end = self.prepared(st, env.now)
+        if self.prep_s:
+            yield env.timeout(exact_delay(env.now, end))
+
+    def book(self, name: str, at: float, sub_batch: int | None = None, k: int | None = None,
+             drafts_used: bool | None = None) -> float:
+        """Serve the pass from `at` on a verifier that nothing else can slow (Verifier.book);
+        returns when its output is back. The rest labels its timeline slice (None: not said)."""
+        self._label(name, sub_batch, k, drafts_used)
+        return self.sim.verifier.book(self.job, at)
 
     def submit(self, name: str, sub_batch: int | None = None, k: int | None = None,
                drafts_used: bool | None = None) -> simpy.Event:
-        """Hand the pass to the verifier; the rest labels its timeline slice (None: not said)."""
+        """Hand the pass to the verifier in SimPy (the PSD ring: drafting may slow it)."""
+        self._label(name, sub_batch, k, drafts_used)
+        return self.sim.verifier.submit(self.job)
+
+    def _label(self, name: str, sub_batch: int | None, k: int | None, drafts_used: bool | None) -> None:
         if self.sim.timeline is not None:
             args: dict[str, Any] = {}
             if sub_batch is not None:
@@ -107,7 +128,6 @@ class TargetPass:
             if drafts_used is not None:
                 args["drafts_used"] = drafts_used
             self.job.name, self.job.args = name, args
-        return self.sim.verifier.submit(self.job)
 
     def measured(self, st: StepRecord, beside: float | None = None) -> None:
         """The pass's figures, once it is back. `beside`: the drafting the driver did while the
@@ -126,42 +146,62 @@ class TargetPass:
 def after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
                scored: bool, waited_from: float, reject_on: str | None = DRAFTER,
                queued: bool = False, emitting: int = 0) -> Generator[Any, Any, None]:
-    """The driver's work once the target pass is back (it waited from `waited_from`): what is
-    left of the draft model's prompt pass, rejection sampling of the `tokens` scored positions
-    (if `scored`), the step overhead and swaps. The drafter's part is slowed by its idling where
-    a profile measured it and drawn on the drafter's track, rejection sampling on the drafter's
-    GPU (MineDraft's driver runs there) or, with `reject_on` = DRIVER, on the driver's; None:
-    no draft model. The framework work is the engine's for the running set and the `emitting`
-    requests whose outputs it processes (sim/execution.framework). `queued`: the drafter's part
-    waits for a free drafter worker (a PSD ring, whose drafters draft in the background), and
-    the driver's part follows it; otherwise the driver runs it all in one wait (MineDraft's
-    driver runs on its drafter GPU)."""
-    env, cost, tl, drafter = sim.env, sim.cost, sim.timeline, sim.drafter
+    """The driver's work once the target pass is back, waited for in SimPy (see `after_pass_end`).
+    `queued`: the drafter's part waits for a free drafter worker (a PSD ring, whose drafters
+    draft in the background), and the driver's part follows it."""
+    env = sim.env
+    if not queued:
+        end = after_pass_end(sim, plan, st, chunks, tokens, scored, waited_from, env.now, reject_on, emitting)
+        yield env.timeout(exact_delay(env.now, end))
+        return
+    drafter, tl = sim.drafter, sim.timeline
+    assert drafter is not None
+    sync_s, reject_s, swap_s, overhead = _after_pass_work(sim, plan, st, chunks, tokens, scored, reject_on,
+                                                          emitting)
+    if sync_s + reject_s:
+        yield drafter.submit(AfterPassJob(((DRAFT_PREFILL, sync_s), (REJECT, reject_s)), waited_from),
+                             urgent=True)
+    st.draft_s += sync_s
+    on_cpu = env.now
+    yield env.timeout(overhead + swap_s)
+    if tl is not None:
+        tl.after(on_cpu, env.now, driver_parts(overhead, swap_s))
+
+
+def _after_pass_work(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
+                     scored: bool, reject_on: str | None, emitting: int) -> tuple[float, float, float, float]:
+    """(draft prompt pass, rejection sampling, swaps, framework) seconds alone, after a pass."""
+    cost = sim.cost
     sync_s = cost.draft_chunks(chunks) if reject_on is not None else 0.0
     reject_s = cost.reject(tokens) if scored else 0.0
     swap_s = st.swap_s = cost.swap(plan.swap_blocks)
     overhead = st.framework_s = framework(cost, len(sim.scheduler.running), emitting)
-    if queued:
-        assert drafter is not None
-        if sync_s + reject_s:
-            yield drafter.submit(AfterPassJob(((DRAFT_PREFILL, sync_s), (REJECT, reject_s)), waited_from),
-                                 urgent=True)
-        st.draft_s += sync_s
-        on_cpu = env.now
-        yield env.timeout(overhead + swap_s)
-        if tl is not None:
-            tl.after(on_cpu, env.now, driver_parts(overhead, swap_s))
-        return
+    return sync_s, reject_s, swap_s, overhead
+
+
+def after_pass_end(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
+                   scored: bool, waited_from: float, now: float, reject_on: str | None = DRAFTER,
+                   emitting: int = 0) -> float:
+    """The driver's work once the target pass is back at `now` (it waited from `waited_from`),
+    run in one go by the driver (MineDraft's driver runs on its drafter GPU): what is left of the
+    draft model's prompt pass, rejection sampling of the `tokens` scored positions (if `scored`),
+    the step overhead and swaps. Returns when it ends. The drafter's part is slowed by its idling
+    where a profile measured it and drawn on the drafter's track, rejection sampling on the
+    drafter's GPU or, with `reject_on` = DRIVER, on the driver's; None: no draft model. The
+    framework work is the engine's for the running set and the `emitting` requests whose outputs
+    it processes (sim/execution.framework)."""
+    drafter, tl = sim.drafter, sim.timeline
+    sync_s, reject_s, swap_s, overhead = _after_pass_work(sim, plan, st, chunks, tokens, scored, reject_on,
+                                                          emitting)
     idle = sim.slow.driver_idle
-    after_wait = idle(env.now - waited_from) if idle is not None else 1.0
+    after_wait = idle(now - waited_from) if idle is not None else 1.0
     if drafter is not None:
         drafter.slowdown[0] = after_wait
     # with overlap_prefill the draft's prompt pass ran beside the target's: only the rest is left
-    left = max(0.0, waited_from + sync_s - env.now) if sim.overlap_prefill and sync_s else sync_s
+    left = max(0.0, waited_from + sync_s - now) if sim.overlap_prefill and sync_s else sync_s
     left_s = left * after_wait   # what is left runs after the wait, slowed by it
     reject_s *= after_wait
-    verified_at = env.now
-    yield env.timeout(left_s + reject_s + overhead + swap_s)
+    end = now + (left_s + reject_s + overhead + swap_s)
     st.draft_s += sync_s
     st.drafter_s += sync_s
     if reject_on == DRAFTER:
@@ -170,5 +210,6 @@ def after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, 
         if left < sync_s:  # the overlapped part ran beside the target pass
             tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, waited_from, waited_from + sync_s - left)
         reject = (DRAFTER, REJECT, ON_DRAFTER) if reject_on == DRAFTER else (DRIVER, REJECT, ON_DRIVER)
-        tl.after(verified_at, env.now, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s), (*reject, reject_s),
-                                        *driver_parts(overhead, swap_s)])
+        tl.after(now, end, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s), (*reject, reject_s),
+                            *driver_parts(overhead, swap_s)])
+    return end

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, Chunks
-from psdsim.sim.devices import Drafter, DraftJob
+from psdsim.sim.devices import Drafter, DraftJob, exact_delay
 from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -46,8 +46,9 @@ from psdsim.sim.methods.common import (
     verify_outcome,
 )
 from psdsim.sim.methods.draft_length import Selection, draft_length
-from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
+from psdsim.sim.methods.passes import TargetPass, after_pass, after_pass_end, chunk_work
 from psdsim.sim.methods.refill import EMPTY, BatchManagerRefill, RoundRobinRefill
+from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import StepPlan
@@ -102,36 +103,51 @@ class PipelinedSD(EngineMethod):
     # -- a step -----------------------------------------------------------------------------
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
+        """MineDraft's pipeline prices the step's parts in turn from its start (`t`) and waits
+        once, for its end: nothing else runs beside it. The ring waits in SimPy wherever its
+        drafter workers may be at work (sim/devices.py)."""
         sim, st, refill = self.sim, StepRecord(), self.refill
         env, start = sim.env, sim.env.now
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
         ids = refill.members[v] if v is not None else EMPTY
         chunks, context = chunk_work(sim, plan), sim.table.context(ids)
+        t = start
         if refill.background:   # the ring: drafter workers draft the other sub-batches meanwhile
             st.drafted = self._queue_drafts(v, st)
         if v is not None:       # drafted earlier (parallelised), being drafted, or drafted first now
-            st.parallelised, drafting = self._drafts_of(v, ids, context, chunks, st)
+            st.parallelised, drafting, t = self._drafts_of(v, ids, context, chunks, st, t)
             if drafting is not None:
                 yield drafting
+                t = env.now
         proposed, selection, shift = self._scored(plan, v, ids, st.parallelised)
-        total = int(proposed.sum())
+        total = isum(proposed)
         tokens = total + len(ids)
         target = TargetPass(sim, len(ids), tokens, context, chunks)
         k_ahead, ahead_s = self._ahead(ahead, st)
         ahead_s = target.contend(ahead_s)
-        yield from target.prepare(st)
-        done = (target.submit("verify", v, int(proposed.max()) if sim.timeline else 0) if v is not None
-                else target.submit("prefill"))
-        if ahead is not None:   # MineDraft: the driver drafts the other sub-batch while the pass runs
-            yield self.drafter.run(ahead_s, "draft", st.drafted, k_ahead, ahead)
-            st.draft_s += ahead_s
-            st.drafter_s += ahead_s
-        drafted_at = env.now
-        yield done
-        if v is not None and not refill.background:
-            st.wait_s = env.now - drafted_at
-        yield from after_pass(sim, plan, st, chunks, tokens, v is not None, drafted_at,
-                              queued=refill.background, emitting=len(ids))
+        t = target.prepared(st, t)
+        name, k = "prefill", None
+        if v is not None:
+            name, k = "verify", int(proposed.max()) if sim.timeline else 0
+        if refill.background:
+            if target.prep_s:
+                yield env.timeout(exact_delay(env.now, t))
+            yield target.submit(name, v, k)
+            yield from after_pass(sim, plan, st, chunks, tokens, v is not None, t, queued=True,
+                                  emitting=len(ids))
+        else:
+            back = target.book(name, t, v, k)
+            drafted_at = t
+            if ahead is not None:   # MineDraft: the driver drafts the other sub-batch while the pass runs
+                drafted_at = self.drafter.book(t, ahead_s, "draft", st.drafted, k_ahead, ahead)
+                st.draft_s += ahead_s
+                st.drafter_s += ahead_s
+            now = back if back > drafted_at else drafted_at
+            if v is not None:
+                st.wait_s = now - drafted_at
+            end = after_pass_end(sim, plan, st, chunks, tokens, v is not None, drafted_at, now,
+                                 emitting=len(ids))
+            yield env.timeout(exact_delay(env.now, end))
         self._verified(v, ahead, ids, proposed, total, selection, shift, st)
         target.measured(st, ahead_s if v is not None and not refill.background else None)
         st.verified, st.scored = len(ids), tokens if v is not None else 0
@@ -170,25 +186,26 @@ class PipelinedSD(EngineMethod):
 
     # -- drafting ---------------------------------------------------------------------------
 
-    def _drafts_of(self, v: int, ids: np.ndarray, context: int, chunks: Chunks,
-                   st: StepRecord) -> tuple[bool, simpy.Event | None]:
-        """The verified sub-batch's drafts: (whether they were drafted before this step, i.e.
-        parallelised; what the step waits for: their drafting, or drafting them first now)."""
+    def _drafts_of(self, v: int, ids: np.ndarray, context: int, chunks: Chunks, st: StepRecord,
+                   at: float) -> tuple[bool, simpy.Event | None, float]:
+        """The verified sub-batch's drafts, the step being at `at`: (whether they were drafted
+        before this step, i.e. parallelised; in the ring, what the step waits for: their drafting,
+        or drafting them first now; when the drafting that the driver does first now ends)."""
         if self.refill.background:
             if v in self.drafting:   # its drafter is still at it
-                return True, self.drafting[v]
+                return True, self.drafting[v], at
             if self.ready[v]:
-                return True, None
-            return False, self.drafter.submit(self._draft_job(v, st), urgent=True)
+                return True, None, at
+            return False, self.drafter.submit(self._draft_job(v, st), urgent=True), at
         if self.refill.drafted(v):
-            return True, None
+            return True, None, at
         k = self.lengths.k(ids, context, chunks, parallel=False)
         seconds = self.sim.cost.draft(draft_rows(self.sim, ids, st), k, context) * self.drafter.slowdown[0] \
             if k else 0.0
         self.proposals[ids] = k   # held once the drafting is done
         st.draft_s += seconds
         st.drafter_s += seconds
-        return False, self.drafter.run(seconds, "draft", len(ids), k, v)
+        return False, None, self.drafter.book(at, seconds, "draft", len(ids), k, v)
 
     def _ahead(self, ahead: int | None, st: StepRecord) -> tuple[int, float]:
         """(k, seconds alone) of drafting sub-batch `ahead` beside the pass; its requests hold k

@@ -17,6 +17,7 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
+from psdsim.sim.devices import exact_delay
 from psdsim.sim.layout import layout_for
 from psdsim.sim.methods.common import (
     EngineMethod,
@@ -27,7 +28,8 @@ from psdsim.sim.methods.common import (
     verify_outcome,
 )
 from psdsim.sim.methods.draft_length import draft_length
-from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
+from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work
+from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import StepPlan
@@ -42,6 +44,8 @@ class StandardSD(EngineMethod):
         self.lengths = draft_length(sim)
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
+        """Draft, then the target pass scores the drafts, then the driver's work: priced in turn
+        from the step's start, waited for once (nothing else runs beside an SD step)."""
         sim, st = self.sim, StepRecord()
         env, drafter, start = sim.env, sim.drafter, sim.env.now
         assert drafter is not None
@@ -50,20 +54,21 @@ class StandardSD(EngineMethod):
         context, chunks = sim.table.context(ids), chunk_work(sim, plan)
         k = self.lengths.k(ids, context, chunks, parallel=False, over_link=self.over_link) if batch else 0
         proposed = draft_counts(plan, ids, np.full(batch, k, dtype=np.int64))
+        t = start
         if batch and k:   # draft, then the target pass scores the drafts
             drafted = int(proposed.max())
             rows = draft_rows(sim, ids, st)
             st.draft_s = st.drafter_s = sim.cost.draft(rows, drafted, context) * drafter.slowdown[0]
-            yield drafter.run(st.draft_s, "draft", batch, drafted)
-        total = int(proposed.sum())
+            t = drafter.book(t, st.draft_s, "draft", batch, drafted)
+        total = isum(proposed)
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks, over_link=self.over_link)
-        yield from target.prepare(st)
-        submitted = env.now
-        yield target.submit("verify", None, k) if batch else target.submit("prefill")
+        submitted = target.prepared(st, t)
+        back = target.book("verify", submitted, None, k) if batch else target.book("prefill", submitted)
         # rejection sampling runs on the driver, not the drafter (drafter_busy)
-        yield from after_pass(sim, plan, st, chunks, tokens, bool(batch) and k > 0, submitted,
-                              reject_on=DRIVER, emitting=batch)
+        end = after_pass_end(sim, plan, st, chunks, tokens, bool(batch) and k > 0, submitted, back,
+                             reject_on=DRIVER, emitting=batch)
+        yield env.timeout(exact_delay(start, end))
         verify_outcome(sim, st, ids, proposed, total)
         self.lengths.seen(proposed, total)
         target.measured(st)

@@ -100,7 +100,9 @@ def trace_document(result: Result) -> dict[str, Any]:
                    {"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
                     "args": {"sort_index": tid}}]
     events += _step_events(rows, tids[STEPS])
-    for sl in timeline.slices:
+    # in order of start on the clock (then track, then end): recording order is how the devices
+    # happen to price their work (a booked pass records its slices at once), not a fact of the run
+    for sl in sorted(timeline.slices, key=lambda sl: (sl.start_s, tids[sl.track], sl.end_s)):
         args = sl.args
         if sl.cat == ON_VERIFIER:
             row = rows[args["step"]]
