@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from psdsim.sim.numbers import isum
 
 WATERMARK = 0.01  # vLLM V0 default fraction of blocks kept free at admission
 
@@ -50,17 +51,19 @@ class KVPools:
     def fits_ever(self, blocks: int) -> bool:
         return self.total - blocks >= self.watermark
 
-    def ensure(self, ids: np.ndarray, tokens: np.ndarray) -> bool:
-        """Grow each request to hold `tokens` slots if the free blocks cover all of them at once
-        (the common case, in a handful of numpy operations); False changes nothing."""
+    def ensure(self, ids: np.ndarray, cached: np.ndarray, lookahead: int) -> bool:
+        """Grow each request to hold its `cached` tokens + `lookahead` slots if the free blocks
+        cover all of them at once (the common case, in a handful of numpy operations); False
+        changes nothing."""
         held = self.held[ids]
-        grown = np.maximum(held, (tokens + (self.block_size - 1)) // self.block_size)
-        extra = int((grown - held).sum())
-        if extra > self.total - self.used:
+        extra = (cached + (lookahead + self.block_size - 1)) // self.block_size - held
+        np.maximum(extra, 0, out=extra)
+        total = isum(extra)
+        if total > self.total - self.used:
             return False
-        if extra:
-            self.held[ids] = grown
-            self.used += extra
+        if total:
+            self.held[ids] = held + extra
+            self.used += total
             if self.used > self.peak:
                 self.peak = self.used
         return True
@@ -71,7 +74,7 @@ class KVPools:
 
     def grow(self, ids: np.ndarray, extra: np.ndarray) -> None:
         """Grant `extra` blocks to each of `ids` (the caller checked they are free)."""
-        total = int(extra.sum())
+        total = isum(extra)
         if total > self.free:
             raise RuntimeError("KV pool over-allocated")  # a scheduler bug, never user input
         self.held[ids] += extra
@@ -80,7 +83,7 @@ class KVPools:
 
     def release(self, ids: np.ndarray) -> int:
         """Free every block of `ids`; returns how many were freed."""
-        freed = int(self.held[ids].sum())
+        freed = isum(self.held[ids])
         self.held[ids] = 0
         self.used -= freed
         return freed

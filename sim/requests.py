@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
+from psdsim.sim.numbers import isum
 from psdsim.sim.workload import Workload
 
 # Verification steps logged before their outcomes are folded into per-request totals.
@@ -66,7 +67,7 @@ class RequestTable:
 
     def context(self, ids: np.ndarray) -> int:
         """Tokens in the KV cache of these requests (prompt + generated so far)."""
-        return int(self.kv_len[ids].sum())
+        return isum(self.kv_len[ids])
 
     @property
     def last_accepted(self) -> np.ndarray:

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 from psdsim.sim.kv import KVPools
+from psdsim.sim.numbers import isum
 from psdsim.sim.requests import (
     ABORTED,
     DECODING,
@@ -44,20 +44,18 @@ from psdsim.sim.requests import (
 EMPTY = np.empty(0, dtype=np.int64)
 
 
-def _none() -> np.ndarray:
-    return EMPTY  # shared and never written in place: fields are only ever reassigned
-
-
-@dataclass
 class StepPlan:
-    decode: np.ndarray = field(default_factory=_none)     # decoding requests, in running order
-    prefill: np.ndarray = field(default_factory=_none)    # requests computing prompt tokens
-    chunk: np.ndarray = field(default_factory=_none)      # prompt tokens each computes
-    completes: np.ndarray = field(default_factory=_none)  # bool: its prompt is done after the step
+    """One engine step's plan. Class attributes are the defaults (arrays shared and never written
+    in place: fields are only ever reassigned), so that a plan costs only the fields it sets."""
+
+    decode: np.ndarray = EMPTY     # decoding requests, in running order
+    prefill: np.ndarray = EMPTY    # requests computing prompt tokens
+    chunk: np.ndarray = EMPTY      # prompt tokens each computes
+    completes: np.ndarray = EMPTY  # bool: its prompt is done after the step
     # Prompt chunks scheduled but not computed (PSD's drafted sub-batch, MineDraft's code): their
     # requests, and the tokens marked computed anyway (their chunk, or 0 for a prompt's last one).
-    uncomputed: np.ndarray = field(default_factory=_none)
-    marked: np.ndarray = field(default_factory=_none)
+    uncomputed: np.ndarray = EMPTY
+    marked: np.ndarray = EMPTY
     spec_cap: np.ndarray | None = None  # vllm-v1: most draft tokens per decode request
     preempted: int = 0
     swap_blocks: int = 0              # KV blocks moved to or from CPU memory this step
@@ -129,8 +127,10 @@ class Scheduler:
             admitted = self._admit_whole(method, now)
             if len(admitted):
                 chunk = self.table.prefill_len[admitted]
-                return StepPlan(prefill=admitted, chunk=chunk,
-                                completes=np.ones(len(admitted), dtype=bool))
+                plan = StepPlan()
+                plan.prefill, plan.chunk = admitted, chunk
+                plan.completes = np.ones(len(admitted), dtype=bool)
+                return plan
         plan = StepPlan()
         decode = self._decoding()
         if len(decode):
@@ -156,7 +156,7 @@ class Scheduler:
             budget -= len(back)  # a swapped-in decode counts one token, as any decode in V0
         plan.decode = decode
         prefill, chunk = self._continue_prefills(method, budget)
-        budget -= int(chunk.sum())
+        budget -= isum(chunk)
         if not (self.v1 and plan.preempted):
             new, new_chunk = self._admit_chunks(method, budget, now)
             prefill, chunk = np.concatenate([prefill, new]), np.concatenate([chunk, new_chunk])
@@ -177,7 +177,7 @@ class Scheduler:
         ids = method.allocating(decode)
         if ids is None:
             ids = decode
-        if kv.ensure(ids, t.kv_len[ids] + method.lookahead):
+        if kv.ensure(ids, t.kv_len[ids], method.lookahead):
             return decode
         extra = kv.extra_needed(ids, t.kv_len[ids] + method.lookahead)
         need = np.zeros(len(t), dtype=np.int64)

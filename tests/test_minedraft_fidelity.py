@@ -40,11 +40,11 @@ def test_a_verified_request_needs_no_new_block_after_it_was_drafted():
     kv = KVPools({"verifier": 100}, block, 2)
     ids = np.array([0, 1])
     context = np.array([13, 16])
-    assert kv.ensure(ids, context + k)                 # drafted: 16 and 19 slots -> 4 + 5 blocks
+    assert kv.ensure(ids, context, k)                  # drafted: 16 and 19 slots -> 4 + 5 blocks
     used = kv.used
     assert used == 9
-    assert kv.ensure(ids, context + k) and kv.used == used   # verified, unchanged: a no-op
-    assert kv.ensure(ids, context + 2 + k) and kv.used > used  # it emitted 2 tokens: it grows
+    assert kv.ensure(ids, context, k) and kv.used == used    # verified, unchanged: a no-op
+    assert kv.ensure(ids, context + 2, k) and kv.used > used   # it emitted 2 tokens: it grows
 
 
 # -- 3. chunked prefill: chunks a method does not compute close as the engine closes them -------

@@ -13,6 +13,7 @@ from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.costs import StepCost
 from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.layout import layout_for
+from psdsim.sim.numbers import isum
 from psdsim.sim.overlap import NO_SLOWDOWNS, Slowdowns
 from psdsim.sim.records import DECODE, StepRecord, StepRows, row
 from psdsim.sim.requests import PREFILLING, RequestTable
@@ -105,8 +106,8 @@ def emit_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.
     """Emit accepted + 1 tokens for each verified request, log the verification, count it."""
     t = sim.table
     if sim.all_accepted is not None:
-        sim.all_accepted[ids] = (proposed > 0) & (accepted >= proposed)
-    total_accepted = int(accepted.sum()) if total_proposed else 0
+        sim.all_accepted[ids] = accepted >= np.maximum(proposed, 1)   # proposed > 0, all accepted
+    total_accepted = isum(accepted) if total_proposed else 0
     if total_proposed:
         unproposed = len(ids) - int(np.count_nonzero(proposed))
     else:
@@ -114,7 +115,7 @@ def emit_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.
     kept = t.emit(ids, accepted + 1)
     t.log_verification(ids, proposed, accepted)
     st.proposed, st.accepted, st.unproposed = total_proposed, total_accepted, unproposed
-    st.generated = total_accepted + len(ids) if kept is None else int(kept.sum())
+    st.generated = total_accepted + len(ids) if kept is None else isum(kept)
 
 
 def emit_first_tokens(sim: SimContext, plan: StepPlan) -> int:
@@ -127,7 +128,7 @@ def emit_first_tokens(sim: SimContext, plan: StepPlan) -> int:
     t = sim.table
     kept = t.emit(done, np.ones(len(done), dtype=np.int64))
     t.first_token(done, sim.env.now)
-    return len(done) if kept is None else int(kept.sum())
+    return len(done) if kept is None else isum(kept)
 
 
 def record(sim: SimContext, plan: StepPlan, start: float, st: StepRecord) -> None:
@@ -136,7 +137,7 @@ def record(sim: SimContext, plan: StepPlan, start: float, st: StepRecord) -> Non
     prefill = len(plan.prefill)
     if prefill:
         st.generated += emit_first_tokens(sim, plan)
-        st.prefill_tokens, st.prompts_done = int(plan.chunk.sum()), int(plan.completes.sum())
+        st.prefill_tokens, st.prompts_done = isum(plan.chunk), isum(plan.completes)
     if sim.drafter is not None:
         sim.drafter.busy_s += st.drafter_s
     running = sim.scheduler.running
