@@ -9,7 +9,8 @@ Measured per tree: `simulate()` of the default scenario's engine loop for each m
 the roofline in both trees (the cost model the old commit had, so that both simulate the same
 work; the newer default engine adds CPU-side terms to every step), and the whole `psdsim run`
 process of the same scenario (start-up, simulation and writing the results folder). Ratios are
-per interleaved pair, then the median.
+per interleaved pair, then the median, of elapsed (wall) time and of the process's CPU time (which
+other jobs sharing the machine disturb less than wall time).
 
     python benchmarks/speed_vs.py --against REV [--repeats N] [--methods psd,sd,ar] [--record]
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,10 +47,10 @@ else:  # the new one: the tree's sim/ is psdsim.sim (as its package-dir mapping 
 pinned = {"engine": "roofline"} if "engine" in Scenario.__dataclass_fields__ else {}
 s = Scenario(method=method, **pinned)
 if mode == "loop":
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     summary = simulate(s).summary
-    print(json.dumps({"wall_s": time.perf_counter() - began, "steps": summary["decode_steps"]
-                      + summary["prefill_steps"]}))
+    print(json.dumps({"wall_s": time.perf_counter() - began, "cpu_s": time.process_time() - cpu,
+                      "steps": summary["decode_steps"] + summary["prefill_steps"]}))
 else:
     from psdsim.cli import main
     began = time.perf_counter()
@@ -58,15 +60,24 @@ else:
 """
 
 
-def _measure(tree: Path, method: str, mode: str, scratch: Path) -> float:
-    """Seconds: simulate() alone ("loop"), or the whole process ("process", wall clock outside)."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _measure(tree: Path, method: str, mode: str, scratch: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds: simulate() alone ("loop", timed inside the child), or the whole
+    process ("process", timed outside it)."""
     out = scratch / f"run-{tree.name}-{method}"
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), _children_cpu()
     done = subprocess.run([sys.executable, "-c", CHILD, str(tree), method, mode, str(out)],
                           capture_output=True, text=True, check=True, cwd=scratch)
-    took = time.perf_counter() - began
+    took, took_cpu = time.perf_counter() - began, _children_cpu() - cpu
     subprocess.run(["rm", "-rf", str(out)], check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])["wall_s"] if mode == "loop" else took
+    if mode == "loop":
+        timed = json.loads(done.stdout.strip().splitlines()[-1])
+        return timed["wall_s"], timed["cpu_s"]
+    return took, took_cpu
 
 
 def main() -> None:
@@ -89,20 +100,27 @@ def main() -> None:
                  "processes; "
                  "`loop` is simulate() of the default scenario priced by the roofline in both trees, "
                  "`process` the whole `psdsim run` (start-up, simulation, results folder). "
-                 "ratio = old / new per pair, median (above 1: this checkout is faster).")
+                 "ratio = old / new per pair, median (above 1: this checkout is faster). `wall` is "
+                 "elapsed time, `cpu` the process's own user + system time, which other jobs on a "
+                 "shared machine disturb less.")
         print(f"recorded: {write('speed_vs', 'Speed against a baseline commit', lines, notes)}")
 
 
 def _compare(old: Path, new: Path, methods: list[str], repeats: int, scratch: Path) -> list[str]:
-    lines = [f"{'case':<18}{'old s':>9}{'new s':>9}{'ratio':>8}"]
+    head = "".join(f"{'old ' + kind:>10}{'new ' + kind:>10}{'ratio':>8}" for kind in ("wall", "cpu"))
+    lines = [f"{'case':<16}{head}"]
     print(lines[0], flush=True)
     for mode in ("loop", "process"):
         for method in methods:
             pairs = [(_measure(old, method, mode, scratch), _measure(new, method, mode, scratch))
                      for _ in range(repeats)]
-            o, n = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
-            ratio = statistics.median(p[0] / p[1] for p in pairs)
-            lines.append(f"{mode + ' ' + method:<18}{o:>9.3f}{n:>9.3f}{ratio:>7.2f}×")
+            cells = []
+            for i in (0, 1):   # wall, then CPU
+                o = statistics.median(p[0][i] for p in pairs)
+                n = statistics.median(p[1][i] for p in pairs)
+                ratio = statistics.median(p[0][i] / p[1][i] for p in pairs)
+                cells.append(f"{o:>10.3f}{n:>10.3f}{ratio:>7.2f}×")
+            lines.append(f"{mode + ' ' + method:<16}{''.join(cells)}")
             print(lines[-1], flush=True)
     return lines
 
