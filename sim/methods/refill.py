@@ -52,8 +52,9 @@ class Refill:
     def graduated(self, ids: np.ndarray) -> None:
         flags = self.flag[ids]
         for b in range(len(self.members)):
-            if (flags == b).any():
-                self.members[b] = np.concatenate([self.members[b], ids[flags == b]])
+            joining = ids[flags == b]
+            if len(joining):
+                self.members[b] = np.concatenate([self.members[b], joining])
 
     def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:
         """Which planned prompt chunks the step's target pass computes (None: all)."""
