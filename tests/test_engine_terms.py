@@ -99,3 +99,15 @@ def test_the_named_terms_inside_a_target_pass() -> None:
     assert (parts[rows] < st["verify_s"][rows]).all()
     roof = simulate(_small(engine="roofline")).steps
     assert not (roof["verify_prep_s"].any() or roof["timer_s"].any() or roof["sample_s"].any())
+
+
+def test_the_ring_drafts_the_extra_rows_in_the_background_too() -> None:
+    """vLLM V0's MultiStepWorker drafts one more row for each request whose drafts were all
+    accepted, whoever calls it: the ring's drafter workers pay it as MineDraft's driver does
+    (counted in the step under way), and the roofline, which has no such engine, does not."""
+    s = _small(sub_batches=3, drafters=2)
+    st = simulate(s).steps
+    assert st["extra_rows"][decode_rows(st)].sum() > 0
+    fewer = simulate(s.replace(acceptance=0.05)).steps   # almost never all accepted
+    assert fewer["extra_rows"].sum() < st["extra_rows"].sum()
+    assert not simulate(s.replace(engine="roofline")).steps["extra_rows"].any()

@@ -66,13 +66,15 @@ class EngineMethod(EngineHooks):
         raise NotImplementedError
 
 
-def draft_rows(sim: SimContext, ids: np.ndarray, st: StepRecord) -> int:
+def draft_rows(sim: SimContext, ids: np.ndarray, st: StepRecord | None) -> int:
     """Rows a drafting of `ids` runs: one each, and one more for every request whose drafts were
-    all accepted where the engine drafts that extra row (counted in the step's extra_rows)."""
+    all accepted where the engine drafts that extra row (counted in the step's extra_rows; None:
+    drafting outside any step)."""
     if sim.all_accepted is None or not len(ids):
         return len(ids)
     extra = int(np.count_nonzero(sim.all_accepted[ids]))
-    st.extra_rows += extra
+    if st is not None:
+        st.extra_rows += extra
     return len(ids) + extra
 
 

@@ -70,6 +70,7 @@ class PipelinedSD(EngineMethod):
         self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
         self.ready = [False] * s.sub_batches           # background drafting: a sub-batch's drafts are done
         self.drafting: dict[int, simpy.Event] = {}     # ... and the end of those being drafted
+        self.open: StepRecord | None = None            # the record of the step under way (the ring)
         assert sim.drafter is not None
         self.drafter: Drafter = sim.drafter
 
@@ -108,6 +109,7 @@ class PipelinedSD(EngineMethod):
         drafter workers may be at work (sim/devices.py)."""
         sim, st, refill = self.sim, StepRecord(), self.refill
         env, start = sim.env, sim.env.now
+        self.open = st
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
         ids = refill.members[v] if v is not None else EMPTY
         chunks, context = chunk_work(sim, plan), sim.table.context(ids)
@@ -152,6 +154,7 @@ class PipelinedSD(EngineMethod):
         target.measured(st, ahead_s if v is not None and not refill.background else None)
         st.verified, st.scored = len(ids), tokens if v is not None else 0
         record(sim, plan, start, st)
+        self.open = None
 
     def _scored(self, plan: StepPlan, v: int | None, ids: np.ndarray,
                 parallelised: bool) -> tuple[np.ndarray, Selection | None, int]:
@@ -241,12 +244,16 @@ class PipelinedSD(EngineMethod):
 
     def _draft_job(self, b: int, st: StepRecord | None = None) -> DraftJob:
         """Drafting sub-batch `b` on a drafter worker, sized with its members when it starts;
-        `st`: the step that waits for it, whose drafting time it is."""
+        `st`: the step that waits for it, whose drafting time it is. Its rows include the engine's
+        extra row per request whose drafts were all accepted, counted in the extra_rows of the
+        step that waits for it, else of the step under way when a drafter takes it up (none
+        when that happens while the engine waits for arrivals)."""
         k, drafted = self.lookahead, [EMPTY]
 
         def size() -> tuple[float, dict[str, Any]]:
             drafted[0] = ids = self.refill.members[b]
-            return self.sim.cost.draft(len(ids), k, self.sim.table.context(ids)), \
+            rows = draft_rows(self.sim, ids, st if st is not None else self.open)
+            return self.sim.cost.draft(rows, k, self.sim.table.context(ids)), \
                 {"sub_batch": b, "batch": len(ids), "k": k}
 
         def finish(seconds: float) -> None:
