@@ -14,78 +14,195 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
+from psdsim.calibration.trace_error import TraceError
+from psdsim.engine.validate import vllm as validate_vllm
+from psdsim.engine.validate.report import error_interval
 from psdsim.engine.validate.vllm import (
     LONG,
+    ROLES,
     SHORT,
     VllmValidateConfig,
-    assemble_profile,
     predict,
+    split_steps,
     step_samples,
+    table_lines,
 )
 from psdsim.engine.vllm.config import VllmConfig
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import load_scenario
 
-from psdsim.cli import main
+from psdsim.cli import build_parser, main
 
-STEP = (2e-3, 1.5e-4)        # a decode step: per step + per request (seconds)
-DRAFT_STEP = (1.2e-3, 1e-4)
-PROMPT = (4e-3, 2e-5)        # the prompt step: per step + per prompt token
-
-
-def _seconds(step: tuple[float, float], b: int, n: int, prompt_len: int) -> float:
-    first = PROMPT[0] + PROMPT[1] * b * prompt_len
-    return first + (n - 1) * (step[0] + step[1] * b)
+FRAMEWORK = (1.5e-3, 1.0e-4)    # per-step work: per step + per running request (seconds)
+LAYERS = (0.8e-3, 0.6e-4)       # the target's layers in one pass: per pass + per token
+DRAFT_LAYERS = (0.5e-3, 0.5e-4)
+PROMPT = (4e-3, 2e-5)           # a prompt pass: per pass + per prompt token
+# an AR decode step = the per-step work + one pass of the model's layers
+STEPS = {"target": LAYERS, "deep": (2 * LAYERS[0], 2 * LAYERS[1]), "draft": DRAFT_LAYERS}
 
 
-def _rows(step: tuple[float, float], prompt_len: int = 16) -> list[dict[str, float]]:
+def _step(role: str, b: int) -> float:
+    layers = STEPS[role]
+    return FRAMEWORK[0] + FRAMEWORK[1] * b + layers[0] + layers[1] * b
+
+
+def _seconds(role: str, b: int, n: int, prompt_len: int) -> float:
+    first = FRAMEWORK[0] + FRAMEWORK[1] * b + PROMPT[0] + PROMPT[1] * b * prompt_len
+    return first + (n - 1) * _step(role, b)
+
+
+def _rows(role: str, prompt_len: int = 16) -> list[dict[str, float]]:
     return [{"repeat": rep, "batch": b, "output_len": n, "prompt_len": prompt_len,
-             "seconds": _seconds(step, b, n, prompt_len) * (1 + 0.002 * rep)}
+             "seconds": _seconds(role, b, n, prompt_len) * (1 + 0.002 * rep)}
             for rep in range(2) for b in (1, 2, 4, 8) for n in (SHORT, LONG)]
 
 
+def _ar_steps() -> dict[str, list[dict[str, float]]]:
+    return {role: _rows(role) for role in ROLES}
+
+
 def test_the_timed_pairs_give_each_decode_and_prompt_step():
-    decode, prompt = step_samples(_rows(STEP))
+    decode, prompt = step_samples(_rows("target"))
     assert len(decode) == len(prompt) == 8
     for s in decode[:4]:   # repeat 0: exact
-        assert s.duration_s == pytest.approx(STEP[0] + STEP[1] * s.batch, rel=1e-9)
+        assert s.duration_s == pytest.approx(_step("target", s.batch), rel=1e-9)
         assert s.tokens == s.batch and s.k == 0
     for s in prompt[:4]:
-        assert s.duration_s == pytest.approx(PROMPT[0] + PROMPT[1] * s.tokens, rel=1e-6)
+        want = FRAMEWORK[0] + FRAMEWORK[1] * s.batch + PROMPT[0] + PROMPT[1] * s.tokens
+        assert s.duration_s == pytest.approx(want, rel=1e-6)
 
 
-def test_the_profile_prices_draft_passes_at_the_drafts_own_steps():
-    p = assemble_profile({"target": _rows(STEP), "draft": _rows(DRAFT_STEP)}, {"engine": "vllm"})
-    assert p.terms["verify"].coef[:2] == pytest.approx(STEP, rel=0.01)
-    assert p.terms["draft"].coef == pytest.approx((*DRAFT_STEP, 0.0, 0.0), rel=0.01, abs=1e-12)
-    assert p.terms["prefill"].coef[:2] == pytest.approx(PROMPT, rel=0.01)
-    assert p.terms["reject"].coef == (0.0, 0.0) and p.terms["overhead"].coef == (0.0,)
+def test_the_double_depth_target_splits_per_step_work_from_the_passes():
+    """The per-step work comes out of the two depths, once; a draft pass costs the draft's layers,
+    not a whole AR step (which is what the validation charged before: 4.4 ms per draft pass where
+    an SD step grows by ~2.5 ms per draft token, issue #11)."""
+    split = split_steps(_ar_steps(), layers=2)
+    assert (split.framework.fixed, split.framework.per_request) == pytest.approx(FRAMEWORK, rel=0.02)
+    terms = split.profile.terms
+    assert terms["verify"].coef[:2] == pytest.approx(LAYERS, rel=0.02)
+    assert terms["draft"].coef == pytest.approx((*DRAFT_LAYERS, 0.0, 0.0), rel=0.02, abs=1e-12)
+    assert terms["prefill"].coef[:2] == pytest.approx(PROMPT, rel=0.02)
+    assert terms["draft_prefill"].coef[:2] == pytest.approx(PROMPT, rel=0.02)
+    assert terms["reject"].coef == (0.0, 0.0) and "overhead" not in terms   # the engine's, per step
 
 
-def _fake_run(tok_s: float, mal: float | None = None) -> dict[str, object]:
-    return {"output_tok_s": tok_s, "e2el_ms": 10.0, "latency_ms": {"p50": 100.0, "p99": 120.0},
+def test_a_split_the_noise_decides_is_refused():
+    """A double-depth target timed no slower than the target leaves no layers to price."""
+    steps = _ar_steps()
+    steps["deep"] = _rows("target")
+    with pytest.raises(TraceError, match="noise swamps the split"):
+        split_steps(steps, layers=2)
+
+
+def test_timings_without_the_double_depth_target_are_refused():
+    steps = _ar_steps()
+    del steps["deep"]
+    with pytest.raises(TraceError, match="no AR timings of the deep"):
+        split_steps(steps, layers=2)
+
+
+def _fake_run(tok_s: float, mal: float | None = None, p50: float = 100.0) -> dict[str, object]:
+    return {"output_tok_s": tok_s, "e2el_ms": 10.0, "latency_ms": {"p50": p50, "p99": 120.0},
             "vsr": None if mal is None else 0.7, "mean_acceptance_length": mal, "engine_version": "test"}
+
+
+def _measured(**extra: object) -> dict[str, object]:
+    return {"ar_steps": _ar_steps(), "runs": {"ar": _fake_run(500.0), "sd_k1": _fake_run(400.0, 1.8),
+                                              "sd_k3": _fake_run(450.0, 2.6)}, **extra}
+
+
+def _config(tmp_path: Path) -> VllmValidateConfig:
+    base = VllmConfig(m=4, requests=4, prompt_len=16, output_len=32)
+    return VllmValidateConfig(base, tmp_path / "v", ks=(1, 3))
 
 
 def test_the_prediction_runs_the_fitted_steps(tmp_path: Path):
     """AR with every request in one batch: the simulated makespan is one prompt step and
-    output_len - 1 decode steps, each as fitted; SD at larger k is predicted slower per step."""
-    base = VllmConfig(m=4, requests=4, prompt_len=16, output_len=32)
-    cfg = VllmValidateConfig(base, tmp_path / "v", ks=(1, 3))
-    measured = {"ar_steps": {"target": _rows(STEP), "draft": _rows(DRAFT_STEP)},
-                "runs": {"ar": _fake_run(500.0), "sd_k1": _fake_run(400.0, 1.8),
-                         "sd_k3": _fake_run(450.0, 2.6)}}
-    report = predict(cfg, measured)
+    output_len - 1 decode steps, each the per-step work plus the target's layers."""
+    report = predict(_config(tmp_path), _measured())
     rows = {r["run"]: r for r in report["rows"]}
-    makespan = _seconds(STEP, 4, 32, 16)
+    makespan = _seconds("target", 4, 32, 16)
     ar = rows["ar"]["metrics"]["output_tok_s"]
     assert ar["predicted"] == pytest.approx(4 * 32 / makespan, rel=0.02)
     assert ar["error"] == pytest.approx((ar["predicted"] - 500.0) / 500.0)
     assert rows["ar"]["in_sample"] and not rows["sd_k3"]["in_sample"]
     assert report["engine_version"] == "test"
+    assert report["framework"]["step_ms"] == pytest.approx(1e3 * FRAMEWORK[0], rel=0.02)
     for name in ("validate.json", "validate.png", "profile.json", "catalog.toml", "requests.jsonl",
                  "scenarios/sd_k3.toml"):
         assert (tmp_path / "v" / name).is_file(), name
     assert json.loads((tmp_path / "v" / "validate.json").read_text())["rows"] == report["rows"]
+
+
+def test_an_sd_step_pays_the_per_step_work_once_and_k_draft_passes(tmp_path: Path):
+    """The written SD scenario, simulated: every pure decode step's framework time is the per-step
+    work of its running requests, its drafting k passes of the draft's layers, its target pass the
+    target's layers over the positions it scores."""
+    predict(_config(tmp_path), _measured())
+    steps = simulate(load_scenario(tmp_path / "v" / "scenarios" / "sd_k3.toml")).steps
+    decode = (steps["kind"] == "decode") & (steps["prefill_tokens"] == 0)
+    assert decode.sum() > 10
+    running, verified, scored = (steps[c][decode].astype(float) for c in ("running", "verified", "scored"))
+    assert steps["framework_s"][decode] == pytest.approx(FRAMEWORK[0] + FRAMEWORK[1] * running, rel=0.03)
+    assert steps["draft_s"][decode] == pytest.approx(3 * (DRAFT_LAYERS[0] + DRAFT_LAYERS[1] * verified),
+                                                     rel=0.03)
+    assert steps["verify_s"][decode] == pytest.approx(LAYERS[0] + LAYERS[1] * scored, rel=0.03)
+
+
+def test_repeated_runs_give_each_metric_its_interval(tmp_path: Path):
+    repeats = {"ar": [_fake_run(490.0), _fake_run(510.0)],
+               "sd_k1": [_fake_run(380.0, 1.8, 90.0), _fake_run(420.0, 1.8, 110.0)],
+               "sd_k3": [_fake_run(440.0, 2.6), _fake_run(460.0, 2.6)]}
+    report = predict(_config(tmp_path), _measured(repeats=repeats))
+    cell = next(r for r in report["rows"] if r["run"] == "sd_k1")["metrics"]["latency_ms.p50"]
+    assert cell["repeats"] == [90.0, 110.0]
+    assert cell["interval"] == error_interval([90.0, 110.0], cell["predicted"])
+    assert cell["repeat_errors"] == pytest.approx([cell["predicted"] / 90 - 1, cell["predicted"] / 110 - 1])
+    lines = "\n".join(table_lines(report))
+    assert "sd_k1 error with the 95% interval of the mean: throughput" in lines
+    assert "per-step work" in lines
+
+
+def test_measure_repeats_the_ar_timings_and_every_run_in_rounds(tmp_path: Path, monkeypatch):
+    """--repeats N: N rounds of the three models' AR timings and of every measured run; the runs'
+    summaries are averaged, each repeat kept."""
+    from psdsim.engine.vllm import models, runner
+
+    calls: list[tuple[str, object]] = []
+    monkeypatch.setattr(runner, "require_vllm", lambda cfg: "test")
+    monkeypatch.setattr(runner, "set_environment", lambda cfg, needs_rpc: None)
+    monkeypatch.setattr(runner, "model_paths", lambda cfg: ("T", "D", 1024))
+    monkeypatch.setattr(models, "build_tiny", lambda spec, root: (Path(f"deep{spec.layers}"), Path("x")))
+
+    def timed(cfg, model, vocab, rep):
+        calls.append(("time", model))
+        return [{"repeat": rep, "model": model}]
+
+    def run(cfg):
+        calls.append((f"{cfg.method}{cfg.k if cfg.method == 'sd' else ''}", None))
+        return _fake_run(100.0 * (1 + sum(1 for c in calls if c[0] != "time")), 2.0)
+
+    monkeypatch.setattr(validate_vllm, "time_ar_steps", timed)
+    monkeypatch.setattr(runner, "run", run)
+    cfg = VllmValidateConfig(VllmConfig(m=4, requests=4), tmp_path / "v", ks=(1, 3), repeats=2)
+    doc = validate_vllm.measure(cfg)
+    order = [name if model is None else model for name, model in calls]
+    assert order == ["T", "deep4", "D"] * 2 + ["ar", "sd1", "sd3"] * 2
+    assert [len(doc["repeats"][name]) for name in ("ar", "sd_k1", "sd_k3")] == [2, 2, 2]
+    assert doc["runs"]["sd_k3"]["output_tok_s"] == pytest.approx(np.mean([400.0, 700.0]))
+    assert doc["ar_steps"]["deep"] == [{"repeat": 0, "model": "deep4"}, {"repeat": 1, "model": "deep4"}]
+    stored = json.loads((tmp_path / "v" / "measured.json").read_text())
+    assert stored["repeats"]["ar"][1]["output_tok_s"] == 500.0
+
+
+def test_models_dir_reaches_the_vllm_configuration(tmp_path: Path):
+    from psdsim.commands.validate import vllm_validate_config
+
+    argv = ["validate", "--engine", "vllm", "--models-dir", str(tmp_path)]
+    cfg = vllm_validate_config(build_parser(argv).parse_args(argv))
+    assert cfg.base.models_dir == tmp_path
 
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None

