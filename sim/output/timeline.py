@@ -20,7 +20,6 @@ blocks, so recording stays small.
 from __future__ import annotations
 
 import json
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +115,9 @@ def trace_document(result: Result) -> dict[str, Any]:
 
 
 def _version() -> str:
+    # imported here: importlib.metadata costs ~50 ms of start-up that a run without --trace skips
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("psdsim")
     except PackageNotFoundError:
