@@ -54,13 +54,14 @@ class StandardSD(EngineMethod):
         context, chunks = sim.table.context(ids), chunk_work(sim, plan)
         k = self.lengths.k(ids, context, chunks, parallel=False, over_link=self.over_link) if batch else 0
         proposed = draft_counts(plan, ids, np.full(batch, k, dtype=np.int64))
+        capped = plan.spec_cap is not None   # else every request drafts k: no reductions needed
         t = start
         if batch and k:   # draft, then the target pass scores the drafts
-            drafted = int(proposed.max())
+            drafted = int(proposed.max()) if capped else k
             rows = draft_rows(sim, ids, st)
             st.draft_s = st.drafter_s = sim.cost.draft(rows, drafted, context) * drafter.slowdown[0]
             t = drafter.book(t, st.draft_s, "draft", batch, drafted)
-        total = isum(proposed)
+        total = isum(proposed) if capped else batch * k
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks, over_link=self.over_link)
         submitted = target.prepared(st, t)
