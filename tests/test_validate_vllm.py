@@ -20,6 +20,7 @@ from psdsim.calibration.trace_error import TraceError
 from psdsim.engine.validate import vllm as validate_vllm
 from psdsim.engine.validate.report import error_interval
 from psdsim.engine.validate.vllm import (
+    DEPTH,
     LONG,
     ROLES,
     SHORT,
@@ -40,7 +41,7 @@ LAYERS = (0.8e-3, 0.6e-4)       # the target's layers in one pass: per pass + pe
 DRAFT_LAYERS = (0.5e-3, 0.5e-4)
 PROMPT = (4e-3, 2e-5)           # a prompt pass: per pass + per prompt token
 # an AR decode step = the per-step work + one pass of the model's layers
-STEPS = {"target": LAYERS, "deep": (2 * LAYERS[0], 2 * LAYERS[1]), "draft": DRAFT_LAYERS}
+STEPS = {"target": LAYERS, "deep": (DEPTH * LAYERS[0], DEPTH * LAYERS[1]), "draft": DRAFT_LAYERS}
 
 
 def _step(role: str, b: int) -> float:
@@ -74,7 +75,7 @@ def test_the_timed_pairs_give_each_decode_and_prompt_step():
         assert s.duration_s == pytest.approx(want, rel=1e-6)
 
 
-def test_the_double_depth_target_splits_per_step_work_from_the_passes():
+def test_the_deeper_target_splits_per_step_work_from_the_passes():
     """The per-step work comes out of the two depths, once; a draft pass costs the draft's layers,
     not a whole AR step (which is what the validation charged before: 4.4 ms per draft pass where
     an SD step grows by ~2.5 ms per draft token, issue #11)."""
@@ -89,14 +90,14 @@ def test_the_double_depth_target_splits_per_step_work_from_the_passes():
 
 
 def test_a_split_the_noise_decides_is_refused():
-    """A double-depth target timed no slower than the target leaves no layers to price."""
+    """A deeper target timed no slower than the target leaves no layers to price."""
     steps = _ar_steps()
     steps["deep"] = _rows("target")
     with pytest.raises(TraceError, match="noise swamps the split"):
         split_steps(steps, layers=2)
 
 
-def test_timings_without_the_double_depth_target_are_refused():
+def test_timings_without_the_deeper_target_are_refused():
     steps = _ar_steps()
     del steps["deep"]
     with pytest.raises(TraceError, match="no AR timings of the deep"):
@@ -189,10 +190,11 @@ def test_measure_repeats_the_ar_timings_and_every_run_in_rounds(tmp_path: Path, 
     cfg = VllmValidateConfig(VllmConfig(m=4, requests=4), tmp_path / "v", ks=(1, 3), repeats=2)
     doc = validate_vllm.measure(cfg)
     order = [name if model is None else model for name, model in calls]
-    assert order == ["T", "deep4", "D"] * 2 + ["ar", "sd1", "sd3"] * 2
+    deep = f"deep{DEPTH * 2}"   # the tiny target has 2 layers
+    assert order == ["T", deep, "D"] * 2 + ["ar", "sd1", "sd3"] * 2
     assert [len(doc["repeats"][name]) for name in ("ar", "sd_k1", "sd_k3")] == [2, 2, 2]
     assert doc["runs"]["sd_k3"]["output_tok_s"] == pytest.approx(np.mean([400.0, 700.0]))
-    assert doc["ar_steps"]["deep"] == [{"repeat": 0, "model": "deep4"}, {"repeat": 1, "model": "deep4"}]
+    assert doc["ar_steps"]["deep"] == [{"repeat": 0, "model": deep}, {"repeat": 1, "model": deep}]
     stored = json.loads((tmp_path / "v" / "measured.json").read_text())
     assert stored["repeats"]["ar"][1]["output_tok_s"] == 500.0
 

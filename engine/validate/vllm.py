@@ -6,7 +6,7 @@ autoregressive decoding), how well does the simulator predict vLLM's speculative
 times, so the AR runs are timed by difference:
 
 1. Three models, each in an engine of its own, one after the other, `repeats` rounds: the
-   target, a target of twice its depth (the same tiny Qwen3 with 2L layers, built from the same
+   target, a deeper target (the same tiny Qwen3 with DEPTH x its L layers, built from the same
    seed: nothing is downloaded), and the draft. For each, `b` requests of the workload's prompt
    length generated once to SHORT and once to LONG tokens, for every batch size b in `batches`.
    With every request admitted at once, the two runs differ by exactly LONG - SHORT decode steps
@@ -17,8 +17,8 @@ times, so the AR runs are timed by difference:
    work (scheduling, input preparation, embedding, LM head, sampling, output processing: none of
    it grows with the model's depth), paid once per step, plus the forward pass's layers, paid per
    pass. In AR both are paid once a step, so AR of one model cannot tell them apart; the depth
-   can: the double-depth target's step less the target's is what the target's L layers cost,
-   twice the target's step less the double-depth one's what does not grow with depth. So
+   can: the deeper target's step less the target's, over DEPTH - 1, is what the target's L
+   layers cost, the target's step less that what does not grow with depth. So
    - the per-step framework work (fixed + per running request) becomes the validation's engine
      profile (catalog.toml `[engines]`, `step_ms` and `step_request_us`; sim/execution.framework
      charges it once per simulated step; AR cannot tell scheduling from output processing, so
@@ -73,7 +73,11 @@ from psdsim.sim.profile import Profile, Term
 from psdsim.sim.scenario import Scenario, scenario_from_mapping, scenario_to_toml
 
 SHORT, LONG = 8, 56           # output lengths of the timed AR pair (48 decode steps apart)
-DEPTH = 2                     # the deeper target has DEPTH x the target's layers
+# The deeper target has DEPTH x the target's layers. Issue #11 suggested twice; on the project's
+# 2-core CPU the 2 layers of the tiny target add ~3 ms to a 6-14 ms step whose run-to-run noise is
+# as large (docs/measurements/validate_vllm.md), so the difference is taken over 6 more layers,
+# which divides the noise on the per-layer cost by DEPTH - 1 = 3.
+DEPTH = 4
 ROLES = ("target", "deep", "draft")   # the models timed in AR, in this order each round
 # Assumed, not fitted (offline vLLM gives no per-request verification counts to fit it from, as
 # the reference engine's validation does): requests share one model pair and random prompts,
@@ -224,11 +228,6 @@ class Split:
     framework: Framework
 
 
-def _less(term: Term, name: str, coef: tuple[float, float]) -> Term:
-    """A decode-step term (pass, tokens, ctx) with `coef` (per step, per request) taken off."""
-    return replace(term, name=name, coef=(term.coef[0] - coef[0], term.coef[1] - coef[1], *term.coef[2:]))
-
-
 def _without(samples: list[StepSample], framework: Framework) -> list[StepSample]:
     """Prompt-step samples less the per-step work of their batch."""
     out = []
@@ -241,19 +240,19 @@ def _without(samples: list[StepSample], framework: Framework) -> list[StepSample
 def split_steps(ar_steps: dict[str, list[dict[str, Any]]], layers: int) -> Split:
     """Module docstring, step 2: per-step work from the two depths, the passes from what is left.
 
-    Each model's decode step is fitted as (per step, per request); with T the target's and D
-    the double-depth target's, D - T is what the target's `layers` layers cost (`verify`, along
-    the tokens a pass scores) and 2T - D what does not grow with depth (the framework). Noise
-    that makes either not positive at the timed batches is refused: the split would be the
-    machine's, not the engine's."""
+    Each model's decode step is fitted as (per step, per request); with T the target's and D the
+    deeper target's (DEPTH x the layers), (D - T) / (DEPTH - 1) is what the target's `layers`
+    layers cost (`verify`, along the tokens a pass scores) and T less that what does not grow
+    with depth (the framework). Noise that leaves either not positive at the timed batches is
+    refused: the split would be the machine's, not the engine's."""
     missing = [role for role in ROLES if not ar_steps.get(role)]
     if missing:
         raise TraceError(f"measured.json: no AR timings of the {' and the '.join(missing)} (an older "
-                         "psdsim measured it without the double-depth target): run the validation again")
+                         "psdsim measured it without the deeper target): run the validation again")
     (t_decode, t_prompt), (d_decode, _), (q_decode, q_prompt) = (step_samples(ar_steps[r]) for r in ROLES)
     shallow, deep, draft = (_fitted("verify", samples) for samples in (t_decode, d_decode, q_decode))
-    per_layers = (deep.coef[0] - shallow.coef[0], deep.coef[1] - shallow.coef[1])
-    framework = Framework(2 * shallow.coef[0] - deep.coef[0], 2 * shallow.coef[1] - deep.coef[1])
+    per_layers = [(d - t) / (DEPTH - 1) for d, t in zip(deep.coef[:2], shallow.coef[:2], strict=True)]
+    framework = Framework(shallow.coef[0] - per_layers[0], shallow.coef[1] - per_layers[1])
     batches = sorted({s.batch for s in t_decode})
     layer_s = [per_layers[0] + per_layers[1] * b for b in batches]
     step_s = [framework(b) for b in batches]
@@ -261,23 +260,24 @@ def split_steps(ar_steps: dict[str, list[dict[str, Any]]], layers: int) -> Split
         raise TraceError(
             f"AR timings: the target's {layers} layers cost {_ms(layer_s)} ms and the per-step work "
             f"{_ms(step_s)} ms at batch {', '.join(f'{b:g}' for b in batches)} (from the target at "
-            f"{_ms([shallow(( 1.0, b, 0.0)) for b in batches])} ms and its double depth at "
+            f"{_ms([shallow((1.0, b, 0.0)) for b in batches])} ms and the {DEPTH}x deeper one at "
             f"{_ms([deep((1.0, b, 0.0)) for b in batches])} ms a step): the machine's noise swamps the "
             "split; run it on a quieter machine or with more rounds (--repeats 3)")
-    verify = _less(deep, "verify", (shallow.coef[0], shallow.coef[1]))
-    draft_pass = _less(draft, "draft", (framework.fixed, framework.per_request))
-    draft_term = Term("draft", (draft_pass.coef[0], draft_pass.coef[1], 0.0, 0.0), draft.samples,
-                      draft.mape, draft.cv_mape, {"batch": draft.ranges.get("tokens", (1.0, 1.0))},
-                      draft.dropped, ("pass_ctx", "call"))
+    # verify and draft keep the fit statistics (samples, MAPE) of the AR steps they come from
+    verify = replace(deep, name="verify", coef=(*per_layers, *deep.coef[2:]))
+    draft_pass = (draft.coef[0] - framework.fixed, draft.coef[1] - framework.per_request, 0.0, 0.0)
+    draft_term = Term("draft", draft_pass, draft.samples, draft.mape, draft.cv_mape,
+                      {"batch": draft.ranges.get("tokens", (1.0, 1.0))}, draft.dropped, ("pass_ctx", "call"))
     prefill = _fitted("prefill", _without(t_prompt, framework))
     draft_prefill = replace(_fitted("prefill", _without(q_prompt, framework)), name="draft_prefill")
     zero = {"reject": Term("reject", (0.0, 0.0), 0, 0.0, None, fixed_features=("call", "positions"))}
     notes = ("psdsim validate --engine vllm: every term from AR runs timed by difference "
              "(engine/validate/vllm.py); the per-step work (the target's step less its layers, from a "
-             "double-depth target) is the catalog's engine profile, charged once per step; verify = the "
-             "target's layers, a draft pass = the draft's step less the per-step work; rejection "
+             f"target {DEPTH}x as deep) is the catalog's engine profile, charged once per step; verify = "
+             "the target's layers, a draft pass = the draft's step less the per-step work; rejection "
              "sampling, the proposer's per-pass bookkeeping and each draft pass's LM head and sampling "
-             "not seen (zero, or inside the per-step work)",)
+             "not seen (zero, or inside the per-step work); verify's and draft's fit statistics are "
+             "those of the AR steps they come from",)
     terms = {"verify": verify, "draft": draft_term, "prefill": prefill, "draft_prefill": draft_prefill,
              **zero}
     return Split(Profile(terms, {}, {}, notes), framework)
@@ -310,8 +310,8 @@ def engine_entry(framework: Framework) -> dict[str, Any]:
         "kind": "execution", "cuda_graphs": False, "async_scheduling": False, "minedraft": False,
         "kernels_per_layer": 1, "step_ms": 1e3 * framework.fixed,
         "step_request_us": 1e6 * framework.per_request,
-        "source": "per-step work fitted to AR decode steps of the target and of a double-depth target "
-                  "(engine/validate/vllm.py, split_steps): twice the target's step less the deeper one's; "
+        "source": f"per-step work fitted to AR decode steps of the target and of a target {DEPTH}x as "
+                  "deep (engine/validate/vllm.py, split_steps): the target's step less its layers; "
                   "every pass is priced by profile.json",
     }
 
@@ -354,7 +354,8 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
     folder = out.resolve()
     source = {"engine": "vllm", "engine_version": measured["runs"]["ar"].get("engine_version"),
               "gpu": DEVICE_KEY, "target": TARGET_KEY, "draft": DRAFT_KEY, "tensor_parallel_size": 1,
-              "terms_from": "AR runs of the target, a double-depth target and the draft, timed by difference"}
+              "terms_from": f"AR runs of the target, a target {DEPTH}x as deep and the draft, timed by "
+                            "difference"}
     split = split_steps(measured["ar_steps"], base.tiny.layers)
     profile = replace(split.profile, source=source)
     lens = prompt_lengths(base)
@@ -405,7 +406,7 @@ def table_lines(report: dict[str, Any]) -> list[str]:
     for row in report["rows"]:
         out += repeat_lines(row, REPEAT_METRICS)
     f = report["framework"]
-    out.append(f"  per-step work (charged once per step; from the target and its double depth): "
+    out.append(f"  per-step work (charged once per step; from the target and one {DEPTH}x as deep): "
                f"{f['step_ms']:.3f} ms + {f['step_request_us']:.1f} us per running request")
     return out
 

@@ -1,0 +1,96 @@
+"""A recorded `psdsim validate --engine vllm` predicted again from its own measurements.
+
+The report folder's measured.json (vLLM's AR timings and its AR and SD runs) is predicted with this
+checkout's engine/validate/vllm.py and, with --against COMMIT, with that commit's version of the
+file (read with `git show`, run beside this checkout's simulator): the same measurements on both
+sides, so the difference between the two columns is the model's alone, not the machine's. Issue
+#11's question: does pricing the per-step framework work once per step, apart from the passes,
+predict vLLM's SD better than pricing every draft pass as a whole AR step? Needs no vLLM.
+
+    python benchmarks/validate_vllm_replay.py REPORT_DIR --against 3fb1a45 [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from psdsim.engine.validate import vllm as current
+from psdsim.engine.vllm.config import TinySpec, VllmConfig
+from recording import ROOT, Lines, add_record_flag, write
+
+
+def base_config(doc: dict[str, Any]) -> tuple[VllmConfig, tuple[int, ...]]:
+    """The run's VllmConfig and k from validate.json's `config`."""
+    fields = {k: v for k, v in doc.items() if k not in ("ks", "batches", "repeats", "short", "long")}
+    fields["tiny"] = TinySpec(**fields["tiny"])
+    fields["models_dir"] = Path(fields["models_dir"]) if fields.get("models_dir") else None
+    if fields.get("prompt_lens") is not None:
+        fields["prompt_lens"] = tuple(fields["prompt_lens"])
+    return VllmConfig(**fields), tuple(doc["ks"])
+
+
+def baseline(commit: str) -> ModuleType:
+    """engine/validate/vllm.py as it was at `commit`, importable beside this checkout's psdsim."""
+    text = subprocess.run(["git", "show", f"{commit}:engine/validate/vllm.py"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+    spec = importlib.util.spec_from_loader(f"validate_vllm_{commit}", loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # dataclasses look their module up by name
+    exec(compile(text, f"{commit}:engine/validate/vllm.py", "exec"), module.__dict__)
+    return module
+
+
+def rows_of(module: ModuleType, base: VllmConfig, ks: tuple[int, ...], measured: dict[str, Any],
+            out: Path) -> dict[str, dict[str, Any]]:
+    report = module.predict(module.VllmValidateConfig(base, out, ks), measured)
+    return {row["run"]: row["metrics"] for row in report["rows"]}
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}%"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("report", type=Path, help="a `psdsim validate --engine vllm` report folder")
+    p.add_argument("--against", help="also predict with this commit's engine/validate/vllm.py")
+    add_record_flag(p)
+    args = p.parse_args()
+    measured = json.loads((args.report / "measured.json").read_text())
+    base, ks = base_config(json.loads((args.report / "validate.json").read_text())["config"])
+    say = Lines()
+    with tempfile.TemporaryDirectory() as tmp:
+        new = rows_of(current, base, ks, measured, Path(tmp) / "new")
+        old = rows_of(baseline(args.against), base, ks, measured, Path(tmp) / "old") if args.against else {}
+        split = current.split_steps(measured["ar_steps"], base.tiny.layers)
+    f, draft, verify = split.framework, split.profile.terms["draft"], split.profile.terms["verify"]
+    say(f"per-step work {1e3 * f.fixed:.2f} ms + {1e6 * f.per_request:.0f} us per request; the target's "
+        f"layers {1e3 * verify.coef[0]:.2f} ms + {1e6 * verify.coef[1]:.0f} us per token; a draft pass "
+        f"{1e3 * draft.coef[0]:.2f} ms + {1e6 * draft.coef[1]:.0f} us per request")
+    against = f"at {args.against}" if args.against else ""
+    say(f"{'run':<7}{'tok/s measured':>16}{'error now':>11}{against:>14}{'p50 ms measured':>17}"
+        f"{'error now':>11}{against:>14}")
+    for run, cells in new.items():
+        tok, p50 = cells["output_tok_s"], cells["latency_ms.p50"]
+        before = old.get(run, {})
+        say(f"{run:<7}{tok['measured']:>16.1f}{pct(tok['error']):>11}"
+            f"{pct(before.get('output_tok_s', {}).get('error')):>14}{p50['measured']:>17.0f}"
+            f"{pct(p50['error']):>11}{pct(before.get('latency_ms.p50', {}).get('error')):>14}")
+    if args.record:
+        path = write("validate_vllm_replay", "vLLM validation predicted again from its measurements", say,
+                     f"Report folder `{args.report}` (measured by `psdsim validate --engine vllm`); error = "
+                     "(predicted - measured) / measured.")
+        print(f"recorded in {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
