@@ -1,41 +1,68 @@
-"""How much memory a run will take, estimated before it starts, and how much the machine has.
+"""How much memory and temporary disk a run will take, estimated before it starts, and how much
+the machine has.
 
-A run keeps per-request columns and one packed row per engine step until it ends (sim/requests.py,
-sim/records.py), so its memory grows with both. BYTES_PER_REQUEST and BYTES_PER_STEP are this
-code's own footprint, measured by benchmarks/memory_footprint.py (peak RSS over runs of
-1,000-4,000 requests, AR and PSD, least squares: ~1.8 KB a request and ~0.64 KB a step), rounded
+A run keeps its per-request columns in memory to the end (sim/requests.py: the scheduler reads and
+writes any request's state at any step, so they cannot stream): BYTES_PER_REQUEST. Its step rows
+are packed in memory up to records.SPILL_ROWS, then moved to anonymous temporary files
+(sim/records.py, sim/spill.py): in memory a step costs BYTES_PER_STEP up to that bound, beyond it
+BYTES_PER_SPILLED_STEP (what summarize() gathers, a column at a time, from the table on disk), and
+DISK_BYTES_PER_STEP of temporary disk. The constants are this code's own footprint, measured by
+benchmarks/memory_footprint.py and benchmarks/million_requests.py (docs/measurements/), rounded
 up. The step count is bounded above by every running request gaining one token per step in
-batches of m (what AR does; speculative methods take fewer steps), so the estimate errs high,
-by up to ~3-5x for PSD. The CLI refuses a run whose estimate exceeds the memory available,
-instead of letting the kernel kill it after minutes (issue #14: `--set requests=1000000000`).
+batches of m (what AR does; speculative methods take fewer steps), so the estimate errs high. The
+CLI refuses a run whose estimate exceeds the memory or the temporary disk available, instead of
+letting the kernel kill it after minutes (issue #14: `--set requests=1000000000`).
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from psdsim.sim import records
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.scenario import Scenario
 
-BYTES_PER_REQUEST = 2048
+BYTES_PER_REQUEST = 1024
 BYTES_PER_STEP = 1024
+BYTES_PER_SPILLED_STEP = 16
+DISK_BYTES_PER_STEP = 288   # the step table's columns: 35 of 8 bytes or fewer, the kind (28)
 # What a run allocates whatever its size (the workload's draws, the scheduler, the first packed
 # chunk): small runs measured ~10 MB above the per-request and per-step terms.
 BYTES_PER_RUN = 32 * 2**20
 GB = 1e9
 
 
-def steps_bound(s: Scenario) -> int:
-    """An upper bound on the engine steps: each verification batch of m requests gains one token
-    per request per step, plus one prefill step per request."""
-    sequences = s.requests * s.n
+def steps_bound(s: Scenario, requests: int | None = None) -> int:
+    """An upper bound on the engine steps of s (with `requests` prompts, default s's): each
+    verification batch of m requests gains one token per request per step, plus one prefill step
+    per request."""
+    sequences = (s.requests if requests is None else requests) * s.n
     return sequences * s.output_len // max(s.m, 1) + sequences
 
 
-def estimate_bytes(s: Scenario) -> int:
-    """The memory one run of s keeps at its peak (records of every request and step)."""
-    return BYTES_PER_RUN + s.requests * s.n * BYTES_PER_REQUEST + steps_bound(s) * BYTES_PER_STEP
+def _held_steps(steps: int) -> int:
+    """Steps whose packed rows are in memory at once: up to SPILL_ROWS (and the chunk being
+    filled); past it they are on disk."""
+    return min(steps, records.SPILL_ROWS + records.CHUNK_ROWS)
+
+
+def estimate_bytes(s: Scenario, requests: int | None = None) -> int:
+    """The memory one run of s (with `requests` prompts, default s's) keeps at its peak."""
+    n = s.requests if requests is None else requests
+    steps = steps_bound(s, n)
+    held = _held_steps(steps)
+    return (BYTES_PER_RUN + n * s.n * BYTES_PER_REQUEST + held * BYTES_PER_STEP
+            + (steps - held) * BYTES_PER_SPILLED_STEP)
+
+
+def spill_bytes(s: Scenario, requests: int | None = None) -> int:
+    """The temporary disk one run of s keeps at its end: the step rows past SPILL_ROWS (all of
+    them, once it spills)."""
+    steps = steps_bound(s, requests)
+    return steps * DISK_BYTES_PER_STEP if steps > records.SPILL_ROWS else 0
 
 
 def available_bytes() -> int | None:
@@ -59,18 +86,46 @@ def available_bytes() -> int | None:
     return min(limits) if limits else None
 
 
+def available_disk_bytes() -> int | None:
+    """Free space where spilled step tables go (tempfile.gettempdir(): TMPDIR); None if unknown."""
+    try:
+        return shutil.disk_usage(tempfile.gettempdir()).free
+    except OSError:
+        return None
+
+
+def _most_requests(runs: list[Scenario], have: int | None, free: int | None) -> int:
+    """The largest request count (at most the runs' own, at least 1) for which the runs'
+    estimates together fit in the memory `have` and the temporary disk `free` (None: unknown)."""
+    def fits(n: int) -> bool:
+        cut = [(s, min(n, s.requests)) for s in runs]
+        return ((have is None or sum(estimate_bytes(s, r) for s, r in cut) <= have)
+                and (free is None or sum(spill_bytes(s, r) for s, r in cut) <= free))
+
+    lo, hi = 1, max(s.requests for s in runs)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
 def check_memory(scenarios: Iterable[Scenario], held: str = "") -> None:
-    """ScenarioError naming `requests` when the runs held in memory together (`held` says why
-    several are) cannot fit in the memory available."""
+    """ScenarioError naming `requests` when the runs held together (`held` says why several are)
+    cannot fit in the memory available, or their spilled step tables in the temporary disk; the
+    fix names the largest request count that fits both."""
     runs = list(scenarios)
-    need = sum(estimate_bytes(s) for s in runs)
-    have = available_bytes()
-    if have is None or need <= have:
-        return
     s = runs[0]
-    fixed = BYTES_PER_RUN * len(runs)   # the rest grows in proportion to requests
-    fits = max(int(s.requests * max(have - fixed, 0) / (need - fixed)), 1)
     why = f" ({held})" if held else ""
-    raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
-                        f"{need / GB:,.1f} GB of memory{why}, but {have / GB:,.1f} GB are available",
-                        f"lower requests to about {fits:,}, or run on a machine with more memory")
+    have, free = available_bytes(), available_disk_bytes()
+    need, disk = sum(estimate_bytes(r) for r in runs), sum(spill_bytes(r) for r in runs)
+    if have is not None and need > have:
+        raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
+                            f"{need / GB:,.1f} GB of memory{why}, but {have / GB:,.1f} GB are available",
+                            f"lower requests to about {_most_requests(runs, have, free):,}, or run on a "
+                            "machine with more memory")
+    if free is not None and disk > free:
+        raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
+                            f"{disk / GB:,.1f} GB of temporary disk for their step tables{why}, but "
+                            f"{tempfile.gettempdir()} has {free / GB:,.1f} GB free",
+                            f"lower requests to about {_most_requests(runs, have, free):,}, or set TMPDIR "
+                            "to a folder on a larger disk")

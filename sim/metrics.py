@@ -17,6 +17,7 @@ verifications, sub-batch imbalance, KV use per pool.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from psdsim.sim.layout import layout_for
 from psdsim.sim.records import DECODE
 from psdsim.sim.requests import ABORTED, FINISHED, REJECTED, STATE_NAMES
 from psdsim.sim.scenario import Scenario
+from psdsim.sim.spill import blocks
 
 PERCENTILES = {"mean": None, "p50": 50, "p90": 90, "p99": 99}
 
@@ -121,8 +123,77 @@ def step_throughput(generated: np.ndarray, durations: np.ndarray, fraction: floa
 def step_ratio(num: np.ndarray, den: np.ndarray, fraction: float) -> float | None:
     """sum(num) / sum(den) over the first `fraction` of the steps (at least one), as the paper's
     notebook trims throughput and VSR alike."""
-    n = max(1, int(len(num) * fraction)) if len(num) else 0
-    return ratio(num[:n].sum(), den[:n].sum())
+    return ratio(trimmed_sum(num, fraction), trimmed_sum(den, fraction))
+
+
+def trimmed_sum(values: np.ndarray, fraction: float) -> Any:
+    """values' sum over their first `fraction` (at least one value)."""
+    n = max(1, int(len(values) * fraction)) if len(values) else 0
+    return values[:n].sum()
+
+
+def _trims(values: np.ndarray) -> list[Any]:
+    """values' sums over the whole run, then over the paper's trims (first 80% and 70%)."""
+    return [trimmed_sum(values, fraction) for fraction in (1.0, 0.8, 0.7)]
+
+
+class _StepReader:
+    """The step table read block by block (sim/spill.blocks), so that a table on disk (a long run,
+    sim/records.py) is never in memory at once: whether each step is a decode step and a paper
+    decode step (a byte each), then one selected column at a time. A float column is gathered
+    whole before it is summed (8 bytes a selected step), because numpy sums pairwise over the
+    whole array and a sum of block sums would differ in its last bits from the unspilled run's."""
+
+    def __init__(self, steps: dict[str, np.ndarray]) -> None:
+        self.steps = steps
+        n = len(steps["kind"])
+        self.decode = np.empty(n, dtype=bool)
+        self.paper = np.empty(n, dtype=bool)   # not a prompt run
+        for lo, block in self._blocks(("kind", "prefill_groups")):
+            decode = block["kind"] == DECODE
+            self.decode[lo:lo + len(decode)] = decode
+            self.paper[lo:lo + len(decode)] = decode & (block["prefill_groups"] == 0)
+
+    def _blocks(self, names: tuple[str, ...]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        lo = 0
+        for block in blocks(self.steps, names):
+            yield lo, block
+            lo += len(block[names[0]])
+
+    def gather(self, mask: np.ndarray | None, *names: str,
+               value: Callable[[dict[str, np.ndarray]], np.ndarray] | None = None) -> np.ndarray:
+        """value(block) (default: the one column named) at the rows `mask` selects (all: None),
+        as one array: what indexing the whole columns would give."""
+        out: np.ndarray | None = None
+        at = 0
+        count = len(self.decode) if mask is None else int(np.count_nonzero(mask))
+        for lo, block in self._blocks(names):
+            values = block[names[0]] if value is None else value(block)
+            if mask is not None:
+                values = values[mask[lo:lo + len(values)]]
+            if out is None:
+                out = np.empty(count, dtype=values.dtype)
+            out[at:at + len(values)] = values
+            at += len(values)
+        return out if out is not None else self.steps[names[0]][:0]
+
+
+def _step_s(block: dict[str, np.ndarray]) -> np.ndarray:
+    return block["end_s"] - block["start_s"]
+
+
+def _generated_num(block: dict[str, np.ndarray]) -> np.ndarray:
+    return block["accepted"] + block["verified"]   # the worker's generated_num
+
+
+def _imbalance(st: _StepReader, batch_managed: bool) -> dict[str, float | int | None]:
+    """|B1 - B0| over decode steps: mean, max, at the last one (None unless two sub-batches)."""
+    values = (st.gather(st.decode, "batch0", "batch1", value=lambda b: np.abs(b["batch1"] - b["batch0"]))
+              if batch_managed else [])
+    if not len(values):
+        return dict.fromkeys(("imbalance_mean", "imbalance_max", "imbalance_final"))
+    return {"imbalance_mean": float(values.mean()), "imbalance_max": int(values.max()),
+            "imbalance_final": int(values[-1])}
 
 
 def _tpot(requests: dict[str, np.ndarray]) -> np.ndarray:
@@ -167,20 +238,24 @@ def _per_prompt(s: Scenario, requests: dict[str, np.ndarray]) -> tuple[np.ndarra
 def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.ndarray], *,
               gpus: int, speculates: bool, drafter_busy_s: float, verifier_busy_s: float,
               kv: KVPools) -> dict[str, Any]:
-    decode = steps["kind"] == DECODE
-    paper = decode & (steps["prefill_groups"] == 0)  # not a prompt run
-    step_s = steps["end_s"] - steps["start_s"]
-    dur = step_s[decode]
-    paper_s = step_s[paper]
-    gen = steps["accepted"][paper] + steps["verified"][paper]  # the worker's generated_num
-    accepted, proposed = steps["accepted"][paper], steps["proposed"][paper]
+    """The summary from the run's tables; the steps are read in blocks (_StepReader), so that a
+    spilled step table adds ~10 bytes a step at most to the run's memory while it is summarised."""
+    st = _StepReader(steps)
+    decode, paper = st.decode, st.paper
+    gen = _trims(st.gather(paper, "accepted", "verified", value=_generated_num))
+    paper_s = _trims(st.gather(paper, "start_s", "end_s", value=_step_s))
+    vsr: list[float | None] = [None] * 3
+    if speculates:
+        accepted, proposed = _trims(st.gather(paper, "accepted")), _trims(st.gather(paper, "proposed"))
+        vsr = [ratio(a, p) for a, p in zip(accepted, proposed, strict=True)]
+    dur = st.gather(decode, "start_s", "end_s", value=_step_s).sum()
+    decode_steps, paper_steps = int(np.count_nonzero(decode)), int(np.count_nonzero(paper))
     makespan = float(np.nanmax(requests["end_s"]) - requests["arrival_s"].min())
     n = len(requests["request"])
     prompts = n // s.n
     latency_s, ttft_s = _per_prompt(s, requests)
     linked = layout_for(s).over_link
-    throughput = step_throughput(gen, paper_s, 1.0)
-    imbalance = np.abs(steps["batch1"] - steps["batch0"])[decode] if s.batch_managed else None
+    throughput = ratio(gen[0], paper_s[0])
     summary: dict[str, Any] = {
         "method": s.method,
         "k": s.k if speculates else None,
@@ -190,46 +265,44 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "gpus": gpus,
         "makespan_s": makespan,
         "throughput_tok_s": throughput,
-        "throughput_tok_s_trim80": step_throughput(gen, paper_s, 0.8),
-        "throughput_tok_s_trim70": step_throughput(gen, paper_s, 0.7),
+        "throughput_tok_s_trim80": ratio(gen[1], paper_s[1]),
+        "throughput_tok_s_trim70": ratio(gen[2], paper_s[2]),
         "throughput_tok_s_per_gpu": throughput / gpus if throughput is not None else None,
-        "throughput_tok_s_incl_mixed": step_throughput(steps["generated"][decode], dur, 1.0),
+        "throughput_tok_s_incl_mixed": ratio(st.gather(decode, "generated").sum(), dur),
         "output_tok_s": ratio(requests["generated"].sum(), makespan),
         "e2el_ms": makespan / prompts * 1e3,
         "latency_ms": ms_stats(latency_s),
         "ttft_ms": ms_stats(ttft_s),
         "tpot_ms": ms_stats(_tpot(requests)),
         "queue_ms": ms_stats(requests["admitted_s"] - requests["arrival_s"]),
-        "vsr": step_ratio(accepted, proposed, 1.0) if speculates else None,
-        "vsr_trim80": step_ratio(accepted, proposed, 0.8) if speculates else None,
-        "vsr_trim70": step_ratio(accepted, proposed, 0.7) if speculates else None,
-        "drafts_per_verification": (ratio(steps["proposed"][decode].sum(), steps["verified"][decode].sum())
-                                    if speculates else None),
-        "parallelization_rate": (ratio(steps["parallelised"][paper].sum(), paper.sum())
+        "vsr": vsr[0],
+        "vsr_trim80": vsr[1],
+        "vsr_trim70": vsr[2],
+        "drafts_per_verification": (ratio(st.gather(decode, "proposed").sum(),
+                                          st.gather(decode, "verified").sum()) if speculates else None),
+        "parallelization_rate": (ratio(st.gather(paper, "parallelised").sum(), paper_steps)
                                  if speculates else None),
-        "comm_share": ratio(steps["wait_s"][decode].sum(), dur.sum()) if linked else None,
-        "link_share": ratio(steps["link_critical_s"][decode].sum(), dur.sum()) if linked else None,
+        "comm_share": ratio(st.gather(decode, "wait_s").sum(), dur) if linked else None,
+        "link_share": ratio(st.gather(decode, "link_critical_s").sum(), dur) if linked else None,
         "drafter_busy": (ratio(drafter_busy_s, makespan * max(1, layout_for(s).drafter_gpus))
                          if speculates else None),
         "verifier_busy": ratio(verifier_busy_s, makespan),
-        "decode_steps": int(paper.sum()),
-        "mixed_steps": int((decode & ~paper).sum()),
-        "prefill_steps": int((~decode).sum()),
+        "decode_steps": paper_steps,
+        "mixed_steps": decode_steps - paper_steps,
+        "prefill_steps": len(decode) - decode_steps,
         "preemptions": int(requests["preemptions"].sum()),
         "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
-        "swap_s": float(steps["swap_s"].sum()),
+        "swap_s": float(st.gather(None, "swap_s").sum()),
         "aborted": _state_count(requests, ABORTED),
         "rejected": _state_count(requests, REJECTED),
-        "wasted_verifications": int(steps["unproposed"].sum()) if speculates else None,
-        "imbalance_mean": float(imbalance.mean()) if imbalance is not None and len(imbalance) else None,
-        "imbalance_max": int(imbalance.max()) if imbalance is not None and len(imbalance) else None,
-        "imbalance_final": int(imbalance[-1]) if imbalance is not None and len(imbalance) else None,
+        "wasted_verifications": int(st.gather(None, "unproposed").sum()) if speculates else None,
+        **_imbalance(st, s.batch_managed),
         "kv_pool_blocks": dict(kv.capacities),
         "kv_peak_usage": {side: kv.peak / cap for side, cap in kv.capacities.items()},
         "kv_binding_pool": kv.binding,
-        "mean_draft_ms": _mean_ms(steps["draft_s"][decode]) if speculates else None,
-        "mean_verify_ms": _mean_ms(steps["verify_s"][decode]),
-        "mean_comm_ms": _mean_ms(steps["comm_s"][decode]),
+        "mean_draft_ms": _mean_ms(st.gather(decode, "draft_s")) if speculates else None,
+        "mean_verify_ms": _mean_ms(st.gather(decode, "verify_s")),
+        "mean_comm_ms": _mean_ms(st.gather(decode, "comm_s")),
         **goodput(s, requests, makespan),
         "fits": True,
         "infeasible_reason": None,

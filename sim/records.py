@@ -11,6 +11,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 import numpy as np
+from psdsim.sim.spill import SpillFile
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -66,16 +67,23 @@ row = attrgetter(*STEP_COLUMNS)   # a record's values in column order
 # Rows kept as Python tuples before they are packed into column arrays: a tuple of ~36 Python
 # objects costs ~1.7 KB a step, a packed row ~0.3 KB (benchmarks/memory_footprint.py).
 CHUNK_ROWS = 4096
+# Packed rows kept in memory (~20 MB) before a run's step table moves to disk (sim/spill.py): the
+# default scenario (~8,400 steps) never spills; a 10,000-request run (~83,000 steps) does.
+SPILL_ROWS = 1 << 16
 
 
 class StepRows:
     """A run's step rows (`row(record)` each), packed into column arrays every CHUNK_ROWS rows so
-    that a long run keeps ~0.3 KB a step instead of a tuple of Python objects (issue #14: a
-    1M-request run). step_table gives the arrays np.array would give over all the rows at once."""
+    that a long run keeps ~0.3 KB a step instead of a tuple of Python objects, and moved to
+    anonymous temporary files once more than SPILL_ROWS are packed, so that its memory stays
+    bounded however long it runs (issue #14: a 1M-request run). step_table gives the arrays
+    np.array would give over all the rows at once, memory-mapped where they were spilled."""
 
     def __init__(self) -> None:
         self._rows: list[tuple] = []
-        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._parts: list[list[np.ndarray]] = [[] for _ in STEP_COLUMNS]   # packed, in memory
+        self._held = 0                                   # rows in the packed parts
+        self._files: list[SpillFile | None] | None = None   # once spilling: a file per column
 
     def append(self, values: tuple) -> None:
         self._rows.append(values)
@@ -84,13 +92,42 @@ class StepRows:
 
     def _pack(self) -> None:
         if self._rows:
-            self._chunks.append(tuple(np.array(col) for col in zip(*self._rows, strict=True)))
+            for parts, col in zip(self._parts, zip(*self._rows, strict=True), strict=True):
+                parts.append(np.array(col))
+            self._held += len(self._rows)
             self._rows = []
+            if self._held > SPILL_ROWS:
+                self._spill()
 
-    def columns(self) -> list[list[np.ndarray]]:
-        """Each column's packed parts, in order."""
+    def _spill(self) -> None:
+        """Move the packed parts to their columns' files. A column whose parts no fixed-width
+        dtype holds (None beside integers: an object column, never in a simulated run, whose
+        columns hold numbers, bools or the step kind) stays in memory from then on."""
+        if self._files is None:
+            self._files = [SpillFile() for _ in STEP_COLUMNS]
+        for i, file in enumerate(self._files):
+            if file is None:
+                continue
+            parts = self._parts[i]
+            if all(file.accepts(p.dtype) for p in parts):
+                for p in parts:
+                    file.append(p)
+                self._parts[i] = []
+            else:
+                self._parts[i] = [*file.parts(), *parts]
+                self._files[i] = None
+        self._held = 0
+
+    def table(self) -> dict[str, np.ndarray]:
+        """The step table, once the run has ended (its files are mapped and closed)."""
         self._pack()
-        return [[chunk[i] for chunk in self._chunks] for i in range(len(STEP_COLUMNS))]
+        if self._files is not None:
+            self._spill()   # the last parts too, so that a spilled column is one file
+        if not self._held and self._files is None:
+            return {name: np.empty(0) for name in STEP_COLUMNS}
+        files = self._files or [None] * len(STEP_COLUMNS)
+        return {name: _joined(parts) if file is None else file.array()
+                for name, parts, file in zip(STEP_COLUMNS, self._parts, files, strict=True)}
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -103,7 +140,4 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def step_table(rows: StepRows) -> dict[str, np.ndarray]:
-    columns = rows.columns()
-    if not columns[0]:
-        return {name: np.empty(0) for name in STEP_COLUMNS}
-    return {name: _joined(parts) for name, parts in zip(STEP_COLUMNS, columns, strict=True)}
+    return rows.table()

@@ -37,7 +37,7 @@ FAST = ["--set", "requests=8", "--set", "output_len=8", "--set", "prompt_len=16"
 CASES = [
     # run: resource limits, traces, names, fields, files
     ["run", "--set", "requests=1000000000"],
-    ["run", "--set", "requests=10000000", "--no-write"],
+    ["run", "--set", "requests=100000000", "--no-write"],
     *[["run", "--no-write", "--set", f"trace={name}"]
       for name in ("random.csv", "random.toml", "random.jsonl", "folder", "huge.csv", "badrow.csv",
                    "noheader.csv", "missing.csv")],

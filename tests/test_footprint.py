@@ -1,14 +1,16 @@
 """The memory check refuses, before any allocation, a run the machine cannot hold (issue #14),
-and lets through what it can."""
+and lets through what it can; its estimate follows the streamed layout (a step table past
+records.SPILL_ROWS is on disk: a few bytes a step in memory, the rows on temporary disk)."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
-from psdsim.sim import footprint
+from psdsim.sim import footprint, records
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.footprint import check_memory, estimate_bytes
+from psdsim.sim.footprint import check_memory, estimate_bytes, spill_bytes, steps_bound
+from psdsim.sim.scenario import load_scenario
 
 from tests.conftest import small
 
@@ -28,7 +30,7 @@ def test_refused_with_the_estimate_the_limit_and_what_fits(monkeypatch):
     text = str(err.value)
     assert err.value.field == "requests" and "GB of memory" in text and "1.0 GB are available" in text
     fits = int(re.search(r"lower requests to about ([\d,]+),", text).group(1).replace(",", ""))
-    assert 0 < estimate_bytes(small(requests=fits)) <= 10**9   # the count it suggests does fit
+    assert 0 < estimate_bytes(small(requests=fits)) <= 10**9 < estimate_bytes(small(requests=fits + 1))
     check_memory([small(requests=100)])                                  # fits: no error
     with pytest.raises(ScenarioError):
         check_memory([small(requests=400_000)] * 4, "4 runs at once")   # together they do not
@@ -36,7 +38,36 @@ def test_refused_with_the_estimate_the_limit_and_what_fits(monkeypatch):
 
 def test_no_limit_known_refuses_nothing(monkeypatch):
     monkeypatch.setattr(footprint, "available_bytes", lambda: None)
+    monkeypatch.setattr(footprint, "available_disk_bytes", lambda: None)
     check_memory([small(requests=10**9)])
+
+
+def test_memory_past_the_spill_bound_grows_by_a_few_bytes_a_step():
+    """Below SPILL_ROWS a step costs BYTES_PER_STEP; past it BYTES_PER_SPILLED_STEP in memory and
+    its row on disk, so a 1M-request run of the default scenario is estimated at ~1.4 GB, not ~19."""
+    s = load_scenario()
+    million = s.replace(requests=1_000_000)
+    steps = steps_bound(million)
+    assert steps > 10 * records.SPILL_ROWS
+    per_request = footprint.BYTES_PER_REQUEST
+    assert estimate_bytes(million) < footprint.BYTES_PER_RUN + 10**6 * per_request + 2 * 10**8 \
+        + steps * footprint.BYTES_PER_SPILLED_STEP
+    assert estimate_bytes(million) < 2 * 10**9
+    assert spill_bytes(million) == steps * footprint.DISK_BYTES_PER_STEP
+    assert spill_bytes(s) == 0   # the default scenario never spills
+
+
+def test_refused_when_the_temporary_disk_cannot_hold_the_spilled_steps(monkeypatch):
+    monkeypatch.setattr(footprint, "available_bytes", lambda: None)
+    monkeypatch.setattr(footprint, "available_disk_bytes", lambda: 10**9)
+    s = small(requests=10**6)
+    with pytest.raises(ScenarioError) as err:
+        check_memory([s])
+    text = str(err.value)
+    assert err.value.field == "requests" and "GB of temporary disk" in text and "TMPDIR" in text
+    fits = int(re.search(r"lower requests to about ([\d,]+),", text).group(1).replace(",", ""))
+    assert 0 < spill_bytes(small(requests=fits)) <= 10**9 < spill_bytes(small(requests=fits + 1))
+    check_memory([small(requests=fits)])
 
 
 def test_the_machine_reports_a_limit():

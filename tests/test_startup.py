@@ -39,6 +39,11 @@ def test_run_never_imports_the_theory_or_the_fitting():
     assert not heavy & loaded, sorted(heavy & loaded)
 
 
+def test_run_with_fixed_prompt_lengths_never_imports_scipy():
+    """scipy.special samples a dataset's prompt lengths (sim/workload.py), imported only there."""
+    assert not {m for m in _modules_after(RUN) if m.split(".")[0] == "scipy"}
+
+
 def test_python_m_psdsim_is_the_command():
     proc = subprocess.run([sys.executable, "-m", "psdsim", "--help"], capture_output=True, text=True,
                           check=False)

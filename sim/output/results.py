@@ -16,7 +16,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.plots import occupancy_png
 from psdsim.sim.scenario import scenario_to_toml
+from psdsim.sim.spill import blocks
 
 MARKER = ".psdsim-results.json"
 # The bytes by which psdsim recognises a single file it wrote, near its start: a profile's format
@@ -93,11 +94,25 @@ def table_csv(columns: Mapping[str, np.ndarray]) -> str:
     """CSV with a header row; floats in shortest round-trip form, NaN as an empty cell. Written
     column by column, byte for byte what csv.writer (default dialect) wrote row by row: CRLF line
     ends, minimal quoting, a row of one empty cell quoted (tests/test_results.py compares them)."""
+    return "".join(csv_parts(columns))
+
+
+# Rows formatted at a time: a block's cells are Python strings (~50 bytes each), so a block of a
+# step table (36 columns) holds ~8 MB however long the table is.
+CSV_BLOCK_ROWS = 4096
+
+
+def csv_parts(columns: Mapping[str, np.ndarray]) -> Iterator[str]:
+    """table_csv's text in pieces (the header, then blocks of rows), so that a long table is
+    written without being formatted whole, and a table on disk (sim/spill.py) is read a block at
+    a time (issue #14: a 1M-request run's steps.csv has ~8M rows)."""
     names = list(columns)
-    rows = list(map(",".join, zip(*(_column(np.asarray(columns[n])) for n in names), strict=True)))
-    if len(names) == 1:   # csv.writer quotes a row holding one empty cell, so that it reads back
-        rows = ['""' if row == "" else row for row in rows]
-    return "\r\n".join([",".join(map(_quoted, names)), *rows]) + "\r\n"
+    yield ",".join(map(_quoted, names)) + "\r\n"
+    for block in blocks(columns, names, CSV_BLOCK_ROWS):
+        rows = list(map(",".join, zip(*(_column(np.asarray(block[n])) for n in names), strict=True)))
+        if len(names) == 1:   # csv.writer quotes a row holding one empty cell, so that it reads back
+            rows = ['""' if row == "" else row for row in rows]
+        yield "\r\n".join(rows) + "\r\n"
 
 
 def write_file(path: Path, content: str | bytes) -> Path:
@@ -213,7 +228,8 @@ def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, n
             elif isinstance(content, bytes):
                 (tmp / name).write_bytes(content)
             else:
-                (tmp / name).write_text(table_csv(content), encoding="utf-8")
+                with (tmp / name).open("w", encoding="utf-8") as fh:
+                    fh.writelines(csv_parts(content))
         marker = {"command": command, "files": sorted(files)}
         (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
         _follow_umask(tmp)

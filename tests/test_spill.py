@@ -1,0 +1,166 @@
+"""A long run's step table moves to disk (sim/records.py, sim/spill.py; issue #14): spilled or not,
+a run gives the same summary, step table and CSV bytes; nothing is left on disk however the run
+ends; reading a spilled table keeps its pages released; summarize() holds a few bytes a step."""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+from psdsim.sim import records, run, spill
+from psdsim.sim.output import results
+from psdsim.sim.output.results import table_csv
+from psdsim.sim.records import STEP_COLUMNS, StepRows, step_table
+from psdsim.sim.run import simulate
+
+from tests.conftest import small
+from tests.test_equivalence import cases
+
+LINUX = Path("/proc/self/fd").is_dir()
+
+
+def _spill_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pack every 7 rows, spill past 10, read 5 rows at a time, write CSV 3 rows at a time: every
+    boundary a long run meets, in a small one."""
+    monkeypatch.setattr(records, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(records, "SPILL_ROWS", 10)
+    monkeypatch.setattr(spill, "BLOCK_ROWS", 5)
+    monkeypatch.setattr(results, "CSV_BLOCK_ROWS", 3)
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert list(a) == list(b)
+    for name in a:
+        assert a[name].dtype == b[name].dtype, name
+        assert a[name].tolist() == b[name].tolist() or np.array_equal(a[name], b[name], equal_nan=True), name
+
+
+def _mapped(values: np.ndarray) -> bool:
+    return isinstance(values.base, memoryview)
+
+
+@pytest.mark.parametrize("name", sorted(cases()))
+def test_a_spilled_run_is_the_unspilled_run_bit_for_bit(monkeypatch, name):
+    scenario, cost = cases()[name]
+    whole = simulate(scenario, cost=cost() if cost else None)
+    assert not any(_mapped(v) for v in whole.steps.values())
+    _spill_everything(monkeypatch)
+    cut = simulate(scenario, cost=cost() if cost else None)
+    assert all(_mapped(v) for v in cut.steps.values())   # every column went to disk
+    assert cut.summary == whole.summary
+    _same(cut.steps, whole.steps)
+    _same(cut.requests, whole.requests)
+    assert table_csv(cut.steps) == table_csv(whole.steps)
+
+
+def test_parts_of_different_dtypes_join_as_one_array_would_when_spilled(monkeypatch):
+    """A narrow string part before a wide one (the file is converted), ints after floats and bools
+    beside ints (cast into the segment), None beside ints (an object column stays in memory)."""
+    monkeypatch.setattr(records, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(records, "SPILL_ROWS", 1)
+    monkeypatch.setattr(spill, "BLOCK_ROWS", 3)
+    variants = [("decode", 1, True, 1), ("decode", 2, False, 2), ("prefill", None, 1, 2.5),
+                ("decode", 4, 0, 3), ("decode", 5, True, 4), ("prefill", 6, False, 5),
+                ("decode", None, 2, 6)]
+    rows = []
+    for kind, batch0, parallelised, start in variants:
+        row = [0] * len(STEP_COLUMNS)
+        row[STEP_COLUMNS.index("kind")] = kind
+        row[STEP_COLUMNS.index("batch0")] = batch0
+        row[STEP_COLUMNS.index("parallelised")] = parallelised
+        row[STEP_COLUMNS.index("start_s")] = start
+        rows.append(tuple(row))
+    packed = StepRows()
+    for r in rows:
+        packed.append(r)
+    table = step_table(packed)
+    whole = {name: np.array(col) for name, col in zip(STEP_COLUMNS, zip(*rows, strict=True), strict=True)}
+    _same(table, whole)
+    assert _mapped(table["kind"]) and _mapped(table["start_s"]) and not _mapped(table["batch0"])
+
+
+def _open_in(folder: Path) -> list[str]:
+    """This process's open files under `folder` (deleted or not)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            found.append(target)
+    return found
+
+
+@pytest.mark.skipif(not LINUX, reason="reads /proc/self/fd")
+def test_nothing_is_left_on_disk_after_a_run_or_an_interrupted_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    _spill_everything(monkeypatch)
+    monkeypatch.setattr(run, "PROGRESS_EVERY", 20)
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def watch(_fraction: float) -> None:
+        seen.append((os.listdir(tmp_path), _open_in(tmp_path)))
+
+    s = small(requests=30)
+    result = simulate(s, progress=watch)
+    assert seen and all(names == [] for names, _ in seen)        # never a name on disk
+    assert any(files for _, files in seen)                       # yet it did spill there
+    assert all(_mapped(v) for v in result.steps.values()) and os.listdir(tmp_path) == []
+
+    def interrupt(_fraction: float) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        simulate(s, progress=interrupt)
+    assert os.listdir(tmp_path) == []
+    del result
+    gc.collect()
+    assert _open_in(tmp_path) == []     # and once dropped, its files are gone from the disk too
+
+
+def _rss() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.skipif(not LINUX, reason="reads /proc/self/status")
+def test_reading_a_spilled_column_in_blocks_keeps_its_pages_released():
+    file = spill.SpillFile()
+    for i in range(8):
+        file.append(np.arange(1 << 20, dtype=np.float64) + i)   # 64 MB on disk
+    column = file.array()
+    before = _rss()
+    total = sum(float(block["x"].sum()) for block in spill.blocks({"x": column}, ["x"]))
+    assert _rss() - before < column.nbytes / 8
+    assert total == float(column.sum())   # the same values; read whole, the pages stay resident:
+    assert _rss() - before > column.nbytes * 3 / 4
+
+
+def test_summarize_holds_a_few_bytes_a_step_of_a_spilled_table(monkeypatch):
+    """The steps columns of a spilled run are on disk; summarize() gathers one selected column at
+    a time (8 bytes a step) beside two masks (a byte each), not whole-table temporaries."""
+    monkeypatch.setattr(records, "SPILL_ROWS", 1000)
+    monkeypatch.setattr(spill, "BLOCK_ROWS", 512)
+    peaks: list[tuple[int, int]] = []
+    summarize = run.summarize
+
+    def measured(s, steps, requests, **kw):
+        tracemalloc.start()
+        try:
+            summary = summarize(s, steps, requests, **kw)
+            peaks.append((tracemalloc.get_traced_memory()[1], len(steps["kind"])))
+        finally:
+            tracemalloc.stop()
+        return summary
+
+    monkeypatch.setattr(run, "summarize", measured)
+    simulate(small(requests=100, output_len=512, m=2, prompt_len=16))
+    peak, steps = peaks[0]
+    assert steps > 10_000
+    assert peak < 12 * steps + 200_000, (peak, steps)
