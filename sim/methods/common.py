@@ -88,18 +88,15 @@ def draft_counts(plan: StepPlan, ids: np.ndarray, wanted: np.ndarray) -> np.ndar
 
 
 def verify_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
-                   total_proposed: int, acceptable: np.ndarray | None = None) -> None:
+                   total_proposed: int) -> None:
     """Draw acceptance for verified requests, emit accepted + 1 tokens each, update stats.
-    `total_proposed` is proposed.sum(), which every caller already knows; where `acceptable` is
-    False a request's drafts are scored but cannot be accepted (PEARL's stale drafts)."""
+    `total_proposed` is proposed.sum(), which every caller already knows."""
     if not len(ids):
         return
     if total_proposed:
         accepted = sim.acceptance.accepted(sim.table.log_acceptance[ids], proposed)
-        if acceptable is not None:
-            accepted *= acceptable
     else:
-        accepted = np.zeros(len(ids), dtype=np.int64)
+        accepted = proposed   # all zeros, never written: no second array needed
     emit_outcome(sim, st, ids, proposed, total_proposed, accepted)
 
 
