@@ -14,7 +14,7 @@ Deterministic FIFO servers need no events of their own: a step that waits for it
 and nothing else can disturb (every method but the PSD ring, whose drafter workers may slow a
 pass that has started) books the pass at a time of its own (`Verifier.book`): its transfers, its
 compute and its return are priced there and then, as SimPy would have timed them, and the step
-waits once, for its end (`exact_delay`). The ring's steps hand the pass over (`submit`) and wait
+waits once, for its end (`wait_until`). The ring's steps hand the pass over (`submit`) and wait
 for it in SimPy, because drafting that starts meanwhile can push its end later.
 
 The drafter GPUs (`Drafter`) do two kinds of work. Work the driver runs in its own process and
@@ -46,19 +46,25 @@ TO_VERIFIER = "to_verifier"
 TO_DRAFTER = "to_drafter"
 
 
-def exact_delay(now: float, at: float) -> float:
-    """The delay d for which SimPy's `now + d` is `at` exactly. A step that computes its end as
-    the sum of its parts, in the order the timeouts it replaces would have added them, waits once
-    with this delay and ends on the very same float (`at - now` alone can miss it by an ulp)."""
+def wait_until(env: simpy.Environment, at: float) -> Generator[simpy.Timeout, Any, None]:
+    """Wait until the absolute time `at` (>= now) exactly, in one timeout but in rare cases. A
+    step that computes its end as the sum of its parts, in the order the timeouts it replaces
+    would have added them, ends on the very same float this way (`at - now` alone can miss it by
+    an ulp). Rarely no delay reaches `at` from `now` (now < at / 2 and now + d falls on a tie
+    between at and a neighbour, for every d): then it stops one float short of `at`, from where
+    the rest is exact (at - that point is exact, Sterbenz's lemma)."""
+    now = env.now
     d = at - now
-    for _ in range(4):
-        if now + d < at:
-            d = math.nextafter(d, math.inf)
-        elif now + d > at:
-            d = math.nextafter(d, -math.inf)
-        else:
-            return d
-    raise AssertionError(f"no delay reaches {at!r} from {now!r}")  # a float that cannot happen
+    for _ in range(3):
+        reached = now + d
+        if reached == at:
+            yield env.timeout(d)
+            return
+        d = math.nextafter(d, math.inf if reached < at else -math.inf)
+    while now + d >= at:
+        d = math.nextafter(d, -math.inf)
+    yield env.timeout(d)
+    yield env.timeout(at - env.now)
 
 
 class Link:

@@ -3,13 +3,14 @@ booked target pass timed as a submitted one."""
 
 from __future__ import annotations
 
+import math
 from itertools import pairwise
 
 import pytest
 import simpy
 from hypothesis import given
 from hypothesis import strategies as st
-from psdsim.sim.devices import AfterPassJob, Drafter, DraftJob, Link, Verifier, VerifyJob, exact_delay
+from psdsim.sim.devices import AfterPassJob, Drafter, DraftJob, Link, Verifier, VerifyJob, wait_until
 from psdsim.sim.overlap import overlapped
 from psdsim.sim.timeline import Timeline
 
@@ -117,12 +118,37 @@ def test_drafting_that_starts_during_a_pass_pushes_the_pass_later():
     assert verifier.busy_s == pytest.approx(0.5 + left)
 
 
+def _reached(now: float, at: float) -> tuple[float, int]:
+    """Where wait_until brings a clock that starts at `now`, and in how many timeouts."""
+    env = simpy.Environment(initial_time=now)
+    waits = []
+
+    def driver():
+        for timeout in wait_until(env, at):
+            waits.append(timeout)
+            yield timeout
+
+    env.process(driver())
+    env.run()
+    return env.now, len(waits)
+
+
 @given(st.floats(0.0, 1e6), st.floats(0.0, 1e6))
-def test_exact_delay_lands_on_the_very_float(now, span):
-    """A step that sums its parts itself waits once with exact_delay and must end on the float
-    the chain of timeouts it replaces would have reached: now + d == at, exactly."""
+def test_wait_until_lands_on_the_very_float(now, span):
+    """A step that sums its parts itself waits with wait_until and must end on the float the
+    chain of timeouts it replaces would have reached."""
     at = now + span
-    assert now + exact_delay(now, at) == at
+    assert _reached(now, at)[0] == at
+
+
+def test_wait_until_reaches_a_float_no_single_delay_reaches():
+    """From 0.0535... no delay d gives now + d == 0.119... (each candidate sum falls on a tie and
+    rounds to a neighbour): the clock stops one float short, then takes the exact rest."""
+    now, at = 0.05351736525507015, 0.11900536122907497
+    d = at - now
+    assert now + d != at and now + math.nextafter(d, math.inf) != at
+    assert _reached(now, at) == (at, 2)
+    assert _reached(0.5, 0.75) == (0.75, 1)   # the common case: one timeout
 
 
 @given(st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 0.2), st.floats(0.0, 0.05),
@@ -147,7 +173,7 @@ def test_a_booked_pass_is_timed_as_a_submitted_one(passes, idle_slowdown):
                 jobs.append(job)
                 if book:
                     end = verifier.book(job, env.now)
-                    yield env.timeout(exact_delay(env.now, end))
+                    yield from wait_until(env, end)
                 else:
                     yield verifier.submit(job)
                 ends.append(env.now)

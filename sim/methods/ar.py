@@ -6,7 +6,7 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-from psdsim.sim.devices import exact_delay
+from psdsim.sim.devices import wait_until
 from psdsim.sim.methods.common import EngineMethod, record, verify_outcome
 from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work
 from psdsim.sim.records import StepRecord
@@ -23,7 +23,7 @@ class AutoRegressive(EngineMethod):
         target = TargetPass(sim, batch, batch, sim.table.context(ids), chunks, over_link=False)
         back = target.book("decode" if batch else "prefill", start)
         end = after_pass_end(sim, plan, st, chunks, batch, False, back, back, reject_on=None, emitting=batch)
-        yield env.timeout(exact_delay(start, end))
+        yield from wait_until(env, end)
         verify_outcome(sim, st, ids, np.zeros(batch, dtype=np.int64), 0)
         target.measured(st)
         st.verified = st.scored = batch

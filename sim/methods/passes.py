@@ -15,7 +15,7 @@ from typing import Any
 
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, Chunks
-from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob, exact_delay
+from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob, wait_until
 from psdsim.sim.execution import DRIVER_PREP, driver_prep, framework, verify_parts
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from psdsim.sim.methods.common import SimContext
@@ -103,7 +103,7 @@ class TargetPass:
         env = self.sim.env
         end = self.prepared(st, env.now)
         if self.prep_s:
-            yield env.timeout(exact_delay(env.now, end))
+            yield from wait_until(env, end)
 
     def book(self, name: str, at: float, sub_batch: int | None = None, k: int | None = None,
              drafts_used: bool | None = None) -> float:
@@ -152,7 +152,7 @@ def after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, 
     env = sim.env
     if not queued:
         end = after_pass_end(sim, plan, st, chunks, tokens, scored, waited_from, env.now, reject_on, emitting)
-        yield env.timeout(exact_delay(env.now, end))
+        yield from wait_until(env, end)
         return
     drafter, tl = sim.drafter, sim.timeline
     assert drafter is not None

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, Chunks
-from psdsim.sim.devices import Drafter, DraftJob, exact_delay
+from psdsim.sim.devices import Drafter, DraftJob, wait_until
 from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -133,7 +133,7 @@ class PipelinedSD(EngineMethod):
             name, k = "verify", int(proposed.max()) if sim.timeline else 0
         if refill.background:
             if target.prep_s:
-                yield env.timeout(exact_delay(env.now, t))
+                yield from wait_until(env, t)
             yield target.submit(name, v, k)
             yield from after_pass(sim, plan, st, chunks, tokens, v is not None, t, queued=True,
                                   emitting=len(ids))
@@ -149,7 +149,7 @@ class PipelinedSD(EngineMethod):
                 st.wait_s = now - drafted_at
             end = after_pass_end(sim, plan, st, chunks, tokens, v is not None, drafted_at, now,
                                  emitting=len(ids))
-            yield env.timeout(exact_delay(env.now, end))
+            yield from wait_until(env, end)
         self._verified(v, ahead, ids, proposed, total, selection, shift, st)
         target.measured(st, ahead_s if v is not None and not refill.background else None)
         st.verified, st.scored = len(ids), tokens if v is not None else 0

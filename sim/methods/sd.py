@@ -17,7 +17,7 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-from psdsim.sim.devices import exact_delay
+from psdsim.sim.devices import wait_until
 from psdsim.sim.layout import layout_for
 from psdsim.sim.methods.common import (
     EngineMethod,
@@ -69,7 +69,7 @@ class StandardSD(EngineMethod):
         # rejection sampling runs on the driver, not the drafter (drafter_busy)
         end = after_pass_end(sim, plan, st, chunks, tokens, bool(batch) and k > 0, submitted, back,
                              reject_on=DRIVER, emitting=batch)
-        yield env.timeout(exact_delay(start, end))
+        yield from wait_until(env, end)
         verify_outcome(sim, st, ids, proposed, total)
         self.lengths.seen(proposed, total)
         target.measured(st)
