@@ -5,8 +5,11 @@ several times, and prints the median wall time. Targets from issue #2, on a 2-co
 default scenario in under 2 s of wall time; at least 1000x faster than real time.
 
     python benchmarks/sim_speed.py [--repeats N] [--methods psd,sd,ar] [--record]
+    python benchmarks/sim_speed.py --against REV [--repeats N] [--methods ...] [--record]
 
 `--record` also writes the table to docs/measurements/sim_speed.md with date, commit and machine.
+`--against REV` times this checkout and commit REV side by side instead, interleaved, and prints
+the ratios (benchmarks/speed_vs.py; recorded to docs/measurements/speed_vs.md).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import statistics
 import time
 
+import speed_vs
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from recording import add_record_flag, write
@@ -34,8 +38,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", default="psd,sd,ar")
+    parser.add_argument("--against", metavar="REV", help="compare with commit REV side by side")
     add_record_flag(parser)
     args = parser.parse_args()
+    if args.against:
+        lines = speed_vs.compare_against(args.against, args.methods.split(","), args.repeats)
+        if args.record:
+            path = write("speed_vs", "Speed against a baseline commit", lines,
+                         speed_vs.notes(args.against, args.repeats))
+            print(f"recorded: {path}")
+        return
     lines = [f"{'scenario':<24}{'wall s':>9}{'sim s':>10}{'sim s/wall s':>14}"
              f"{'steps':>8}{'steps/wall s':>14}"]
     print(lines[0])

@@ -82,6 +82,27 @@ def _measure(tree: Path, method: str, mode: str, scratch: Path) -> tuple[float, 
     return took, took_cpu
 
 
+def compare_against(rev: str, methods: list[str], repeats: int) -> list[str]:
+    """The table of this checkout against commit `rev`, checked out into a temporary worktree."""
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "old"
+        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(old), rev],
+                       cwd=ROOT, check=True)
+        try:
+            return _compare(old, ROOT, methods, repeats, Path(tmp))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
+
+
+def notes(rev: str, repeats: int) -> str:
+    return (f"Baseline: {rev}. Median over {repeats} interleaved pairs of fresh processes; "
+            "`loop` is simulate() of the default scenario priced by the roofline in both trees, "
+            "`process` the whole `psdsim run` (start-up, simulation, results folder). "
+            "ratio = old / new per pair, median (above 1: this checkout is faster). `wall` is "
+            "elapsed time, `cpu` the process's own user + system time, which other jobs on a "
+            "shared machine disturb less.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", required=True, help="the baseline commit (any git revision)")
@@ -89,23 +110,10 @@ def main() -> None:
     parser.add_argument("--methods", default="psd,sd,ar")
     add_record_flag(parser)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "old"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(old), args.against],
-                       cwd=ROOT, check=True)
-        try:
-            lines = _compare(old, ROOT, args.methods.split(","), args.repeats, Path(tmp))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
+    lines = compare_against(args.against, args.methods.split(","), args.repeats)
     if args.record:
-        notes = (f"Baseline: {args.against}. Median over {args.repeats} interleaved pairs of fresh "
-                 "processes; "
-                 "`loop` is simulate() of the default scenario priced by the roofline in both trees, "
-                 "`process` the whole `psdsim run` (start-up, simulation, results folder). "
-                 "ratio = old / new per pair, median (above 1: this checkout is faster). `wall` is "
-                 "elapsed time, `cpu` the process's own user + system time, which other jobs on a "
-                 "shared machine disturb less.")
-        print(f"recorded: {write('speed_vs', 'Speed against a baseline commit', lines, notes)}")
+        path = write("speed_vs", "Speed against a baseline commit", lines, notes(args.against, args.repeats))
+        print(f"recorded: {path}")
 
 
 def _compare(old: Path, new: Path, methods: list[str], repeats: int, scratch: Path) -> list[str]:
