@@ -97,6 +97,20 @@ def test_a_split_the_noise_decides_is_refused():
         split_steps(steps, layers=2)
 
 
+def test_noise_cannot_make_a_fitted_cost_negative(tmp_path: Path):
+    """A deeper target whose steps grow faster with the batch than its layers can explain (noise,
+    as measured on a loaded 2-core machine) would give a negative per-request cost taken apart
+    model by model; the joint fit keeps every cost >= 0, and the catalog it writes loads."""
+    steps = _ar_steps()
+    steps["deep"] = [{**row, "seconds": row["seconds"] + 1e-3 * row["batch"] * (row["output_len"] - 1)}
+                     for row in steps["deep"]]
+    split = split_steps(steps, layers=2)
+    assert split.framework.per_request == 0.0 and split.framework.fixed > 0
+    assert min(split.profile.terms["verify"].coef + split.profile.terms["draft"].coef) >= 0
+    report = predict(_config(tmp_path), _measured(ar_steps=steps))
+    assert report["framework"]["step_request_us"] == 0.0
+
+
 def test_timings_without_the_deeper_target_are_refused():
     steps = _ar_steps()
     del steps["deep"]

@@ -237,49 +237,83 @@ def _without(samples: list[StepSample], framework: Framework) -> list[StepSample
     return out
 
 
-def split_steps(ar_steps: dict[str, list[dict[str, Any]]], layers: int) -> Split:
-    """Module docstring, step 2: per-step work from the two depths, the passes from what is left.
+def _relative_nnls(rows: list[list[float]], ys: list[float]) -> np.ndarray:
+    """Non-negative coefficients minimising the relative squared error (each row over its y):
+    a cost is never negative, and a ms-scale step should not outweigh the others by its size."""
+    from scipy.optimize import nnls
 
-    Each model's decode step is fitted as (per step, per request); with T the target's and D the
-    deeper target's (DEPTH x the layers), (D - T) / (DEPTH - 1) is what the target's `layers`
-    layers cost (`verify`, along the tokens a pass scores) and T less that what does not grow
-    with depth (the framework). Noise that leaves either not positive at the timed batches is
-    refused: the split would be the machine's, not the engine's."""
+    a, y = np.array(rows, dtype=float), np.array(ys, dtype=float)
+    return nnls(a / y[:, None], np.ones(len(y)))[0]
+
+
+def _mape(rows: list[list[float]], ys: list[float], coef: np.ndarray) -> float:
+    y = np.array(ys, dtype=float)
+    return float(np.mean(np.abs(np.array(rows, dtype=float) @ coef - y) / y))
+
+
+def split_steps(ar_steps: dict[str, list[dict[str, Any]]], layers: int) -> Split:
+    """Module docstring, step 2: the per-step work and the passes, fitted together.
+
+    Every decode step of the three models is one equation over six non-negative unknowns (seconds):
+    the per-step work F0 + F1 b, the target's `layers` layers L0 + L1 b, the draft's pass D0 + D1 b:
+
+        target  F0 + F1 b +         L0 + L1 b
+        deeper  F0 + F1 b + DEPTH x (L0 + L1 b)
+        draft   F0 + F1 b +                     D0 + D1 b
+
+    so the deeper target separates the layers from what does not grow with depth, and the draft
+    pass is the draft's step less the per-step work. Solved by non-negative least squares on the
+    relative error, so noise cannot make a cost negative. Where the deeper target's steps (a line
+    in the batch) are slower than the target's by less than the lines' own scatter, the split is
+    refused: it would be the machine's noise, not the engine's."""
     missing = [role for role in ROLES if not ar_steps.get(role)]
     if missing:
         raise TraceError(f"measured.json: no AR timings of the {' and the '.join(missing)} (an older "
                          "psdsim measured it without the deeper target): run the validation again")
-    (t_decode, t_prompt), (d_decode, _), (q_decode, q_prompt) = (step_samples(ar_steps[r]) for r in ROLES)
-    shallow, deep, draft = (_fitted("verify", samples) for samples in (t_decode, d_decode, q_decode))
-    per_layers = [(d - t) / (DEPTH - 1) for d, t in zip(deep.coef[:2], shallow.coef[:2], strict=True)]
-    framework = Framework(shallow.coef[0] - per_layers[0], shallow.coef[1] - per_layers[1])
-    batches = sorted({s.batch for s in t_decode})
-    layer_s = [per_layers[0] + per_layers[1] * b for b in batches]
-    step_s = [framework(b) for b in batches]
-    if min(layer_s) <= 0 or min(step_s) < 0:
+    decode = {role: step_samples(ar_steps[role])[0] for role in ROLES}
+    design = {"target": lambda b: [1, b, 1, b, 0, 0], "deep": lambda b: [1, b, DEPTH, DEPTH * b, 0, 0],
+              "draft": lambda b: [1, b, 0, 0, 1, b]}
+    rows = {role: [design[role](s.batch) for s in decode[role] if s.duration_s > 0] for role in ROLES}
+    ys = {role: [s.duration_s for s in decode[role] if s.duration_s > 0] for role in ROLES}
+    if min(len(y) for y in ys.values()) < 2:
+        raise TraceError(f"too few usable AR timings ({', '.join(f'{r} {len(ys[r])}' for r in ROLES)}): "
+                         "time more batch sizes or repeats (--repeats)")
+    coef = _relative_nnls([r for role in ROLES for r in rows[role]], [y for role in ROLES for y in ys[role]])
+    framework, per_layers, draft_pass = Framework(float(coef[0]), float(coef[1])), coef[2:4], coef[4:6]
+    batches = sorted({s.batch for s in decode["target"]})
+    mid = float(np.mean(batches))
+    alone = {role: [[1.0, row[1]] for row in rows[role]] for role in ("target", "deep")}
+    line = {role: _relative_nnls(alone[role], ys[role]) for role in alone}
+    slower = (line["deep"] @ [1.0, mid]) / (line["target"] @ [1.0, mid]) - 1
+    noise = max(_mape(alone[role], ys[role], line[role]) for role in alone)
+    if not slower > noise:
+        means = {role: _ms([float(np.mean([s.duration_s for s in decode[role] if s.batch == b]))
+                            for b in batches]) for role in alone}
         raise TraceError(
-            f"AR timings: the target's {layers} layers cost {_ms(layer_s)} ms and the per-step work "
-            f"{_ms(step_s)} ms at batch {', '.join(f'{b:g}' for b in batches)} (from the target at "
-            f"{_ms([shallow((1.0, b, 0.0)) for b in batches])} ms and the {DEPTH}x deeper one at "
-            f"{_ms([deep((1.0, b, 0.0)) for b in batches])} ms a step): the machine's noise swamps the "
-            "split; run it on a quieter machine or with more rounds (--repeats 3)")
-    # verify and draft keep the fit statistics (samples, MAPE) of the AR steps they come from
-    verify = replace(deep, name="verify", coef=(*per_layers, *deep.coef[2:]))
-    draft_pass = (draft.coef[0] - framework.fixed, draft.coef[1] - framework.per_request, 0.0, 0.0)
-    draft_term = Term("draft", draft_pass, draft.samples, draft.mape, draft.cv_mape,
-                      {"batch": draft.ranges.get("tokens", (1.0, 1.0))}, draft.dropped, ("pass_ctx", "call"))
-    prefill = _fitted("prefill", _without(t_prompt, framework))
-    draft_prefill = replace(_fitted("prefill", _without(q_prompt, framework)), name="draft_prefill")
+            f"AR timings: the target {DEPTH}x as deep ran {slower:.0%} slower than the target "
+            f"({means['deep']} against {means['target']} ms a step at batch "
+            f"{', '.join(f'{b:g}' for b in batches)}), within "
+            f"the timings' own scatter of {noise:.0%}: the machine's noise swamps the split; run it on a "
+            "quieter machine or with more rounds (--repeats 3)")
+    mape = {role: _mape(rows[role], ys[role], coef) for role in ROLES}
+    n = {role: len(ys[role]) for role in ROLES}
+    span = (float(min(batches)), float(max(batches)))
+    verify = Term("verify", (float(per_layers[0]), float(per_layers[1]), 0.0), n["target"] + n["deep"],
+                  (mape["target"] * n["target"] + mape["deep"] * n["deep"]) / (n["target"] + n["deep"]), None,
+                  {"batch": span, "tokens": span}, {}, ("ctx",))
+    draft = Term("draft", (float(draft_pass[0]), float(draft_pass[1]), 0.0, 0.0), n["draft"], mape["draft"],
+                 None, {"batch": span}, {}, ("pass_ctx", "call"))
+    prompts = {role: step_samples(ar_steps[role])[1] for role in ("target", "draft")}
+    prefill = _fitted("prefill", _without(prompts["target"], framework))
+    draft_prefill = replace(_fitted("prefill", _without(prompts["draft"], framework)), name="draft_prefill")
     zero = {"reject": Term("reject", (0.0, 0.0), 0, 0.0, None, fixed_features=("call", "positions"))}
     notes = ("psdsim validate --engine vllm: every term from AR runs timed by difference "
-             "(engine/validate/vllm.py); the per-step work (the target's step less its layers, from a "
-             f"target {DEPTH}x as deep) is the catalog's engine profile, charged once per step; verify = "
-             "the target's layers, a draft pass = the draft's step less the per-step work; rejection "
-             "sampling, the proposer's per-pass bookkeeping and each draft pass's LM head and sampling "
-             "not seen (zero, or inside the per-step work); verify's and draft's fit statistics are "
-             "those of the AR steps they come from",)
-    terms = {"verify": verify, "draft": draft_term, "prefill": prefill, "draft_prefill": draft_prefill,
-             **zero}
+             "(engine/validate/vllm.py); the per-step work, the target's layers and the draft's pass fitted "
+             f"together to the decode steps of the target, a target {DEPTH}x as deep and the draft "
+             "(non-negative, relative least squares); the per-step work is the catalog's engine profile, "
+             "charged once per step; rejection sampling, the proposer's per-pass bookkeeping and each "
+             "draft pass's LM head and sampling not seen (zero, or inside the per-step work)",)
+    terms = {"verify": verify, "draft": draft, "prefill": prefill, "draft_prefill": draft_prefill, **zero}
     return Split(Profile(terms, {}, {}, notes), framework)
 
 
