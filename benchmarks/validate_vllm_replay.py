@@ -71,7 +71,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         new = rows_of(current, base, ks, measured, Path(tmp) / "new")
         old = rows_of(baseline(args.against), base, ks, measured, Path(tmp) / "old") if args.against else {}
-        split = current.split_steps(measured["ar_steps"], base.tiny.layers)
+        split = current.split_steps(measured["ar_steps"])
     f, draft, verify = split.framework, split.profile.terms["draft"], split.profile.terms["verify"]
     say(f"per-step work {1e3 * f.fixed:.2f} ms + {1e6 * f.per_request:.0f} us per request; the target's "
         f"layers {1e3 * verify.coef[0]:.2f} ms + {1e6 * verify.coef[1]:.0f} us per token; a draft pass "

@@ -79,7 +79,7 @@ def test_the_deeper_target_splits_per_step_work_from_the_passes():
     """The per-step work comes out of the two depths, once; a draft pass costs the draft's layers,
     not a whole AR step (which is what the validation charged before: 4.4 ms per draft pass where
     an SD step grows by ~2.5 ms per draft token, issue #11)."""
-    split = split_steps(_ar_steps(), layers=2)
+    split = split_steps(_ar_steps())
     assert (split.framework.fixed, split.framework.per_request) == pytest.approx(FRAMEWORK, rel=0.02)
     terms = split.profile.terms
     assert terms["verify"].coef[:2] == pytest.approx(LAYERS, rel=0.02)
@@ -94,7 +94,7 @@ def test_a_split_the_noise_decides_is_refused():
     steps = _ar_steps()
     steps["deep"] = _rows("target")
     with pytest.raises(TraceError, match="noise swamps the split"):
-        split_steps(steps, layers=2)
+        split_steps(steps)
 
 
 def test_noise_cannot_make_a_fitted_cost_negative(tmp_path: Path):
@@ -104,7 +104,7 @@ def test_noise_cannot_make_a_fitted_cost_negative(tmp_path: Path):
     steps = _ar_steps()
     steps["deep"] = [{**row, "seconds": row["seconds"] + 1e-3 * row["batch"] * (row["output_len"] - 1)}
                      for row in steps["deep"]]
-    split = split_steps(steps, layers=2)
+    split = split_steps(steps)
     assert split.framework.per_request == 0.0 and split.framework.fixed > 0
     assert min(split.profile.terms["verify"].coef + split.profile.terms["draft"].coef) >= 0
     report = predict(_config(tmp_path), _measured(ar_steps=steps))
@@ -115,7 +115,7 @@ def test_timings_without_the_deeper_target_are_refused():
     steps = _ar_steps()
     del steps["deep"]
     with pytest.raises(TraceError, match="no AR timings of the deep"):
-        split_steps(steps, layers=2)
+        split_steps(steps)
 
 
 def _fake_run(tok_s: float, mal: float | None = None, p50: float = 100.0) -> dict[str, object]:

@@ -251,11 +251,11 @@ def _mape(rows: list[list[float]], ys: list[float], coef: np.ndarray) -> float:
     return float(np.mean(np.abs(np.array(rows, dtype=float) @ coef - y) / y))
 
 
-def split_steps(ar_steps: dict[str, list[dict[str, Any]]], layers: int) -> Split:
+def split_steps(ar_steps: dict[str, list[dict[str, Any]]]) -> Split:
     """Module docstring, step 2: the per-step work and the passes, fitted together.
 
     Every decode step of the three models is one equation over six non-negative unknowns (seconds):
-    the per-step work F0 + F1 b, the target's `layers` layers L0 + L1 b, the draft's pass D0 + D1 b:
+    the per-step work F0 + F1 b, the target's layers L0 + L1 b, the draft's pass D0 + D1 b:
 
         target  F0 + F1 b +         L0 + L1 b
         deeper  F0 + F1 b + DEPTH x (L0 + L1 b)
@@ -390,7 +390,7 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
               "gpu": DEVICE_KEY, "target": TARGET_KEY, "draft": DRAFT_KEY, "tensor_parallel_size": 1,
               "terms_from": f"AR runs of the target, a target {DEPTH}x as deep and the draft, timed by "
                             "difference"}
-    split = split_steps(measured["ar_steps"], base.tiny.layers)
+    split = split_steps(measured["ar_steps"])
     profile = replace(split.profile, source=source)
     lens = prompt_lengths(base)
     files = {"catalog.toml": catalog_text(catalog_doc(base, split.framework)),
