@@ -11,7 +11,9 @@ request that finishes first is not aborted.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 from psdsim.sim.acceptance import MAX_ACCEPTANCE, draw_request_acceptance
@@ -35,22 +37,39 @@ class Workload:
 
 
 def sample_prompt_lengths(ds: Dataset, n: int, max_prompt: int, rng: np.random.Generator) -> np.ndarray:
-    """Mixture of log-normals truncated to [min_prompt, max_prompt], by inverse-CDF sampling.
-    scipy.special is imported here, not at the top: a run with fixed prompt lengths or a trace
-    never needs it (issue #14: ~0.1 s of `psdsim run`'s start-up)."""
-    from scipy.special import ndtr, ndtri
-
+    """Mixture of log-normals truncated to [min_prompt, max_prompt], by inverse-CDF sampling."""
     lo, hi = ds.min_prompt, min(ds.max_prompt, max_prompt)
     weights = np.array([c.weight for c in ds.components], dtype=float)
     which = rng.choice(len(weights), size=n, p=weights / weights.sum())
     mu = np.array([c.mu for c in ds.components])[which]
     sigma = np.array([c.sigma for c in ds.components])[which]
     # Bounds are widened by half a token so that rounding maps onto [lo, hi] evenly.
-    f_lo = ndtr((np.log(lo - 0.5) - mu) / sigma) if lo > 0.5 else np.zeros(n)
-    f_hi = ndtr((np.log(hi + 0.5) - mu) / sigma)
+    f_lo = normal_cdf((np.log(lo - 0.5) - mu) / sigma) if lo > 0.5 else np.zeros(n)
+    f_hi = normal_cdf((np.log(hi + 0.5) - mu) / sigma)
     u = f_lo + rng.random(n) * (f_hi - f_lo)
-    lengths = np.exp(mu + sigma * ndtri(u))
+    lengths = np.exp(mu + sigma * normal_quantile(u))
     return np.clip(np.rint(lengths), lo, hi).astype(np.int64)
+
+
+# The standard normal's CDF and quantile from the standard library, not scipy.special: importing
+# scipy.special costs every `psdsim run` ~0.3-0.4 s of start-up (more than the engine loop of the
+# default scenario's first few thousand steps), and these run once per request. Both are accurate
+# to a few ulps, and the lengths they make are rounded to whole tokens, so they give the lengths
+# scipy's ndtr/ndtri gave (tests/test_workload.py compares them over millions of draws).
+_NORMAL = NormalDist()
+_SQRT_HALF = math.sqrt(0.5)
+
+
+def normal_cdf(x: np.ndarray) -> np.ndarray:
+    """P(Z <= x): erfc of the far tail, where 1 + erf(x) would cancel to nothing."""
+    return np.array([0.5 * math.erfc(-v * _SQRT_HALF) for v in x.tolist()], dtype=float)
+
+
+def normal_quantile(p: np.ndarray) -> np.ndarray:
+    """The inverse of normal_cdf; -inf at 0 and +inf at 1, as the limits are."""
+    quantile = _NORMAL.inv_cdf
+    return np.array([quantile(v) if 0.0 < v < 1.0 else (-math.inf if v <= 0.0 else math.inf)
+                     for v in p.tolist()], dtype=float)
 
 
 def make_workload(s: Scenario, cat: Catalog, rng: np.random.Generator) -> Workload:
