@@ -6,12 +6,14 @@ writes any request's state at any step, so they cannot stream): BYTES_PER_REQUES
 are packed in memory up to records.SPILL_ROWS, then moved to anonymous temporary files
 (sim/records.py, sim/spill.py): in memory a step costs BYTES_PER_STEP up to that bound, beyond it
 BYTES_PER_SPILLED_STEP (what summarize() gathers, a column at a time, from the table on disk), and
-DISK_BYTES_PER_STEP of temporary disk. The constants are this code's own footprint, measured by
-benchmarks/memory_footprint.py and benchmarks/million_requests.py (docs/measurements/), rounded
-up. The step count is bounded above by every running request gaining one token per step in
-batches of m (what AR does; speculative methods take fewer steps), so the estimate errs high. The
-CLI refuses a run whose estimate exceeds the memory or the temporary disk available, instead of
-letting the kernel kill it after minutes (issue #14: `--set requests=1000000000`).
+DISK_BYTES_PER_STEP of temporary disk. The constants are this code's own footprint, rounded up:
+benchmarks/million_requests.py measured ~0.4 KB a request (docs/measurements/million_requests.md),
+tests/test_spill.py bounds summarize() at ~10 bytes a spilled step, a packed row is 277 bytes.
+The step count is bounded above by every running request gaining one token per step in batches of
+m (what AR does; speculative methods take fewer steps), so the estimate errs high (3.6x the peak
+measured at 1 M requests of the default scenario, 2x its temporary disk). The CLI refuses a
+run whose estimate exceeds the memory or the temporary disk available, instead of letting the
+kernel kill it after minutes (issue #14: `--set requests=1000000000`).
 """
 
 from __future__ import annotations

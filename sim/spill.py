@@ -113,6 +113,8 @@ def release(values: np.ndarray) -> None:
     if not (isinstance(view, memoryview) and isinstance(view.obj, mmap.mmap) and values.nbytes):
         return
     mm = view.obj
+    if not hasattr(mm, "madvise"):   # Windows: the pages stay until the kernel reclaims them
+        return
     offset = values.ctypes.data - np.frombuffer(view, dtype=np.uint8, count=0).ctypes.data
     start = offset - offset % mmap.PAGESIZE
     mm.madvise(mmap.MADV_DONTNEED, start, min(offset + values.nbytes, len(mm)) - start)
