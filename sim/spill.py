@@ -93,6 +93,8 @@ class SpillFile:
         return out
 
     def _segments(self) -> list[np.ndarray]:
+        if not self.segments:
+            return []   # nothing written (an empty file cannot be mapped)
         self._fh.flush()
         mm = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
         return [np.frombuffer(mm, dtype=dt, count=rows, offset=offset) for dt, offset, rows in self.segments]

@@ -22,14 +22,19 @@ def test_the_estimate_grows_with_requests_and_output():
     assert estimate_bytes(small(requests=100, n=2)) > base
 
 
-def test_refused_with_the_estimate_the_limit_and_what_fits(monkeypatch):
-    monkeypatch.setattr(footprint, "available_bytes", lambda: 10**9)   # 1 GB
-    s = small(requests=10**7)
+def _refusal(s) -> tuple[str, int]:
+    """check_memory's refusal of s: its text and the request count it suggests."""
     with pytest.raises(ScenarioError) as err:
         check_memory([s])
+    assert err.value.field == "requests"
     text = str(err.value)
-    assert err.value.field == "requests" and "GB of memory" in text and "1.0 GB are available" in text
-    fits = int(re.search(r"lower requests to about ([\d,]+),", text).group(1).replace(",", ""))
+    return text, int(re.search(r"lower requests to about ([\d,]+),", text).group(1).replace(",", ""))
+
+
+def test_refused_with_the_estimate_the_limit_and_what_fits(monkeypatch):
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 10**9)   # 1 GB
+    text, fits = _refusal(small(requests=10**7))
+    assert "GB of memory" in text and "1.0 GB are available" in text
     assert 0 < estimate_bytes(small(requests=fits)) <= 10**9 < estimate_bytes(small(requests=fits + 1))
     check_memory([small(requests=100)])                                  # fits: no error
     with pytest.raises(ScenarioError):
@@ -60,12 +65,8 @@ def test_memory_past_the_spill_bound_grows_by_a_few_bytes_a_step():
 def test_refused_when_the_temporary_disk_cannot_hold_the_spilled_steps(monkeypatch):
     monkeypatch.setattr(footprint, "available_bytes", lambda: None)
     monkeypatch.setattr(footprint, "available_disk_bytes", lambda: 10**9)
-    s = small(requests=10**6)
-    with pytest.raises(ScenarioError) as err:
-        check_memory([s])
-    text = str(err.value)
-    assert err.value.field == "requests" and "GB of temporary disk" in text and "TMPDIR" in text
-    fits = int(re.search(r"lower requests to about ([\d,]+),", text).group(1).replace(",", ""))
+    text, fits = _refusal(small(requests=10**6))
+    assert "GB of temporary disk" in text and "TMPDIR" in text
     assert 0 < spill_bytes(small(requests=fits)) <= 10**9 < spill_bytes(small(requests=fits + 1))
     check_memory([small(requests=fits)])
 

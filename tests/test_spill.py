@@ -15,7 +15,6 @@ import pytest
 from psdsim.sim import records, run, spill
 from psdsim.sim.output import results
 from psdsim.sim.output.results import table_csv
-from psdsim.sim.records import STEP_COLUMNS, StepRows, step_table
 from psdsim.sim.run import simulate
 
 from tests.conftest import small
@@ -56,32 +55,6 @@ def test_a_spilled_run_is_the_unspilled_run_bit_for_bit(monkeypatch, name):
     _same(cut.steps, whole.steps)
     _same(cut.requests, whole.requests)
     assert table_csv(cut.steps) == table_csv(whole.steps)
-
-
-def test_parts_of_different_dtypes_join_as_one_array_would_when_spilled(monkeypatch):
-    """A narrow string part before a wide one (the file is converted), ints after floats and bools
-    beside ints (cast into the segment), None beside ints (an object column stays in memory)."""
-    monkeypatch.setattr(records, "CHUNK_ROWS", 2)
-    monkeypatch.setattr(records, "SPILL_ROWS", 1)
-    monkeypatch.setattr(spill, "BLOCK_ROWS", 3)
-    variants = [("decode", 1, True, 1), ("decode", 2, False, 2), ("prefill", None, 1, 2.5),
-                ("decode", 4, 0, 3), ("decode", 5, True, 4), ("prefill", 6, False, 5),
-                ("decode", None, 2, 6)]
-    rows = []
-    for kind, batch0, parallelised, start in variants:
-        row = [0] * len(STEP_COLUMNS)
-        row[STEP_COLUMNS.index("kind")] = kind
-        row[STEP_COLUMNS.index("batch0")] = batch0
-        row[STEP_COLUMNS.index("parallelised")] = parallelised
-        row[STEP_COLUMNS.index("start_s")] = start
-        rows.append(tuple(row))
-    packed = StepRows()
-    for r in rows:
-        packed.append(r)
-    table = step_table(packed)
-    whole = {name: np.array(col) for name, col in zip(STEP_COLUMNS, zip(*rows, strict=True), strict=True)}
-    _same(table, whole)
-    assert _mapped(table["kind"]) and _mapped(table["start_s"]) and not _mapped(table["batch0"])
 
 
 def _open_in(folder: Path) -> list[str]:

@@ -1,12 +1,12 @@
-"""A run packs its step rows into column arrays every CHUNK_ROWS rows and folds its verification
-log into per-request totals every LOG_FOLD steps (memory, issue #14); the step and request tables
-must be what they were without, whatever the chunking."""
+"""A run packs its step rows into column arrays every CHUNK_ROWS rows (moved to disk past
+SPILL_ROWS) and folds its verification log into per-request totals every LOG_FOLD steps (memory,
+issue #14); the step and request tables must be what they were without, whatever the chunking."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from psdsim.sim import records, requests
+from psdsim.sim import records, requests, spill
 from psdsim.sim.records import STEP_COLUMNS, StepRows, step_table
 from psdsim.sim.run import simulate
 
@@ -38,13 +38,17 @@ def test_a_runs_tables_do_not_depend_on_the_chunking(monkeypatch, method):
     assert cut.summary == whole.summary
 
 
-def test_parts_of_different_dtypes_join_as_one_array_would(monkeypatch):
-    """None in one part and ints in another (an object column), bools beside ints, ints beside
-    floats, strings of different widths."""
+@pytest.mark.parametrize("spill_rows", [10**9, 1], ids=["in memory", "spilled"])
+def test_parts_of_different_dtypes_join_as_one_array_would(monkeypatch, spill_rows):
+    """None in one part and ints in another (an object column, which stays in memory when the
+    rest spills), bools beside ints, ints beside floats, strings of different widths (a narrow
+    part first: a spilled file is converted)."""
     monkeypatch.setattr(records, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(records, "SPILL_ROWS", spill_rows)
+    monkeypatch.setattr(spill, "BLOCK_ROWS", 3)
     base = [0] * len(STEP_COLUMNS)
-    variants = [("decode", None, True, 1), ("prefill", 3, False, 2.5), ("decode", 4, 1, 3),
-                ("decode", None, 0, 4), ("prefill", 5, True, 5.0)]
+    variants = [("decode", 1, True, 1), ("decode", None, True, 1), ("prefill", 3, False, 2.5),
+                ("decode", 4, 1, 3), ("decode", None, 0, 4), ("prefill", 5, True, 5.0), ("decode", 6, 2, 6)]
     rows = []
     for kind, batch0, parallelised, start in variants:
         row = list(base)
@@ -56,5 +60,8 @@ def test_parts_of_different_dtypes_join_as_one_array_would(monkeypatch):
     packed = StepRows()
     for r in rows:
         packed.append(r)
-    _same(step_table(packed), _whole(rows))
+    table = step_table(packed)
+    _same(table, _whole(rows))
+    mapped = {name for name, values in table.items() if isinstance(values.base, memoryview)}
+    assert mapped == (set(STEP_COLUMNS) - {"batch0"} if spill_rows == 1 else set())
     assert step_table(StepRows())["kind"].size == 0
