@@ -19,7 +19,7 @@ for it in SimPy, because drafting that starts meanwhile can push its end later.
 
 The drafter GPUs (`Drafter`) do two kinds of work. Work the driver runs in its own process and
 waits for in the same step (MineDraft's driver runs on its drafter GPU; SD's draft shares the
-driver's loop) is a plain timeout: one event. Work handed to drafter workers (a PSD ring drafts
+driver's loop) is booked like a target pass (`Drafter.book`): no event of its own. Work handed to drafter workers (a PSD ring drafts
 sub-batches in the background, across steps) goes through a queue, urgent before background and
 first come first served within each, served by D processes, one job at a time each.
 
@@ -289,12 +289,6 @@ class Drafter:
                 self.timeline.drafting(self.tracks[0], f"{name} B{sub_batch}", at, end,
                                        sub_batch=sub_batch, batch=batch, k=k)
         return end
-
-    def run(self, seconds: float, name: str, batch: int, k: int,
-            sub_batch: int | None = None) -> simpy.Timeout:
-        """`book` from now, as a timeout to wait for (a step that waits in SimPy)."""
-        self.book(self.env.now, seconds, name, batch, k, sub_batch)
-        return self.env.timeout(seconds)
 
     # -- drafter workers ------------------------------------------------------------------
 

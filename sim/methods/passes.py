@@ -2,7 +2,7 @@
 
 `TargetPass` owns what the pass costs: its prefill chunks' work, the bytes its inputs and sampler
 output put on the link, the contention with drafting that runs beside it (sim/overlap.py), and
-what the step's figures say of it (verify_s, comm_s, link_critical_s). `after_pass` is the
+what the step's figures say of it (verify_s, comm_s, link_critical_s). `after_pass_end` is the
 driver's work once the pass is back: what is left of the draft model's prompt pass, rejection
 sampling, the framework overhead and KV swaps, slowed by the drafter's idling where a profile
 measured it.
@@ -15,7 +15,7 @@ from typing import Any
 
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, Chunks
-from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob, wait_until
+from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob
 from psdsim.sim.execution import DRIVER_PREP, driver_prep, framework, verify_parts
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from psdsim.sim.methods.common import SimContext
@@ -98,13 +98,6 @@ class TargetPass:
             sim.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, at, end)
         return end
 
-    def prepare(self, st: StepRecord) -> Generator[Any, Any, None]:
-        """`prepared` from now, waited for in SimPy (a step that waits in SimPy)."""
-        env = self.sim.env
-        end = self.prepared(st, env.now)
-        if self.prep_s:
-            yield from wait_until(env, end)
-
     def book(self, name: str, at: float, sub_batch: int | None = None, k: int | None = None,
              drafts_used: bool | None = None) -> float:
         """Serve the pass from `at` on a verifier that nothing else can slow (Verifier.book);
@@ -143,20 +136,14 @@ class TargetPass:
                                   - max(job.compute_s, beside))
 
 
-def after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
-               scored: bool, waited_from: float, reject_on: str | None = DRAFTER,
-               queued: bool = False, emitting: int = 0) -> Generator[Any, Any, None]:
-    """The driver's work once the target pass is back, waited for in SimPy (see `after_pass_end`).
-    `queued`: the drafter's part waits for a free drafter worker (a PSD ring, whose drafters
-    draft in the background), and the driver's part follows it."""
-    env = sim.env
-    if not queued:
-        end = after_pass_end(sim, plan, st, chunks, tokens, scored, waited_from, env.now, reject_on, emitting)
-        yield from wait_until(env, end)
-        return
-    drafter, tl = sim.drafter, sim.timeline
+def queued_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
+                      scored: bool, waited_from: float, emitting: int) -> Generator[Any, Any, None]:
+    """The driver's work once the target pass is back (see `after_pass_end`), in a PSD ring,
+    whose drafters draft in the background: the drafter's part (the draft model's prompt pass,
+    rejection sampling) waits for a free drafter worker, and the driver's part follows it."""
+    env, drafter, tl = sim.env, sim.drafter, sim.timeline
     assert drafter is not None
-    sync_s, reject_s, swap_s, overhead = _after_pass_work(sim, plan, st, chunks, tokens, scored, reject_on,
+    sync_s, reject_s, swap_s, overhead = _after_pass_work(sim, plan, st, chunks, tokens, scored, DRAFTER,
                                                           emitting)
     if sync_s + reject_s:
         yield drafter.submit(AfterPassJob(((DRAFT_PREFILL, sync_s), (REJECT, reject_s)), waited_from),

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
+from psdsim.sim.devices import wait_until
 from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -49,7 +50,7 @@ from psdsim.sim.methods.common import (
     record,
     verify_outcome,
 )
-from psdsim.sim.methods.passes import TargetPass, after_pass, chunk_work
+from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 
@@ -87,16 +88,16 @@ class PEARL(EngineMethod):
         rows = draft_rows(sim, ids, st)
         ahead_s = sim.cost.draft(rows, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
         ahead_s = target.contend(ahead_s)
-        yield from target.prepare(st)
-        done = target.submit("verify", None, k, use_drafts) if batch else target.submit("prefill")
-        if batch:
-            yield drafter.run(ahead_s, "draft ahead", batch, k)
-        drafted_at = env.now
-        yield done
-        st.wait_s = env.now - drafted_at if batch else 0.0
-        st.draft_s += ahead_s   # after the driver's input prep (TargetPass.prepare), a part of it
+        # priced in turn from the step's start and waited for once (nothing else runs beside it)
+        t = target.prepared(st, start)
+        back = target.book("verify", t, None, k, use_drafts) if batch else target.book("prefill", t)
+        drafted_at = drafter.book(t, ahead_s, "draft ahead", batch, k) if batch else t
+        now = back if back > drafted_at else drafted_at
+        st.wait_s = now - drafted_at if batch else 0.0
+        st.draft_s += ahead_s   # after the driver's input prep (TargetPass.prepared), a part of it
         st.drafter_s += ahead_s
-        yield from after_pass(sim, plan, st, chunks, tokens, bool(batch), drafted_at, emitting=batch)
+        end = after_pass_end(sim, plan, st, chunks, tokens, bool(batch), drafted_at, now, emitting=batch)
+        yield from wait_until(env, end)
         self._verify(ids, proposed, total, st)
         target.measured(st, ahead_s if batch else None)
         st.parallelised, st.verified, st.drafted, st.scored = batch > 0, batch, batch, tokens if batch else 0

@@ -46,7 +46,7 @@ from psdsim.sim.methods.common import (
     verify_outcome,
 )
 from psdsim.sim.methods.draft_length import Selection, draft_length
-from psdsim.sim.methods.passes import TargetPass, after_pass, after_pass_end, chunk_work
+from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work, queued_after_pass
 from psdsim.sim.methods.refill import EMPTY, BatchManagerRefill, RoundRobinRefill
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
@@ -135,8 +135,7 @@ class PipelinedSD(EngineMethod):
             if target.prep_s:
                 yield from wait_until(env, t)
             yield target.submit(name, v, k)
-            yield from after_pass(sim, plan, st, chunks, tokens, v is not None, t, queued=True,
-                                  emitting=len(ids))
+            yield from queued_after_pass(sim, plan, st, chunks, tokens, v is not None, t, emitting=len(ids))
         else:
             back = target.book(name, t, v, k)
             drafted_at = t
