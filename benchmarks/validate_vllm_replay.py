@@ -1,13 +1,14 @@
 """A recorded `psdsim validate --engine vllm` predicted again from its own measurements.
 
 The report folder's measured.json (vLLM's AR timings and its AR and SD runs) is predicted with this
-checkout's engine/validate/vllm.py and, with --against COMMIT, with that commit's version of the
-file (read with `git show`, run beside this checkout's simulator): the same measurements on both
-sides, so the difference between the two columns is the model's alone, not the machine's. Issue
+checkout's engine/validate/vllm.py and, with --against COMMIT (repeatable), with that commit's
+version of the file (read with `git show`, run beside this checkout's simulator): the same
+measurements in every column, so the differences are the models' alone, not the machine's. Issue
 #11's question: does pricing the per-step framework work once per step, apart from the passes,
-predict vLLM's SD better than pricing every draft pass as a whole AR step? Needs no vLLM.
+predict vLLM's SD better than pricing every draft pass as a whole AR step (3fb1a45)? And does one
+cost per SD step, fitted at k=1, predict the other k (against 9ad707c, the split alone)? Needs no vLLM.
 
-    python benchmarks/validate_vllm_replay.py REPORT_DIR --against 3fb1a45 [--record]
+    python benchmarks/validate_vllm_replay.py REPORT_DIR --against 9ad707c --against 3fb1a45 [--record]
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def pct(x: float | None) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("report", type=Path, help="a `psdsim validate --engine vllm` report folder")
-    p.add_argument("--against", help="also predict with this commit's engine/validate/vllm.py")
+    p.add_argument("--against", action="append", default=[],
+                   help="also predict with this commit's engine/validate/vllm.py (repeatable)")
     add_record_flag(p)
     args = p.parse_args()
     measured = json.loads((args.report / "measured.json").read_text())
@@ -70,21 +72,27 @@ def main() -> None:
     say = Lines()
     with tempfile.TemporaryDirectory() as tmp:
         new = rows_of(current, base, ks, measured, Path(tmp) / "new")
-        old = rows_of(baseline(args.against), base, ks, measured, Path(tmp) / "old") if args.against else {}
+        spec = json.loads((Path(tmp) / "new" / "validate.json").read_text())["spec_step"]
+        old = [rows_of(baseline(c), base, ks, measured, Path(tmp) / c) for c in args.against]
         split = current.split_steps(measured["ar_steps"])
     f, draft, verify = split.framework, split.profile.terms["draft"], split.profile.terms["verify"]
     say(f"per-step work {1e3 * f.fixed:.2f} ms + {1e6 * f.per_request:.0f} us per request; the target's "
         f"layers {1e3 * verify.coef[0]:.2f} ms + {1e6 * verify.coef[1]:.0f} us per token; a draft pass "
-        f"{1e3 * draft.coef[0]:.2f} ms + {1e6 * draft.coef[1]:.0f} us per request")
-    against = f"at {args.against}" if args.against else ""
-    say(f"{'run':<7}{'tok/s measured':>16}{'error now':>11}{against:>14}{'p50 ms measured':>17}"
-        f"{'error now':>11}{against:>14}")
+        f"{1e3 * draft.coef[0]:.2f} ms + {1e6 * draft.coef[1]:.0f} us per request; per SD step "
+        + (f"{spec['ms']:.2f} ms (fitted to {spec['fitted_on']}, marked *)" if spec["fitted_on"]
+           else spec["note"]))
+    against = "".join(f"{'at ' + c:>14}" for c in args.against)
+    say(f"{'run':<7}{'tok/s measured':>16}{'error now':>11}{against}"
+        f"{'p50 ms measured':>17}{'error now':>11}{against}")
+
+    def errors(run: str, key: str) -> str:
+        return "".join(f"{pct(before.get(run, {}).get(key, {}).get('error')):>14}" for before in old)
+
     for run, cells in new.items():
         tok, p50 = cells["output_tok_s"], cells["latency_ms.p50"]
-        before = old.get(run, {})
-        say(f"{run:<7}{tok['measured']:>16.1f}{pct(tok['error']):>11}"
-            f"{pct(before.get('output_tok_s', {}).get('error')):>14}{p50['measured']:>17.0f}"
-            f"{pct(p50['error']):>11}{pct(before.get('latency_ms.p50', {}).get('error')):>14}")
+        name = run + ("*" if run == spec["fitted_on"] else "")
+        say(f"{name:<7}{tok['measured']:>16.1f}{pct(tok['error']):>11}{errors(run, 'output_tok_s')}"
+            f"{p50['measured']:>17.0f}{pct(p50['error']):>11}{errors(run, 'latency_ms.p50')}")
     if args.record:
         path = write("validate_vllm_replay", "vLLM validation predicted again from its measurements", say,
                      f"Report folder `{args.report}` (measured by `psdsim validate --engine vllm`); error = "

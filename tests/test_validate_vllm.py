@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from psdsim.calibration.trace_error import TraceError
 from psdsim.engine.validate import vllm as validate_vllm
+from psdsim.engine.validate.reference import predicted_summary
 from psdsim.engine.validate.report import error_interval
 from psdsim.engine.validate.vllm import (
     DEPTH,
@@ -31,6 +32,7 @@ from psdsim.engine.validate.vllm import (
     table_lines,
 )
 from psdsim.engine.vllm.config import VllmConfig
+from psdsim.sim.profile import load_profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 
@@ -142,7 +144,7 @@ def test_the_prediction_runs_the_fitted_steps(tmp_path: Path):
     ar = rows["ar"]["metrics"]["output_tok_s"]
     assert ar["predicted"] == pytest.approx(4 * 32 / makespan, rel=0.02)
     assert ar["error"] == pytest.approx((ar["predicted"] - 500.0) / 500.0)
-    assert rows["ar"]["in_sample"] and not rows["sd_k3"]["in_sample"]
+    assert rows["ar"]["in_sample"] and rows["sd_k1"]["in_sample"] and not rows["sd_k3"]["in_sample"]
     assert report["engine_version"] == "test"
     assert report["framework"]["step_ms"] == pytest.approx(1e3 * FRAMEWORK[0], rel=0.02)
     for name in ("validate.json", "validate.png", "profile.json", "catalog.toml", "requests.jsonl",
@@ -153,17 +155,69 @@ def test_the_prediction_runs_the_fitted_steps(tmp_path: Path):
 
 def test_an_sd_step_pays_the_per_step_work_once_and_k_draft_passes(tmp_path: Path):
     """The written SD scenario, simulated: every pure decode step's framework time is the per-step
-    work of its running requests, its drafting k passes of the draft's layers, its target pass the
-    target's layers over the positions it scores."""
-    predict(_config(tmp_path), _measured())
+    work of its running requests, its drafting k passes of the draft's layers plus the per-SD-step
+    cost once, its target pass the target's layers over the positions it scores."""
+    report = predict(_config(tmp_path), _measured())
+    spec = report["spec_step"]["ms"] * 1e-3
     steps = simulate(load_scenario(tmp_path / "v" / "scenarios" / "sd_k3.toml")).steps
     decode = (steps["kind"] == "decode") & (steps["prefill_tokens"] == 0)
     assert decode.sum() > 10
     running, verified, scored = (steps[c][decode].astype(float) for c in ("running", "verified", "scored"))
     assert steps["framework_s"][decode] == pytest.approx(FRAMEWORK[0] + FRAMEWORK[1] * running, rel=0.03)
-    assert steps["draft_s"][decode] == pytest.approx(3 * (DRAFT_LAYERS[0] + DRAFT_LAYERS[1] * verified),
-                                                     rel=0.03)
+    assert steps["draft_s"][decode] == pytest.approx(
+        spec + 3 * (DRAFT_LAYERS[0] + DRAFT_LAYERS[1] * verified), rel=0.03)
     assert steps["verify_s"][decode] == pytest.approx(LAYERS[0] + LAYERS[1] * scored, rel=0.03)
+
+
+SPEC_STEP = 6e-3   # the known per-SD-step cost the synthetic SD runs below are made with (seconds)
+
+
+def _sd_truth(tmp_path: Path) -> dict[str, float]:
+    """SD throughput at k=1 and k=3 as an engine that pays SPEC_STEP once per SD step on top of the
+    split would run: the written scenarios simulated with that cost in their profile."""
+    predict(_config(tmp_path / "truth"), _measured())
+    folder = tmp_path / "truth" / "v"
+    profile = validate_vllm.with_spec_step(load_profile(folder / "profile.json"), SPEC_STEP)
+    (folder / "profile.json").write_text(profile.to_json())
+    return {name: predicted_summary(load_scenario(folder / "scenarios" / f"{name}.toml"))["output_tok_s"]
+            for name in ("sd_k1", "sd_k3")}
+
+
+def test_the_per_sd_step_cost_is_fitted_at_k1_and_predicts_the_other_k(tmp_path: Path):
+    """SD runs that pay a known cost per SD step, which AR runs cannot show: the fit recovers it
+    from k=1 alone (in-sample) and predicts k=3 with it (held out); the split alone misses k=3."""
+    truth = _sd_truth(tmp_path)
+    runs = {"ar": _fake_run(500.0), "sd_k1": _fake_run(truth["sd_k1"], 1.8),
+            "sd_k3": _fake_run(truth["sd_k3"], 2.6)}
+    report = predict(_config(tmp_path), _measured(runs=runs))
+    assert report["spec_step"]["ms"] == pytest.approx(1e3 * SPEC_STEP, rel=0.02)
+    assert report["profile"]["draft"]["coef"][3] == pytest.approx(SPEC_STEP, rel=0.02)
+    rows = {r["run"]: r for r in report["rows"]}
+    assert rows["sd_k1"]["in_sample"] and not rows["sd_k3"]["in_sample"]
+    assert abs(rows["sd_k1"]["metrics"]["output_tok_s"]["error"]) < 0.01
+    assert abs(rows["sd_k3"]["metrics"]["output_tok_s"]["error"]) < 0.01
+    lines = "\n".join(table_lines(report))
+    assert "sd_k1*" in lines and "sd_k3 " in lines and "fitted to sd_k1; every other k held out" in lines
+    # without the term (a k=1 run that hides nothing) the same k=3 is over-predicted
+    fast = predict(VllmValidateConfig(_config(tmp_path).base, tmp_path / "w", ks=(3,)),
+                   _measured(runs={"ar": runs["ar"], "sd_k3": runs["sd_k3"]}))
+    assert fast["rows"][1]["metrics"]["output_tok_s"]["error"] > 0.1
+
+
+def test_without_a_k1_run_nothing_is_fitted_and_the_report_says_so_once(tmp_path: Path):
+    runs = {"ar": _fake_run(500.0), "sd_k3": _fake_run(450.0, 2.6)}
+    cfg = VllmValidateConfig(_config(tmp_path).base, tmp_path / "v", ks=(3,))
+    report = predict(cfg, _measured(runs=runs))
+    assert report["spec_step"]["ms"] is None and report["profile"]["draft"]["coef"][3] == 0.0
+    assert not any(r["in_sample"] for r in report["rows"] if r["method"] == "sd")
+    said = [line for line in table_lines(report) if "k=1" in line]
+    assert len(said) == 1 and "not fitted" in said[0]
+
+
+def test_the_per_sd_step_cost_is_never_negative(tmp_path: Path):
+    """SD at k=1 measured faster than the split predicts leaves nothing to charge: 0, not less."""
+    runs = {"ar": _fake_run(500.0), "sd_k1": _fake_run(1e6, 1.8), "sd_k3": _fake_run(450.0, 2.6)}
+    assert predict(_config(tmp_path), _measured(runs=runs))["spec_step"]["ms"] == 0.0
 
 
 def test_repeated_runs_give_each_metric_its_interval(tmp_path: Path):

