@@ -19,9 +19,10 @@ for it in SimPy, because drafting that starts meanwhile can push its end later.
 
 The drafter GPUs (`Drafter`) do two kinds of work. Work the driver runs in its own process and
 waits for in the same step (MineDraft's driver runs on its drafter GPU; SD's draft shares the
-driver's loop) is booked like a target pass (`Drafter.book`): no event of its own. Work handed to drafter workers (a PSD ring drafts
-sub-batches in the background, across steps) goes through a queue, urgent before background and
-first come first served within each, served by D processes, one job at a time each.
+driver's loop) is booked like a target pass (`Drafter.book`): no event of its own. Work handed
+to drafter workers (a PSD ring drafts sub-batches in the background, across steps) goes through
+a queue, urgent before background and first come first served within each, served by D
+processes, one job at a time each.
 
 When the run records a timeline (sim/timeline.py) each transfer, each target pass and each piece
 of drafter work adds a slice with its exact start and end; otherwise the only cost is a None
