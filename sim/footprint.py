@@ -11,7 +11,11 @@ benchmarks/million_requests.py measured ~0.4 KB a request (docs/measurements/mil
 tests/test_spill.py bounds summarize() at ~10 bytes a spilled step, a packed row is 277 bytes.
 The step count is bounded above by every running request gaining one token per step in batches of
 m (what AR does; speculative methods take fewer steps), so the estimate errs high (3.6x the peak
-measured at 1 M requests of the default scenario, 2x its temporary disk). The CLI refuses a
+measured at 1 M requests of the default scenario, 2x its temporary disk). A run that records its
+timeline for `--trace` keeps every slice in memory and builds the trace document at the end:
+BYTES_PER_TRACED_STEP more a step (measured on 300-request runs with tracemalloc: PSD, whose steps
+have the most slices, 2.4 KB a step recorded and 8.8 KB more at the peak of writing the trace;
+SD 1.3 KB, AR 0.7 KB recorded). The CLI refuses a
 run whose estimate exceeds the memory or the temporary disk available, instead of letting the
 kernel kill it after minutes (issue #14: `--set requests=1000000000`).
 """
@@ -31,6 +35,7 @@ BYTES_PER_REQUEST = 1024
 BYTES_PER_STEP = 1024
 BYTES_PER_SPILLED_STEP = 16
 DISK_BYTES_PER_STEP = 288   # the step table's columns: 35 of 8 bytes or fewer, the kind (28)
+BYTES_PER_TRACED_STEP = 16 * 1024   # timeline slices and the trace document (2.4 + 8.8 KB, rounded up)
 # What a run allocates whatever its size (the workload's draws, the scheduler, the first packed
 # chunk): small runs measured ~10 MB above the per-request and per-step terms.
 BYTES_PER_RUN = 32 * 2**20
@@ -51,13 +56,14 @@ def _held_steps(steps: int) -> int:
     return min(steps, records.SPILL_ROWS + records.CHUNK_ROWS)
 
 
-def estimate_bytes(s: Scenario, requests: int | None = None) -> int:
-    """The memory one run of s (with `requests` prompts, default s's) keeps at its peak."""
+def estimate_bytes(s: Scenario, requests: int | None = None, traced: bool = False) -> int:
+    """The memory one run of s (with `requests` prompts, default s's) keeps at its peak;
+    `traced`: it records its timeline and writes it as a trace (`psdsim run --trace`)."""
     n = s.requests if requests is None else requests
     steps = steps_bound(s, n)
     held = _held_steps(steps)
     return (BYTES_PER_RUN + n * s.n * BYTES_PER_REQUEST + held * BYTES_PER_STEP
-            + (steps - held) * BYTES_PER_SPILLED_STEP)
+            + (steps - held) * BYTES_PER_SPILLED_STEP + (steps * BYTES_PER_TRACED_STEP if traced else 0))
 
 
 def spill_bytes(s: Scenario, requests: int | None = None) -> int:
@@ -96,12 +102,12 @@ def available_disk_bytes() -> int | None:
         return None
 
 
-def _most_requests(runs: list[Scenario], have: int | None, free: int | None) -> int:
+def _most_requests(runs: list[Scenario], have: int | None, free: int | None, traced: bool) -> int:
     """The largest request count (at most the runs' own, at least 1) for which the runs'
     estimates together fit in the memory `have` and the temporary disk `free` (None: unknown)."""
     def fits(n: int) -> bool:
         cut = [(s, min(n, s.requests)) for s in runs]
-        return ((have is None or sum(estimate_bytes(s, r) for s, r in cut) <= have)
+        return ((have is None or sum(estimate_bytes(s, r, traced) for s, r in cut) <= have)
                 and (free is None or sum(spill_bytes(s, r) for s, r in cut) <= free))
 
     lo, hi = 1, max(s.requests for s in runs)
@@ -111,23 +117,26 @@ def _most_requests(runs: list[Scenario], have: int | None, free: int | None) -> 
     return lo
 
 
-def check_memory(scenarios: Iterable[Scenario], held: str = "") -> None:
+def check_memory(scenarios: Iterable[Scenario], held: str = "", traced: bool = False) -> None:
     """ScenarioError naming `requests` when the runs held together (`held` says why several are)
-    cannot fit in the memory available, or their spilled step tables in the temporary disk; the
-    fix names the largest request count that fits both."""
+    cannot fit in the memory available (`traced`: each records its timeline for a trace), or their
+    spilled step tables in the temporary disk; the fix names the largest request count that fits
+    both."""
     runs = list(scenarios)
     s = runs[0]
-    why = f" ({held})" if held else ""
+    notes = [held] * bool(held) + ["with the timeline for --trace"] * traced
+    why = f" ({', '.join(notes)})" if notes else ""
     have, free = available_bytes(), available_disk_bytes()
-    need, disk = sum(estimate_bytes(r) for r in runs), sum(spill_bytes(r) for r in runs)
-    if have is not None and need > have:
+    need, disk = sum(estimate_bytes(r, traced=traced) for r in runs), sum(spill_bytes(r) for r in runs)
+    short_of_memory, short_of_disk = have is not None and need > have, free is not None and disk > free
+    if not (short_of_memory or short_of_disk):
+        return
+    most = _most_requests(runs, have, free, traced)
+    if short_of_memory:
         raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
                             f"{need / GB:,.1f} GB of memory{why}, but {have / GB:,.1f} GB are available",
-                            f"lower requests to about {_most_requests(runs, have, free):,}, or run on a "
-                            "machine with more memory")
-    if free is not None and disk > free:
-        raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
-                            f"{disk / GB:,.1f} GB of temporary disk for their step tables{why}, but "
-                            f"{tempfile.gettempdir()} has {free / GB:,.1f} GB free",
-                            f"lower requests to about {_most_requests(runs, have, free):,}, or set TMPDIR "
-                            "to a folder on a larger disk")
+                            f"lower requests to about {most:,}, or run on a machine with more memory")
+    raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
+                        f"{disk / GB:,.1f} GB of temporary disk for their step tables{why}, but "
+                        f"{tempfile.gettempdir()} has {free / GB:,.1f} GB free",
+                        f"lower requests to about {most:,}, or set TMPDIR to a folder on a larger disk")

@@ -74,3 +74,37 @@ def test_refused_when_the_temporary_disk_cannot_hold_the_spilled_steps(monkeypat
 def test_the_machine_reports_a_limit():
     have = footprint.available_bytes()
     assert have is None or have > 0
+
+
+def test_a_traced_run_counts_its_timeline(monkeypatch):
+    """`psdsim run --trace` keeps every timeline slice and builds the trace document at the end
+    (~11 KB a PSD step measured): the estimate adds BYTES_PER_TRACED_STEP a step, so a run that
+    fits untraced can be refused traced, saying why."""
+    s = small(requests=20_000)
+    traced = estimate_bytes(s, traced=True) - estimate_bytes(s)
+    assert traced == steps_bound(s) * footprint.BYTES_PER_TRACED_STEP
+    monkeypatch.setattr(footprint, "available_bytes", lambda: estimate_bytes(s) + 1)
+    monkeypatch.setattr(footprint, "available_disk_bytes", lambda: None)
+    check_memory([s])
+    with pytest.raises(ScenarioError) as err:
+        check_memory([s], traced=True)
+    text = str(err.value)
+    assert "with the timeline for --trace" in text
+    fits = int(re.search(r"lower requests to about ([\d,]+),", text).group(1).replace(",", ""))
+    assert estimate_bytes(s.replace(requests=fits), traced=True) <= estimate_bytes(s) + 1
+
+
+def test_psdsim_run_refuses_a_trace_the_machine_cannot_hold(monkeypatch, tmp_path, capsys):
+    """Exit 2 with one line naming --trace, before any run, and no trace file written."""
+    from psdsim.cli import main
+
+    s = small(requests=20_000)
+    monkeypatch.setattr(footprint, "available_bytes", lambda: estimate_bytes(s) + 1)
+    monkeypatch.setattr(footprint, "available_disk_bytes", lambda: None)
+    sets = [arg for field in ("requests", "m", "k", "output_len", "prompt_len", "seed")
+            for arg in ("--set", f"{field}={getattr(s, field)}")]
+    trace = tmp_path / "t.json"
+    assert main(["run", *sets, "--no-write", "--trace", str(trace)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("psdsim: error:") and "--trace" in err[0]
+    assert not trace.exists()

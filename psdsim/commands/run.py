@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.sim.scenario import load_scenario
 
     s = load_scenario(args.scenario, overrides(args), args.method, args.preset)
-    check_memory([s])   # before anything is allocated: refuse what the machine cannot hold
+    # before anything is allocated: refuse what the machine cannot hold (a trace keeps every slice)
+    check_memory([s], traced=args.trace is not None)
     trace = args.trace
     if trace is not None and not trace.parent.is_dir():  # checked first: a typo costs no run
         raise user_error("--trace", f"cannot write {str(trace)!r} (no folder {str(trace.parent)!r})",
