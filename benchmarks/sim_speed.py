@@ -42,11 +42,7 @@ def main() -> None:
     add_record_flag(parser)
     args = parser.parse_args()
     if args.against:
-        lines = speed_vs.compare_against(args.against, args.methods.split(","), args.repeats)
-        if args.record:
-            path = write("speed_vs", "Speed against a baseline commit", lines,
-                         speed_vs.notes(args.against, args.repeats))
-            print(f"recorded: {path}")
+        speed_vs.compare_and_record(args.against, args.methods.split(","), args.repeats, args.record)
         return
     lines = [f"{'scenario':<24}{'wall s':>9}{'sim s':>10}{'sim s/wall s':>14}"
              f"{'steps':>8}{'steps/wall s':>14}"]

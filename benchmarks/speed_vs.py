@@ -94,13 +94,18 @@ def compare_against(rev: str, methods: list[str], repeats: int) -> list[str]:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
 
 
-def notes(rev: str, repeats: int) -> str:
-    return (f"Baseline: {rev}. Median over {repeats} interleaved pairs of fresh processes; "
-            "`loop` is simulate() of the default scenario priced by the roofline in both trees, "
-            "`process` the whole `psdsim run` (start-up, simulation, results folder). "
-            "ratio = old / new per pair, median (above 1: this checkout is faster). `wall` is "
-            "elapsed time, `cpu` the process's own user + system time, which other jobs on a "
-            "shared machine disturb less.")
+def compare_and_record(rev: str, methods: list[str], repeats: int, record: bool) -> None:
+    """The comparison against `rev`, printed, and with `record` written to
+    docs/measurements/speed_vs.md (this script and sim_speed.py --against)."""
+    lines = compare_against(rev, methods, repeats)
+    if record:
+        notes = (f"Baseline: {rev}. Median over {repeats} interleaved pairs of fresh processes; "
+                 "`loop` is simulate() of the default scenario priced by the roofline in both trees, "
+                 "`process` the whole `psdsim run` (start-up, simulation, results folder). "
+                 "ratio = old / new per pair, median (above 1: this checkout is faster). `wall` is "
+                 "elapsed time, `cpu` the process's own user + system time, which other jobs on a "
+                 "shared machine disturb less.")
+        print(f"recorded: {write('speed_vs', 'Speed against a baseline commit', lines, notes)}")
 
 
 def main() -> None:
@@ -110,10 +115,7 @@ def main() -> None:
     parser.add_argument("--methods", default="psd,sd,ar")
     add_record_flag(parser)
     args = parser.parse_args()
-    lines = compare_against(args.against, args.methods.split(","), args.repeats)
-    if args.record:
-        path = write("speed_vs", "Speed against a baseline commit", lines, notes(args.against, args.repeats))
-        print(f"recorded: {path}")
+    compare_and_record(args.against, args.methods.split(","), args.repeats, args.record)
 
 
 def _compare(old: Path, new: Path, methods: list[str], repeats: int, scratch: Path) -> list[str]:

@@ -124,7 +124,9 @@ def check_memory(scenarios: Iterable[Scenario], held: str = "", traced: bool = F
     both."""
     runs = list(scenarios)
     s = runs[0]
-    notes = [held] * bool(held) + ["with the timeline for --trace"] * traced
+    notes = [held] if held else []
+    if traced:
+        notes.append("with the timeline for --trace")
     why = f" ({', '.join(notes)})" if notes else ""
     have, free = available_bytes(), available_disk_bytes()
     need, disk = sum(estimate_bytes(r, traced=traced) for r in runs), sum(spill_bytes(r) for r in runs)
