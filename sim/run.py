@@ -81,7 +81,7 @@ def _engine_loop(sim: SimContext, method: Any,
         sched.close_step(plan, env.now, method)
         steps += 1
         if progress is not None and steps % PROGRESS_EVERY == 0:
-            progress(sched.ended / len(sim.table))
+            progress(sched.ended / sim.table.n)
 
 
 def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | None = None,
@@ -109,7 +109,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
     tl = Timeline() if timeline else None
     link = Link(env, cost.broadcast, cost.comm, tl)
     kind = method_class(s)
-    kv = KVPools(memory.pools(), s.block_size, len(table))
+    kv = KVPools(memory.pools(), s.block_size, table.capacity)
     scheduler = Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,
                           swap=s.preemption_mode == "swap", swap_blocks=memory.swap_blocks(s.swap_space_gb),
                           max_running=kind.running_cap(s), token_budget=s.max_num_batched_tokens)
@@ -130,7 +130,8 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
     if drafter is not None and slow.overlap is not None:   # worker drafting and passes contend
         drafter.verifier, sim.verifier.drafter = sim.verifier, drafter
     if getattr(cost, "extra_draft_rows", False) and s.speculates:
-        sim.all_accepted = np.zeros(len(table), dtype=bool)
+        sim.all_accepted = np.zeros(table.capacity, dtype=bool)
+        table.track(sim, "all_accepted")
     method = kind(sim)
     env.run(until=env.process(_engine_loop(sim, method, progress)))
 

@@ -24,7 +24,6 @@ Simplifications: prefill chunks never preempt (a chunk without free blocks waits
 
 from __future__ import annotations
 
-import math
 from collections import deque
 
 import numpy as np
@@ -73,6 +72,39 @@ class StepPlan:
         return len(self.prefill) + len(self.uncomputed)
 
 
+class WaitingQueue:
+    """vLLM's waiting queue, FCFS: the requests sent back by recompute preemptions at its front
+    (in slots), then those that have arrived and were never taken in, in arrival order, which stay
+    rows of the workload stream until one reaches the head (the table takes it into a slot then,
+    sim/requests.py), so that a queue of a million arrivals costs no memory."""
+
+    def __init__(self, table: RequestTable) -> None:
+        self.table = table
+        self.held: deque[int] = deque()   # slots
+
+    def __len__(self) -> int:
+        return len(self.held) + self.table.arrived - self.table.taken
+
+    def __bool__(self) -> bool:
+        return bool(self.held) or self.table.arrived > self.table.taken
+
+    def head(self) -> int:
+        """The slot of the request at the head (the queue must not be empty)."""
+        if not self.held:
+            self.held.append(self.table.take())
+        return self.held[0]
+
+    def popleft(self) -> int:
+        """Take the head out (after `head`)."""
+        return self.held.popleft()
+
+    def appendleft(self, slot: int) -> None:
+        self.held.appendleft(slot)
+
+    def remove(self, slot: int) -> None:
+        self.held.remove(slot)
+
+
 class Scheduler:
     def __init__(self, table: RequestTable, kv: KVPools, *, version: str, chunked: bool,
                  swap: bool, swap_blocks: int, max_running: int, token_budget: int) -> None:
@@ -85,11 +117,12 @@ class Scheduler:
         self.swap_used = 0
         self.max_running = max_running
         self.token_budget = token_budget
-        self.waiting: deque[int] = deque()
+        self.waiting = WaitingQueue(table)
         self.swapped: deque[int] = deque()
         self.running = EMPTY.copy()   # admission order (vLLM's running deque): victims from the end
-        self._cpu_blocks = np.zeros(len(table), dtype=np.int64)
-        self._next = 0                # next request to arrive; arrivals are sorted
+        self._cpu_blocks = np.zeros(table.capacity, dtype=np.int64)
+        table.track(self, "_cpu_blocks")
+        table.track(kv, "held")
         self.ended = 0                # requests finished, aborted or rejected
         self.preemptions = 0
         self.prefilling = 0           # running requests still prefilling
@@ -98,16 +131,13 @@ class Scheduler:
 
     @property
     def done(self) -> bool:
-        return self.ended == len(self.table)
+        return self.ended == self.table.n
 
     def arrive_until(self, now: float) -> None:
-        arrivals, n = self.table.arrival_s, len(self.table)
-        while self._next < n and arrivals[self._next] <= now:
-            self.waiting.append(self._next)
-            self._next += 1
+        self.table.arrive_until(now)
 
     def next_arrival_s(self) -> float:
-        return float(self.table.arrival_s[self._next]) if self._next < len(self.table) else math.inf
+        return self.table.next_arrival_s()
 
     # -- planning -------------------------------------------------------------------------
 
@@ -180,7 +210,7 @@ class Scheduler:
         if kv.ensure(ids, t.kv_len[ids], method.lookahead):
             return decode
         extra = kv.extra_needed(ids, t.kv_len[ids] + method.lookahead)
-        need = np.zeros(len(t), dtype=np.int64)
+        need = np.zeros(t.capacity, dtype=np.int64)
         need[ids] = extra
         queue = deque(decode.tolist())
         kept: list[int] = []
@@ -247,6 +277,7 @@ class Scheduler:
         """A prompt the KV pool can never hold (vLLM: FINISHED_IGNORED)."""
         self.table.state[r] = REJECTED
         self.table.end_s[r] = now
+        self.table.retire([r])
         self.ended += 1
 
     def _admit_whole(self, method: EngineHooks, now: float) -> np.ndarray:
@@ -257,7 +288,7 @@ class Scheduler:
         chosen: list[int] = []
         blocks_taken = tokens = 0
         while self.waiting and len(self.running) + len(chosen) < self.max_running:
-            r = self.waiting[0]
+            r = self.waiting.head()
             n = int(t.prefill_len[r])
             blocks = -(-n // kv.block_size)
             if not kv.fits_ever(blocks):
@@ -312,7 +343,7 @@ class Scheduler:
         ids: list[int] = []
         chunks: list[int] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
-            r = self.waiting[0]
+            r = self.waiting.head()
             if not kv.fits_ever(-(-int(t.prefill_len[r]) // kv.block_size)):
                 self.waiting.popleft()
                 self._reject(r, now)
@@ -366,16 +397,16 @@ class Scheduler:
         self.kv.release(ids)
         keep = t.state[self.running]
         self.running = self.running[(keep == DECODING) | (keep == PREFILLING)]
+        t.retire(ids)
         self.ended += len(ids)
 
     def _cancel(self, due: list[int], now: float, method: EngineHooks) -> np.ndarray:
         """Abort the cancelled requests that have not ended, wherever they are (vLLM's
         `abort_seq_group` searches the waiting, running and swapped queues)."""
-        t = self.table
-        live = [r for r in due if t.state[r] in (WAITING, PREFILLING, DECODING, SWAPPED)]
-        if not live:
+        if not due:
             return EMPTY
-        ids = np.array(live, dtype=np.int64)
+        t = self.table
+        ids = np.array(due, dtype=np.int64)
         running = ids[(t.state[ids] == DECODING) | (t.state[ids] == PREFILLING)]
         if len(running):
             self._leave_running(running, ABORTED, now, method)
@@ -388,6 +419,7 @@ class Scheduler:
                 self.waiting.remove(r)
             t.state[r] = ABORTED
             t.end_s[r] = now
+            t.retire([r])
             self.ended += 1
         return ids
 

@@ -260,6 +260,8 @@ def _verify_one_valid_one_stale(**stale: object) -> tuple[np.ndarray, np.ndarray
     Returns (accepted, valid afterwards)."""
     s = Scenario(method="pearl", k=3, **stale)
     table = _table(2)
+    table.arrive_until(0.0)
+    assert [table.take(), table.take()] == [0, 1]   # the requests in slots 0 and 1
     table.state[:] = DECODING
     sim = SimpleNamespace(scenario=s, table=table, acceptance=_Uniforms(1.5 * np.log(0.2)), all_accepted=None)
     pearl = PEARL(sim)

@@ -16,7 +16,7 @@ def _table(n: int, prompt: int = 16, output: int = 64) -> RequestTable:
 
 
 def _scheduler(table: RequestTable, blocks: int, **kw) -> Scheduler:
-    kv = KVPools({"verifier": blocks}, 16, len(table))
+    kv = KVPools({"verifier": blocks}, 16, table.n)
     opts = dict(version="vllm-v0", chunked=False, swap=False, swap_blocks=0, max_running=8,
                 token_budget=2048)
     opts.update(kw)
@@ -35,7 +35,7 @@ def test_the_last_running_request_is_preempted_and_goes_to_the_front():
     t.kv_len[:] = [40, 40, 40]                    # each now needs 3 blocks: 9 > 8
     plan = s.plan(hooks, 1.0)
     assert plan.preempted == 1 and plan.decode.tolist() == [0, 1]
-    assert t.state[2] == WAITING and s.waiting[0] == 2
+    assert t.state[2] == WAITING and s.waiting.head() == 2
     assert t.recomputed[2] == 40 and t.prefill_len[2] == 40
     assert s.kv.used == 6 and s.kv.held[2] == 0
 

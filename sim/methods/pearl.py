@@ -59,13 +59,15 @@ class PEARL(EngineMethod):
 
     def __init__(self, sim: SimContext) -> None:
         super().__init__(sim)
-        n = len(sim.table)
+        n = sim.table.capacity
         self.lookahead = 2 * sim.scenario.k - 1
         self.per_request = sim.scenario.pearl_variant == "per-request"
         self.stale_log_acceptance = stale_log_acceptance(sim.scenario.pearl_stale,
                                                          sim.scenario.pearl_stale_acceptance)
         self.drafted = np.zeros(n, dtype=bool)  # pre-drafted tokens exist (valid or stale)
         self.valid = np.zeros(n, dtype=bool)    # ... and continue the request's real prefix
+        sim.table.track(self, "drafted")
+        sim.table.track(self, "valid")
 
     def left(self, ids: np.ndarray) -> None:
         self.drafted[ids] = False

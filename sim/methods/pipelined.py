@@ -62,12 +62,14 @@ class PipelinedSD(EngineMethod):
 
     def __init__(self, sim: SimContext) -> None:
         super().__init__(sim)
-        s, n = sim.scenario, len(sim.table)
+        s, n = sim.scenario, sim.table.capacity
         self.lengths = draft_length(sim)
         self.lookahead = self.lengths.width
         self.refill = (BatchManagerRefill(n, s, self.lookahead) if s.batch_managed
                        else RoundRobinRefill(n, s.sub_batches))
         self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
+        sim.table.track(self, "proposals")
+        sim.table.track(self.refill, "flag")
         self.ready = [False] * s.sub_batches           # background drafting: a sub-batch's drafts are done
         self.drafting: dict[int, simpy.Event] = {}     # ... and the end of those being drafted
         self.open: StepRecord | None = None            # the record of the step under way (the ring)
