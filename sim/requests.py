@@ -38,26 +38,20 @@ WAITING, PREFILLING, DECODING, SWAPPED, FINISHED, ABORTED, REJECTED = range(7)
 STATE_NAMES = ("waiting", "prefilling", "decoding", "swapped", "finished", "aborted", "rejected")
 LIVE = (WAITING, PREFILLING, DECODING, SWAPPED)
 
-# Columns copied from the workload into a slot, and their fill for unused slots.
-_WORKLOAD = {"arrival_s": np.nan, "prompt_len": 0, "output_len": 0, "acceptance": np.nan,
-             "abort_delay_s": np.nan}
-# A slot's columns: (dtype, the value a request taken in starts with, or None: set from its row).
-_COLUMNS: dict[str, tuple[type, float | int | None]] = {
-    "request": (np.int64, None), "prompt": (np.int64, None),
-    "arrival_s": (np.float64, None), "prompt_len": (np.int64, None), "output_len": (np.int64, None),
-    "acceptance": (np.float64, None), "log_acceptance": (np.float64, None),
-    "abort_delay_s": (np.float64, None),
-    "state": (np.int8, WAITING),
-    "remaining": (np.int64, None),     # output tokens still to generate
-    "kv_len": (np.int64, None),        # prompt + generated: the tokens in the KV cache
-    "prefill_len": (np.int64, None),   # tokens the next prefill must compute
-    "computed": (np.int64, 0),         # prefill tokens computed so far
-    "preemptions": (np.int64, 0),
-    "recomputed": (np.int64, 0),       # tokens prefilled again after preemption
-    "admitted_s": (np.float64, np.nan),
-    "first_token_s": (np.float64, np.nan),
-    "finish_s": (np.float64, np.nan),  # finished requests only
-    "end_s": (np.float64, np.nan),     # when the request left: finished, aborted or rejected
+# A slot's columns and their dtypes (see RequestTable.take for what each starts at).
+_COLUMNS: dict[str, type] = {
+    "request": np.int64, "prompt": np.int64, "arrival_s": np.float64, "prompt_len": np.int64,
+    "output_len": np.int64, "acceptance": np.float64, "log_acceptance": np.float64,
+    "abort_delay_s": np.float64, "state": np.int8,
+    "remaining": np.int64,      # output tokens still to generate
+    "kv_len": np.int64,         # prompt + generated: the tokens in the KV cache
+    "prefill_len": np.int64,    # tokens the next prefill must compute
+    "computed": np.int64,       # prefill tokens computed so far
+    "preemptions": np.int64,
+    "recomputed": np.int64,     # tokens prefilled again after preemption
+    "admitted_s": np.float64, "first_token_s": np.float64,
+    "finish_s": np.float64,     # finished requests only
+    "end_s": np.float64,        # when the request left: finished, aborted or rejected
 }
 
 
@@ -87,6 +81,7 @@ class _Cursor:
         self._blocks = source.blocks()
         self.block: Workload | None = None
         self.base = 0      # the request index of the block's first row
+        self.log_acceptance = np.empty(0)   # the block's, NaN without a draft model
 
     def row(self, request: int) -> tuple[Workload, int]:
         """The block holding `request` (never before the previous one asked for) and its row."""
@@ -94,6 +89,8 @@ class _Cursor:
             if self.block is not None:
                 self.base += len(self.block)
             self.block = next(self._blocks)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                self.log_acceptance = np.log(self.block.acceptance)
         return self.block, request - self.base
 
 
@@ -126,9 +123,10 @@ class RequestTable:
         self._rows = _Cursor(source)                 # requests taken into slots, in order
         self._arrivals = _Cursor(source)             # requests' arrival times, read ahead
         self.arrived = 0     # requests whose arrival time has come (the engine has seen it)
+        self.next_arrival_s = self._arrival_of(0)   # the next request's arrival (inf: none left)
         self.taken = 0       # requests taken into a slot (all of them arrived)
         self.capacity = min(self.n, FIRST_SLOTS)
-        for name, (dtype, _) in _COLUMNS.items():
+        for name, dtype in _COLUMNS.items():
             setattr(self, name, np.zeros(self.capacity, dtype=dtype))
         self._free = list(range(self.capacity - 1, -1, -1))   # slots to give, lowest first
         self._ended: list[int] = []   # slots whose request ended, until their row is written
@@ -149,17 +147,15 @@ class RequestTable:
 
     def arrive_until(self, now: float) -> None:
         """Count the requests that have arrived by `now` (arrivals are sorted)."""
-        while self.arrived < self.n:
+        while self.next_arrival_s <= now:
             block, i = self._arrivals.row(self.arrived)
-            arrivals = block.arrival_s
-            if arrivals[i] > now:
-                return
-            self.arrived += int(np.searchsorted(arrivals[i:], now, side="right"))
+            self.arrived += int(np.searchsorted(block.arrival_s[i:], now, side="right"))
+            self.next_arrival_s = self._arrival_of(self.arrived)
 
-    def next_arrival_s(self) -> float:
-        if self.arrived >= self.n:
+    def _arrival_of(self, request: int) -> float:
+        if request >= self.n:
             return float("inf")
-        block, i = self._arrivals.row(self.arrived)
+        block, i = self._arrivals.row(request)
         return float(block.arrival_s[i])
 
     def track(self, owner: object, name: str) -> None:
@@ -183,20 +179,20 @@ class RequestTable:
             else:
                 self._grow()
         slot = self._free.pop()
-        block, i = self._rows.row(self.taken)
         request = self.taken
         self.taken += 1
+        block, i = self._rows.row(request)
         self.request[slot] = request
         self.prompt[slot] = block.prompt[i] if block.prompt is not None else request
-        for name in _WORKLOAD:
-            getattr(self, name)[slot] = getattr(block, name)[i]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            self.log_acceptance[slot] = np.log(block.acceptance[i])  # NaN without a draft model
-        self.remaining[slot] = block.output_len[i]
-        self.kv_len[slot] = self.prefill_len[slot] = block.prompt_len[i]
-        for name, (_, start) in _COLUMNS.items():
-            if start is not None:
-                getattr(self, name)[slot] = start
+        self.arrival_s[slot] = block.arrival_s[i]
+        self.prompt_len[slot] = self.kv_len[slot] = self.prefill_len[slot] = block.prompt_len[i]
+        self.output_len[slot] = self.remaining[slot] = block.output_len[i]
+        self.acceptance[slot] = block.acceptance[i]
+        self.log_acceptance[slot] = self._rows.log_acceptance[i]
+        self.abort_delay_s[slot] = block.abort_delay_s[i]
+        self.state[slot] = WAITING
+        self.computed[slot] = self.preemptions[slot] = self.recomputed[slot] = 0
+        self.admitted_s[slot] = self.first_token_s[slot] = self.finish_s[slot] = self.end_s[slot] = np.nan
         self._folded[:, slot] = 0
         for owner, name in self._tracked:
             getattr(owner, name)[slot] = 0

@@ -137,7 +137,7 @@ class Scheduler:
         self.table.arrive_until(now)
 
     def next_arrival_s(self) -> float:
-        return self.table.next_arrival_s()
+        return self.table.next_arrival_s
 
     # -- planning -------------------------------------------------------------------------
 
@@ -282,7 +282,7 @@ class Scheduler:
 
     def _admit_whole(self, method: EngineHooks, now: float) -> np.ndarray:
         """vLLM V0 `_schedule_prefills` without chunking: whole prompts, FCFS."""
-        if not self.waiting or len(self.running) >= self.max_running:
+        if len(self.running) >= self.max_running or not self.waiting:
             return EMPTY
         t, kv = self.table, self.kv
         chosen: list[int] = []
