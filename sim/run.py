@@ -28,7 +28,7 @@ from psdsim.sim.scenario import Scenario, catalog_for, validate
 from psdsim.sim.scenario import warnings as scenario_warnings
 from psdsim.sim.scheduler import Scheduler
 from psdsim.sim.timeline import DRAFTER, Timeline, drafter_track
-from psdsim.sim.workload import make_workload
+from psdsim.sim.workload import workload_stream
 
 Progress = Callable[[float], None]
 PROGRESS_EVERY = 512  # engine steps between progress callbacks
@@ -99,7 +99,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         return Result(s, summary, {}, {}, memory, None, time.perf_counter() - began)
 
     rng = np.random.default_rng(s.seed)
-    table = RequestTable(make_workload(s, cat, rng))
+    table = RequestTable(workload_stream(s, cat, rng))
     env = simpy.Environment()
     if cost is None:
         cost = step_cost(s, cat)

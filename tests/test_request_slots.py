@@ -160,3 +160,31 @@ def test_rows_come_back_in_request_order_spilled_or_not(monkeypatch: pytest.Monk
         assert out["state"].tolist() == [STATE_NAMES[i % 7] for i in range(200)]
         assert out["state"].dtype == np.array(STATE_NAMES).dtype
     assert not spilled["x"].flags.writeable   # mapped from its file
+
+
+def _peak_bytes(requests_: int) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        simulate(Scenario(method="psd", requests=requests_, output_len=4, prompt_len=32, engine="roofline"))
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_runs_memory_grows_by_tens_of_bytes_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps and ended requests spilled early (past 1,024 rows), requests drawn 1,024 at a time:
+    8,000 more requests may add
+    what the end of the run holds of every request (its id and place to sort the rows, 16 bytes;
+    the summary's latency arrays, a few 8-byte columns at a time), not the ~0.4 KB a request the
+    table cost when it held every request."""
+    from functools import partial
+
+    from psdsim.sim import records, run, workload
+
+    monkeypatch.setattr(records, "SPILL_ROWS", 1024)
+    monkeypatch.setattr(request_rows, "SPILL_ROWS", 1024)
+    monkeypatch.setattr(run, "workload_stream", partial(workload.workload_stream, block=1024))
+    small, large = _peak_bytes(2000), _peak_bytes(10000)
+    assert (large - small) / 8000 < 120
