@@ -1,14 +1,18 @@
 """How much memory and temporary disk a run will take, estimated before it starts, and how much
 the machine has.
 
-A run keeps its per-request columns in memory to the end (sim/requests.py: the scheduler reads and
-writes any request's state at any step, so they cannot stream): BYTES_PER_REQUEST. Its step rows
-are packed in memory up to records.SPILL_ROWS, then moved to anonymous temporary files
-(sim/records.py, sim/spill.py): in memory a step costs BYTES_PER_STEP up to that bound, beyond it
-BYTES_PER_SPILLED_STEP (what summarize() gathers, a column at a time, from the table on disk), and
-DISK_BYTES_PER_STEP of temporary disk. The constants are this code's own footprint, rounded up:
-benchmarks/million_requests.py measured ~0.4 KB a request (docs/measurements/million_requests.md),
-tests/test_spill.py bounds summarize() at ~10 bytes a spilled step, a packed row is 277 bytes.
+A run holds only its live requests (sim/requests.py: slots, a few dozen) and draws the others as
+a stream; an ended request's row is kept in memory up to request_rows.SPILL_ROWS rows
+(BYTES_PER_HELD_REQUEST each), then on temporary disk (DISK_BYTES_PER_REQUEST: its columns, then
+their copy in request order). What grows with requests in memory is the end of the run:
+BYTES_PER_REQUEST, the rows' sort (16 bytes a request) and the summary's latency columns
+(tests/test_request_slots.py measures ~20-30 bytes a request; summarize() alone peaks at 45).
+Its step rows are packed in memory up to records.SPILL_ROWS, then moved to anonymous temporary
+files (sim/records.py, sim/spill.py): in memory a step costs BYTES_PER_STEP up to that bound,
+beyond it BYTES_PER_SPILLED_STEP (what summarize() gathers, a column at a time, from the table on
+disk), and DISK_BYTES_PER_STEP of temporary disk. The constants are this code's own footprint,
+rounded up: tests/test_spill.py bounds summarize() at ~10 bytes a spilled step, a packed row is
+277 bytes, benchmarks/million_requests.py measures whole runs (docs/measurements/million_requests.md).
 The step count is bounded above by every running request gaining one token per step in batches of
 m (what AR does; speculative methods take fewer steps), so the estimate errs high (3.6x the peak
 measured at 1 M requests of the default scenario, 2x its temporary disk). A run that records its
@@ -27,11 +31,13 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from psdsim.sim import records
+from psdsim.sim import records, request_rows
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.scenario import Scenario
 
-BYTES_PER_REQUEST = 1024
+BYTES_PER_REQUEST = 64
+BYTES_PER_HELD_REQUEST = 256   # an ended request's row before they spill: 17 columns, ~140 bytes
+DISK_BYTES_PER_REQUEST = 384   # its row on disk (16 x 8 + 1 bytes), then sorted (16 x 8 + 40)
 BYTES_PER_STEP = 1024
 BYTES_PER_SPILLED_STEP = 16
 DISK_BYTES_PER_STEP = 288   # the step table's columns: 35 of 8 bytes or fewer, the kind (28)
@@ -62,15 +68,20 @@ def estimate_bytes(s: Scenario, requests: int | None = None, traced: bool = Fals
     n = s.requests if requests is None else requests
     steps = steps_bound(s, n)
     held = _held_steps(steps)
-    return (BYTES_PER_RUN + n * s.n * BYTES_PER_REQUEST + held * BYTES_PER_STEP
-            + (steps - held) * BYTES_PER_SPILLED_STEP + (steps * BYTES_PER_TRACED_STEP if traced else 0))
+    sequences = n * s.n
+    return (BYTES_PER_RUN + sequences * BYTES_PER_REQUEST
+            + min(sequences, request_rows.SPILL_ROWS) * BYTES_PER_HELD_REQUEST
+            + held * BYTES_PER_STEP + (steps - held) * BYTES_PER_SPILLED_STEP
+            + (steps * BYTES_PER_TRACED_STEP if traced else 0))
 
 
 def spill_bytes(s: Scenario, requests: int | None = None) -> int:
-    """The temporary disk one run of s keeps at its end: the step rows past SPILL_ROWS (all of
-    them, once it spills)."""
+    """The temporary disk one run of s keeps at its end: the step rows past records.SPILL_ROWS
+    and the ended requests' rows past request_rows.SPILL_ROWS (all of them, once they spill)."""
     steps = steps_bound(s, requests)
-    return steps * DISK_BYTES_PER_STEP if steps > records.SPILL_ROWS else 0
+    sequences = (s.requests if requests is None else requests) * s.n
+    return ((steps * DISK_BYTES_PER_STEP if steps > records.SPILL_ROWS else 0)
+            + (sequences * DISK_BYTES_PER_REQUEST if sequences > request_rows.SPILL_ROWS else 0))
 
 
 def available_bytes() -> int | None:
@@ -95,7 +106,7 @@ def available_bytes() -> int | None:
 
 
 def available_disk_bytes() -> int | None:
-    """Free space where spilled step tables go (tempfile.gettempdir(): TMPDIR); None if unknown."""
+    """Free space where spilled tables go (tempfile.gettempdir(): TMPDIR); None if unknown."""
     try:
         return shutil.disk_usage(tempfile.gettempdir()).free
     except OSError:
@@ -120,7 +131,7 @@ def _most_requests(runs: list[Scenario], have: int | None, free: int | None, tra
 def check_memory(scenarios: Iterable[Scenario], held: str = "", traced: bool = False) -> None:
     """ScenarioError naming `requests` when the runs held together (`held` says why several are)
     cannot fit in the memory available (`traced`: each records its timeline for a trace), or their
-    spilled step tables in the temporary disk; the fix names the largest request count that fits
+    spilled tables in the temporary disk; the fix names the largest request count that fits
     both."""
     runs = list(scenarios)
     s = runs[0]
@@ -139,6 +150,6 @@ def check_memory(scenarios: Iterable[Scenario], held: str = "", traced: bool = F
                             f"{need / GB:,.1f} GB of memory{why}, but {have / GB:,.1f} GB are available",
                             f"lower requests to about {most:,}, or run on a machine with more memory")
     raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
-                        f"{disk / GB:,.1f} GB of temporary disk for their step tables{why}, but "
+                        f"{disk / GB:,.1f} GB of temporary disk for their step and request tables{why}, but "
                         f"{tempfile.gettempdir()} has {free / GB:,.1f} GB free",
                         f"lower requests to about {most:,}, or set TMPDIR to a folder on a larger disk")

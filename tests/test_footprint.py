@@ -38,7 +38,7 @@ def test_refused_with_the_estimate_the_limit_and_what_fits(monkeypatch):
     assert 0 < estimate_bytes(small(requests=fits)) <= 10**9 < estimate_bytes(small(requests=fits + 1))
     check_memory([small(requests=100)])                                  # fits: no error
     with pytest.raises(ScenarioError):
-        check_memory([small(requests=400_000)] * 4, "4 runs at once")   # together they do not
+        check_memory([small(requests=1_000_000)] * 4, "4 runs at once")   # together they do not
 
 
 def test_no_limit_known_refuses_nothing(monkeypatch):
@@ -58,7 +58,8 @@ def test_memory_past_the_spill_bound_grows_by_a_few_bytes_a_step():
     assert estimate_bytes(million) < footprint.BYTES_PER_RUN + 10**6 * per_request + 2 * 10**8 \
         + steps * footprint.BYTES_PER_SPILLED_STEP
     assert estimate_bytes(million) < 2 * 10**9
-    assert spill_bytes(million) == steps * footprint.DISK_BYTES_PER_STEP
+    assert spill_bytes(million) == (steps * footprint.DISK_BYTES_PER_STEP
+                                    + 10**6 * footprint.DISK_BYTES_PER_REQUEST)
     assert spill_bytes(s) == 0   # the default scenario never spills
 
 
