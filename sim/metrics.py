@@ -196,40 +196,95 @@ def _imbalance(st: _StepReader, batch_managed: bool) -> dict[str, float | int | 
             "imbalance_final": int(values[-1])}
 
 
-def _tpot(requests: dict[str, np.ndarray]) -> np.ndarray:
+class _RequestReader:
+    """The request table read block by block, as _StepReader reads the steps: a long run's table
+    is mapped from temporary files (sim/request_rows.py), and a column read whole would keep all
+    its pages resident while the result lives. Per-request values (latency, TPOT, ...) are built
+    block by block into arrays of their own (elementwise: the values the whole columns give),
+    and integer totals are summed over blocks (exact), so that a summary is the same however the
+    table is held."""
+
+    def __init__(self, requests: dict[str, np.ndarray]) -> None:
+        self.requests = requests
+        self.n = len(requests["request"])
+
+    def values(self, value: Callable[[dict[str, np.ndarray]], np.ndarray], *names: str) -> np.ndarray:
+        """value(block) of every request, in one array."""
+        out: np.ndarray | None = None
+        lo = 0
+        for block in blocks(self.requests, names):
+            part = value(block)
+            if out is None:
+                out = np.empty(self.n, dtype=part.dtype)
+            out[lo:lo + len(part)] = part
+            lo += len(part)
+        return out if out is not None else value({name: self.requests[name][:0] for name in names})
+
+    def total(self, name: str) -> int:
+        return sum(int(block[name].sum()) for block in blocks(self.requests, (name,)))
+
+    def count(self, state: int) -> int:
+        return sum(int(np.count_nonzero(block["state"] == STATE_NAMES[state]))
+                   for block in blocks(self.requests, ("state",)))
+
+    def makespan(self) -> float:
+        """The last request's end - the first arrival."""
+        ends = [float(np.nanmax(b["end_s"])) for b in blocks(self.requests, ("end_s",))]
+        starts = [float(b["arrival_s"].min()) for b in blocks(self.requests, ("arrival_s",))]
+        return max(ends) - min(starts)
+
+
+def _latency(b: dict[str, np.ndarray]) -> np.ndarray:
+    return b["finish_s"] - b["arrival_s"]
+
+
+def _ttft(b: dict[str, np.ndarray]) -> np.ndarray:
+    return b["first_token_s"] - b["arrival_s"]
+
+
+def _queue(b: dict[str, np.ndarray]) -> np.ndarray:
+    return b["admitted_s"] - b["arrival_s"]
+
+
+def _tpot(b: dict[str, np.ndarray]) -> np.ndarray:
     """Time per output token after the first; requests with a single output token have none."""
-    later = requests["output_len"] - 1
+    later = b["output_len"] - 1
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(later > 0, (requests["finish_s"] - requests["first_token_s"]) / later, np.nan)
+        return np.where(later > 0, (b["finish_s"] - b["first_token_s"]) / later, np.nan)
 
 
-def _state_count(requests: dict[str, np.ndarray], state: int) -> int:
-    return int(np.count_nonzero(requests["state"] == STATE_NAMES[state]))
+_TPOT = ("output_len", "finish_s", "first_token_s")
 
 
-def goodput(s: Scenario, requests: dict[str, np.ndarray], makespan: float) -> dict[str, float | None]:
+def goodput(s: Scenario, rq: _RequestReader, makespan: float) -> dict[str, float | None]:
     """Requests meeting every SLO the scenario sets (finished ones only can)."""
     limits = {"ttft": s.slo_ttft_ms, "tpot": s.slo_tpot_ms, "latency": s.slo_latency_ms}
     if all(v is None for v in limits.values()):
         return {"slo_attainment": None, "goodput_req_s": None, "goodput_tok_s": None}
-    ok = requests["state"] == STATE_NAMES[FINISHED]
-    measured = {"ttft": requests["first_token_s"] - requests["arrival_s"], "tpot": _tpot(requests),
-                "latency": requests["finish_s"] - requests["arrival_s"]}
-    for name, limit in limits.items():
-        if limit is not None:
-            value = measured[name] * 1e3
-            ok &= ~(value > limit)  # NaN (no later tokens, for TPOT) counts as met
-    n = len(ok)
-    return {"slo_attainment": float(ok.sum() / n), "goodput_req_s": ratio(ok.sum(), makespan),
-            "goodput_tok_s": ratio(requests["output_len"][ok].sum(), makespan)}
+    measured = {"ttft": (_ttft, ("first_token_s", "arrival_s")), "tpot": (_tpot, _TPOT),
+                "latency": (_latency, ("finish_s", "arrival_s"))}
+
+    def met(b: dict[str, np.ndarray]) -> np.ndarray:
+        ok = b["state"] == STATE_NAMES[FINISHED]
+        for name, limit in limits.items():
+            if limit is not None:
+                ok &= ~(measured[name][0](b) * 1e3 > limit)  # NaN (no later tokens, for TPOT) counts as met
+        return ok
+
+    names = {"state", "output_len", *(n for key, (_, cols) in measured.items() if limits[key] is not None
+                                       for n in cols)}
+    ok = rq.values(met, *sorted(names))
+    tokens = rq.values(lambda b: np.where(met(b), b["output_len"], 0), *sorted(names))
+    return {"slo_attainment": float(ok.sum() / rq.n), "goodput_req_s": ratio(ok.sum(), makespan),
+            "goodput_tok_s": ratio(tokens.sum(), makespan)}
 
 
-def _per_prompt(s: Scenario, requests: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _per_prompt(s: Scenario, rq: _RequestReader) -> tuple[np.ndarray, np.ndarray]:
     """(latency, TTFT) in seconds per prompt: with n samples a prompt is answered when its last
     sample finishes (NaN unless all finished) and starts answering with its first sample's
     first token, as vLLM reports a request with n > 1; with n = 1, per request."""
-    latency = requests["finish_s"] - requests["arrival_s"]
-    ttft = requests["first_token_s"] - requests["arrival_s"]
+    latency = rq.values(_latency, "finish_s", "arrival_s")
+    ttft = rq.values(_ttft, "first_token_s", "arrival_s")
     if s.n == 1:
         return latency, ttft
     return latency.reshape(-1, s.n).max(axis=1), np.fmin.reduce(ttft.reshape(-1, s.n), axis=1)
@@ -250,10 +305,11 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         vsr = [ratio(a, p) for a, p in zip(accepted, proposed, strict=True)]
     dur = st.gather(decode, "start_s", "end_s", value=_step_s).sum()
     decode_steps, paper_steps = int(np.count_nonzero(decode)), int(np.count_nonzero(paper))
-    makespan = float(np.nanmax(requests["end_s"]) - requests["arrival_s"].min())
-    n = len(requests["request"])
+    rq = _RequestReader(requests)
+    makespan = rq.makespan()
+    n = rq.n
     prompts = n // s.n
-    latency_s, ttft_s = _per_prompt(s, requests)
+    latency_s, ttft_s = _per_prompt(s, rq)
     linked = layout_for(s).over_link
     throughput = ratio(gen[0], paper_s[0])
     summary: dict[str, Any] = {
@@ -269,12 +325,12 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "throughput_tok_s_trim70": ratio(gen[2], paper_s[2]),
         "throughput_tok_s_per_gpu": throughput / gpus if throughput is not None else None,
         "throughput_tok_s_incl_mixed": ratio(st.gather(decode, "generated").sum(), dur),
-        "output_tok_s": ratio(requests["generated"].sum(), makespan),
+        "output_tok_s": ratio(rq.total("generated"), makespan),
         "e2el_ms": makespan / prompts * 1e3,
         "latency_ms": ms_stats(latency_s),
         "ttft_ms": ms_stats(ttft_s),
-        "tpot_ms": ms_stats(_tpot(requests)),
-        "queue_ms": ms_stats(requests["admitted_s"] - requests["arrival_s"]),
+        "tpot_ms": ms_stats(rq.values(_tpot, *_TPOT)),
+        "queue_ms": ms_stats(rq.values(_queue, "admitted_s", "arrival_s")),
         "vsr": vsr[0],
         "vsr_trim80": vsr[1],
         "vsr_trim70": vsr[2],
@@ -290,11 +346,11 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "decode_steps": paper_steps,
         "mixed_steps": decode_steps - paper_steps,
         "prefill_steps": len(decode) - decode_steps,
-        "preemptions": int(requests["preemptions"].sum()),
-        "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
+        "preemptions": rq.total("preemptions"),
+        "recomputed_tokens": rq.total("recomputed_tokens"),
         "swap_s": float(st.gather(None, "swap_s").sum()),
-        "aborted": _state_count(requests, ABORTED),
-        "rejected": _state_count(requests, REJECTED),
+        "aborted": rq.count(ABORTED),
+        "rejected": rq.count(REJECTED),
         "wasted_verifications": int(st.gather(None, "unproposed").sum()) if speculates else None,
         **_imbalance(st, s.batch_managed),
         "kv_pool_blocks": dict(kv.capacities),
@@ -303,7 +359,7 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "mean_draft_ms": _mean_ms(st.gather(decode, "draft_s")) if speculates else None,
         "mean_verify_ms": _mean_ms(st.gather(decode, "verify_s")),
         "mean_comm_ms": _mean_ms(st.gather(decode, "comm_s")),
-        **goodput(s, requests, makespan),
+        **goodput(s, rq, makespan),
         "fits": True,
         "infeasible_reason": None,
     }

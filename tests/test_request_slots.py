@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from psdsim.sim import request_rows, requests
+from psdsim.sim import request_rows, requests, spill
 from psdsim.sim.request_rows import RequestRows
 from psdsim.sim.requests import DECODING, FINISHED, STATE_NAMES, RequestTable
 from psdsim.sim.run import simulate
@@ -41,9 +41,12 @@ def _same(a: tuple[str, dict, dict], b: tuple[str, dict, dict]) -> None:
 
 
 def _squeezed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One slot to start with (every later request reuses or grows), rows spilled after 3."""
+    """One slot to start with (every later request reuses or grows), rows spilled after 3, and
+    the tables sorted and summarised 5 rows at a time."""
     monkeypatch.setattr(requests, "FIRST_SLOTS", 1)
     monkeypatch.setattr(request_rows, "SPILL_ROWS", 3)
+    monkeypatch.setattr(request_rows, "BLOCK_ROWS", 5)
+    monkeypatch.setattr(spill, "BLOCK_ROWS", 5)
 
 
 CASES = {
@@ -58,6 +61,7 @@ CASES = {
     "fan-out": dict(n=3, requests=20),
     "eager-extra-rows": dict(engine="vllm-0.9.2-v0-eager"),
     "intended-patch": dict(kv_patch="intended", num_gpu_blocks_override=140, rate=8.0),
+    "slos": dict(rate=8.0, slo_ttft_ms=2000.0, slo_tpot_ms=40.0, slo_latency_ms=6000.0, n=2, requests=40),
 }
 
 
