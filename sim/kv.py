@@ -56,13 +56,12 @@ class KVPools:
         cover all of them at once (the common case, in a handful of numpy operations); False
         changes nothing."""
         held = self.held[ids]
-        extra = (cached + (lookahead + self.block_size - 1)) // self.block_size - held
-        np.maximum(extra, 0, out=extra)
-        total = isum(extra)
+        grown = np.maximum((cached + (lookahead + self.block_size - 1)) // self.block_size, held)
+        total = isum(grown) - isum(held)   # the new blocks: exact integer sums
         if total > self.total - self.used:
             return False
         if total:
-            self.held[ids] = held + extra
+            self.held[ids] = grown
             self.used += total
             if self.used > self.peak:
                 self.peak = self.used

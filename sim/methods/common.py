@@ -103,18 +103,21 @@ def verify_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: n
 def emit_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
                  total_proposed: int, accepted: np.ndarray) -> None:
     """Emit accepted + 1 tokens for each verified request, log the verification, count it."""
-    t = sim.table
+    t, n = sim.table, len(ids)
     if sim.all_accepted is not None:
         sim.all_accepted[ids] = accepted >= np.maximum(proposed, 1)   # proposed > 0, all accepted
-    total_accepted = isum(accepted) if total_proposed else 0
     if total_proposed:
-        unproposed = len(ids) - int(np.count_nonzero(proposed))
-    else:
-        unproposed = len(ids) if sim.scenario.method != "ar" else 0
-    kept = t.emit(ids, accepted + 1)
+        total_accepted = isum(accepted)
+        unproposed = n - np.count_nonzero(proposed)
+        tokens = accepted + 1
+    else:   # nothing proposed, nothing accepted: one token each
+        total_accepted = 0
+        unproposed = n if sim.scenario.method != "ar" else 0
+        tokens = np.ones(n, dtype=np.int64)
+    kept = t.emit(ids, tokens)
     t.log_verification(ids, proposed, accepted)
     st.proposed, st.accepted, st.unproposed = total_proposed, total_accepted, unproposed
-    st.generated = total_accepted + len(ids) if kept is None else isum(kept)
+    st.generated = total_accepted + n if kept is None else isum(kept)
 
 
 def emit_first_tokens(sim: SimContext, plan: StepPlan) -> int:
