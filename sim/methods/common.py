@@ -109,12 +109,10 @@ def emit_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.
     if total_proposed:
         total_accepted = isum(accepted)
         unproposed = n - np.count_nonzero(proposed)
-        tokens = accepted + 1
-    else:   # nothing proposed, nothing accepted: one token each
+    else:   # nothing proposed, nothing accepted
         total_accepted = 0
         unproposed = n if sim.scenario.method != "ar" else 0
-        tokens = np.ones(n, dtype=np.int64)
-    kept = t.emit(ids, tokens)
+    kept = t.emit(ids, accepted + 1)
     t.log_verification(ids, proposed, accepted)
     st.proposed, st.accepted, st.unproposed = total_proposed, total_accepted, unproposed
     st.generated = total_accepted + n if kept is None else isum(kept)

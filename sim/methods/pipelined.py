@@ -71,6 +71,11 @@ class PipelinedSD(EngineMethod):
         self.ready = [False] * s.sub_batches           # background drafting: a sub-batch's drafts are done
         self.drafting: dict[int, simpy.Event] = {}     # ... and the end of those being drafted
         self.open: StepRecord | None = None            # the record of the step under way (the ring)
+        # MineDraft: the sub-batch drafted beside the last step's pass and its context. Only a
+        # verified request's context grows, so it holds when this step verifies that sub-batch,
+        # unless its members changed meanwhile, which replaces the members array: a sum saved
+        # per step. A step that drafts nothing beside its pass forgets it.
+        self.ahead_context: tuple[np.ndarray, int] = (EMPTY, 0)
         assert sim.drafter is not None
         self.drafter: Drafter = sim.drafter
 
@@ -114,7 +119,9 @@ class PipelinedSD(EngineMethod):
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
         ids = refill.members[v] if v is not None else EMPTY
         batch = len(ids)
-        chunks, context = chunk_work(sim, plan), sim.table.context(ids)
+        drafted_ids, drafted_context = self.ahead_context
+        context = drafted_context if ids is drafted_ids else sim.table.context(ids)
+        chunks = chunk_work(sim, plan)
         background = refill.background
         if background:   # the ring: drafter workers draft the other sub-batches meanwhile
             st.drafted = self._queue_drafts(v, st)
@@ -215,9 +222,11 @@ class PipelinedSD(EngineMethod):
         """(k, seconds alone) of drafting sub-batch `ahead` beside the pass; its requests hold k
         drafts once it is done."""
         if ahead is None:
+            self.ahead_context = (EMPTY, 0)
             return 0, 0.0
         sim, ids = self.sim, self.refill.members[ahead]
         context = sim.table.context(ids)
+        self.ahead_context = (ids, context)
         k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
         self.proposals[ids] = k   # held from when the drafting beside the pass ends
         st.drafted = len(ids)
