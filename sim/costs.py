@@ -154,6 +154,7 @@ class AnalyticCost:
         self.target = ForwardModel(cat.models[s.target], gpu, layout.verifier_tp,
                                    cat.links[s.tp_link_key], *effs)
         self.drafter = ForwardModel(cat.models[s.draft], driver_gpu, 1, cat.links[s.link], *effs)
+        self.draft = self.drafter.draft_passes   # k passes over the batch, bound: a call less a step
         self.link = cat.links[s.link]
         # a message's time is the link's own formula: bound here, one call less per message
         self.comm = self.link.p2p_seconds
@@ -165,9 +166,6 @@ class AnalyticCost:
         # Each GPU swaps its share of a block over its own host link: (bytes per block, link).
         self._swap = [(b.kv_bytes_per_token * s.block_size, cat.links[cat.gpus[b.gpu].host_link])
                       for b in plan_memory(s, cat).budgets]
-
-    def draft(self, batch: int, k: int, ctx: int) -> float:
-        return self.drafter.draft_passes(batch, k, ctx)
 
     def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
         # MQA scoring reads each request's KV once; every scored token attends to ~its context.
