@@ -49,8 +49,10 @@ class AcceptanceSampler:
     def accepted(self, log_acceptance: np.ndarray, proposed: np.ndarray) -> np.ndarray:
         """Accepted draft tokens for requests with ln(per-token acceptance) `log_acceptance` and
         `proposed` drafts each."""
-        # ln U / ln a >= 0, so truncation to an integer is the floor.
-        return np.minimum(self._take(len(proposed)) / log_acceptance, proposed).astype(np.int64)
+        # ln U / ln a >= 0, so truncation to an integer is the floor; it is below 4e10 (ln U >=
+        # ln 2^-53, ln a <= ln MAX_ACCEPTANCE), so truncating before the cap by the integer
+        # `proposed` gives what capping first would, with an integer minimum (the cheaper one).
+        return np.minimum((self._take(len(proposed)) / log_acceptance).astype(np.int64), proposed)
 
     def bernoulli(self, log_acceptance: np.ndarray) -> np.ndarray:
         """One acceptance trial per request: True with probability exp(log_acceptance)."""

@@ -113,27 +113,31 @@ class ForwardModel:
         self._flops = gpu.tflops(model.compute) * 1e12 * compute_efficiency
         self._launch = model.layers * launch_s_per_layer
 
-    def weights(self, tokens: float) -> float:
-        """Weight bytes one pass of `tokens` tokens reads per GPU."""
-        if self._model is None:
-            return self._weights
+    def _moe_weights(self, tokens: float) -> float:
+        """Weight bytes one pass of `tokens` tokens of an MoE model reads per GPU (a dense
+        model's are `_weights`, whatever the tokens)."""
         return self._weights + self._model.experts_touched(tokens) * self._experts
 
     def seconds(self, tokens: float, sampled: float, ctx_tokens: float, pairs: float) -> float:
-        mem = (self.weights(tokens) + ctx_tokens * self._kv) / self._bw
+        weights = self._weights if self._model is None else self._moe_weights(tokens)
+        mem = (weights + ctx_tokens * self._kv) / self._bw
         compute = (tokens * self._body + sampled * self._head + pairs * self._attn) / self._flops
-        return max(mem, compute) + self._launch + self._ar_fixed + tokens * self._ar_per_token
+        # `max` spelt out (the same choice: the first unless the second is larger), a call less
+        return ((compute if compute > mem else mem) + self._launch + self._ar_fixed
+                + tokens * self._ar_per_token)
 
     def draft_passes(self, batch: int, k: int, ctx: int) -> float:
         """k autoregressive passes of `batch` tokens; pass j reads and attends over ctx + j*batch
         cached tokens. Same terms as `seconds`, unrolled: this runs every simulated step."""
-        weights, kv, bw = self.weights(batch), self._kv, self._bw
+        weights = self._weights if self._model is None else self._moe_weights(batch)
+        kv, bw = self._kv, self._bw
         tokens_flops = batch * (self._body + self._head)
         attn, flops = self._attn, self._flops
         total = 0.0
         for j in range(k):
             cached = ctx + j * batch
-            total += max((weights + cached * kv) / bw, (tokens_flops + cached * attn) / flops)
+            mem, compute = (weights + cached * kv) / bw, (tokens_flops + cached * attn) / flops
+            total += compute if compute > mem else mem   # max(mem, compute), as in `seconds`
         return total + k * (self._launch + self._ar_fixed + batch * self._ar_per_token)
 
 
@@ -150,7 +154,11 @@ class AnalyticCost:
         self.target = ForwardModel(cat.models[s.target], gpu, layout.verifier_tp,
                                    cat.links[s.tp_link_key], *effs)
         self.drafter = ForwardModel(cat.models[s.draft], driver_gpu, 1, cat.links[s.link], *effs)
+        self.draft = self.drafter.draft_passes   # k passes over the batch, bound: a call less a step
         self.link = cat.links[s.link]
+        # a message's time is the link's own formula: bound here, one call less per message
+        self.comm = self.link.p2p_seconds
+        self.broadcast = self.link.broadcast_seconds
         self._driver_bw = driver_gpu.memory_bandwidth_gbps * 1e9 * s.mem_efficiency
         self._vocab = cat.models[s.target].vocab
         self._reject_fixed = s.reject_overhead_ms * 1e-3
@@ -158,9 +166,6 @@ class AnalyticCost:
         # Each GPU swaps its share of a block over its own host link: (bytes per block, link).
         self._swap = [(b.kv_bytes_per_token * s.block_size, cat.links[cat.gpus[b.gpu].host_link])
                       for b in plan_memory(s, cat).budgets]
-
-    def draft(self, batch: int, k: int, ctx: int) -> float:
-        return self.drafter.draft_passes(batch, k, ctx)
 
     def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
         # MQA scoring reads each request's KV once; every scored token attends to ~its context.
@@ -172,12 +177,6 @@ class AnalyticCost:
         if not chunks.tokens:
             return 0.0
         return self.drafter.seconds(chunks.tokens, chunks.completing, chunks.ctx, chunks.pairs)
-
-    def comm(self, nbytes: int) -> float:
-        return self.link.p2p_seconds(nbytes)
-
-    def broadcast(self, nbytes: int) -> float:
-        return self.link.broadcast_seconds(nbytes)
 
     def reject(self, positions: int) -> float:
         # Reads target and draft probabilities and writes the recovered distribution [EST].

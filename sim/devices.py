@@ -88,8 +88,9 @@ class Link:
         if now is None:
             now = self.env.now
         hold = self._seconds[lane](nbytes)
-        start = max(now, self._free_at[lane])
-        self._free_at[lane] = start + hold
+        free_at = self._free_at
+        start = free_at[lane] if free_at[lane] > now else now   # max(now, free_at[lane])
+        free_at[lane] = start + hold
         self.busy_s += hold
         if self.timeline is not None:
             self.timeline.transfer(lane, start, start + hold, nbytes)
@@ -131,8 +132,7 @@ class Verifier:
         has started (no drafter workers): its inputs' transfer, compute and output's transfer
         are priced now, as `submit` would time them. Returns when the output is back."""
         assert self._job is None, "book() needs a free verifier"
-        delay = self._begin(job, at, contend=False)
-        computed = at + (delay + job.compute_s)
+        computed = at + (self._begin(job, at, False) + job.compute_s)
         back = self._finish(job, computed)
         self.pass_start, self.pass_end = math.inf, -math.inf
         return computed if back is None else computed + back

@@ -16,7 +16,7 @@ from typing import Any
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, Chunks
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob
-from psdsim.sim.execution import DRIVER_PREP, driver_prep, framework, verify_parts
+from psdsim.sim.execution import DRIVER_PREP, NO_PARTS, driver_prep, framework, verify_parts
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from psdsim.sim.methods.common import SimContext
 from psdsim.sim.numbers import isum
@@ -66,11 +66,12 @@ class TargetPass:
     def __init__(self, sim: SimContext, requests: int, tokens: int, context: int, chunks: Chunks,
                  over_link: bool = True) -> None:
         self.sim = sim
-        self.job = VerifyJob(sim.cost.verify(requests, tokens, context, chunks))
+        cost = sim.cost
+        job = self.job = VerifyJob(cost.verify(requests, tokens, context, chunks))
         self.requests, self.tokens = requests, tokens
-        self.parts = verify_parts(sim.cost, requests, tokens, chunks)
+        self.parts = verify_parts(cost, requests, tokens, chunks)
         if over_link:
-            self.job.send_bytes, self.job.return_bytes = link_bytes(sim, requests, tokens, context, chunks)
+            job.send_bytes, job.return_bytes = link_bytes(sim, requests, tokens, context, chunks)
 
     def contend(self, drafting: float) -> float:
         """Price the contention of this pass with `drafting` seconds (alone) that the driver
@@ -102,38 +103,40 @@ class TargetPass:
              drafts_used: bool | None = None) -> float:
         """Serve the pass from `at` on a verifier that nothing else can slow (Verifier.book);
         returns when its output is back. The rest labels its timeline slice (None: not said)."""
-        self._label(name, sub_batch, k, drafts_used)
+        if self.sim.timeline is not None:
+            self._label(name, sub_batch, k, drafts_used)
         return self.sim.verifier.book(self.job, at)
 
     def submit(self, name: str, sub_batch: int | None = None, k: int | None = None,
                drafts_used: bool | None = None) -> simpy.Event:
         """Hand the pass to the verifier in SimPy (the PSD ring: drafting may slow it)."""
-        self._label(name, sub_batch, k, drafts_used)
+        if self.sim.timeline is not None:
+            self._label(name, sub_batch, k, drafts_used)
         return self.sim.verifier.submit(self.job)
 
     def _label(self, name: str, sub_batch: int | None, k: int | None, drafts_used: bool | None) -> None:
-        if self.sim.timeline is not None:
-            args: dict[str, Any] = {}
-            if sub_batch is not None:
-                name, args["sub_batch"] = f"{name} B{sub_batch}", sub_batch
-            if k is not None:
-                args["k"] = k
-            if drafts_used is not None:
-                args["drafts_used"] = drafts_used
-            self.job.name, self.job.args = name, args
+        """Name the pass's timeline slice (only where the run records a timeline)."""
+        args: dict[str, Any] = {}
+        if sub_batch is not None:
+            name, args["sub_batch"] = f"{name} B{sub_batch}", sub_batch
+        if k is not None:
+            args["k"] = k
+        if drafts_used is not None:
+            args["drafts_used"] = drafts_used
+        self.job.name, self.job.args = name, args
 
     def measured(self, st: StepRecord, beside: float | None = None) -> None:
         """The pass's figures, once it is back. `beside`: the drafting the driver did while the
         pass ran (None: none); a free link shortens the step by the transfers only where they
         outlast that drafting."""
         job = self.job
-        st.verify_s, st.comm_s = job.compute_s, job.transfer_s
-        st.verify_prep_s, st.timer_s, st.sample_s = self.parts
+        compute, transfer = st.verify_s, st.comm_s = job.compute_s, job.transfer_s
+        if self.parts is not NO_PARTS:
+            st.verify_prep_s, st.timer_s, st.sample_s = self.parts
         if beside is None:
-            st.link_critical_s = job.transfer_s
+            st.link_critical_s = transfer
         else:
-            st.link_critical_s = (max(job.transfer_s + job.compute_s, beside)
-                                  - max(job.compute_s, beside))
+            st.link_critical_s = max(transfer + compute, beside) - max(compute, beside)
 
 
 def queued_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,

@@ -73,6 +73,11 @@ class PipelinedSD(EngineMethod):
         self.ready = [False] * s.sub_batches           # background drafting: a sub-batch's drafts are done
         self.drafting: dict[int, simpy.Event] = {}     # ... and the end of those being drafted
         self.open: StepRecord | None = None            # the record of the step under way (the ring)
+        # MineDraft: the sub-batch drafted beside the last step's pass and its context. Only a
+        # verified request's context grows, so it holds when this step verifies that sub-batch,
+        # unless its members changed meanwhile, which replaces the members array: a sum saved
+        # per step. A step that drafts nothing beside its pass forgets it.
+        self.ahead_context: tuple[np.ndarray, int] = (EMPTY, 0)
         assert sim.drafter is not None
         self.drafter: Drafter = sim.drafter
 
@@ -109,14 +114,18 @@ class PipelinedSD(EngineMethod):
         """MineDraft's pipeline prices the step's parts in turn from its start (`t`) and waits
         once, for its end: nothing else runs beside it. The ring waits in SimPy wherever its
         drafter workers may be at work (sim/devices.py)."""
-        sim, st, refill = self.sim, StepRecord(), self.refill
-        env, start = sim.env, sim.env.now
-        self.open = st
+        sim, refill = self.sim, self.refill
+        st = self.open = StepRecord()
+        env = sim.env
+        start = t = env.now
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
         ids = refill.members[v] if v is not None else EMPTY
-        chunks, context = chunk_work(sim, plan), sim.table.context(ids)
-        t = start
-        if refill.background:   # the ring: drafter workers draft the other sub-batches meanwhile
+        batch = len(ids)
+        drafted_ids, drafted_context = self.ahead_context
+        context = drafted_context if ids is drafted_ids else sim.table.context(ids)
+        chunks = chunk_work(sim, plan)
+        background = refill.background
+        if background:   # the ring: drafter workers draft the other sub-batches meanwhile
             st.drafted = self._queue_drafts(v, st)
         if v is not None:       # drafted earlier (parallelised), being drafted, or drafted first now
             st.parallelised, drafting, t = self._drafts_of(v, ids, context, chunks, st, t)
@@ -125,19 +134,19 @@ class PipelinedSD(EngineMethod):
                 t = env.now
         proposed, selection, shift = self._scored(plan, v, ids, st.parallelised)
         total = isum(proposed)
-        tokens = total + len(ids)
-        target = TargetPass(sim, len(ids), tokens, context, chunks)
+        tokens = total + batch
+        target = TargetPass(sim, batch, tokens, context, chunks)
         k_ahead, ahead_s = self._ahead(ahead, st)
         ahead_s = target.contend(ahead_s)
         t = target.prepared(st, t)
         name, k = "prefill", None
         if v is not None:
             name, k = "verify", int(proposed.max()) if sim.timeline else 0
-        if refill.background:
+        if background:
             if target.prep_s:
                 yield from wait_until(env, t)
             yield target.submit(name, v, k)
-            yield from queued_after_pass(sim, plan, st, chunks, tokens, v is not None, t, emitting=len(ids))
+            yield from queued_after_pass(sim, plan, st, chunks, tokens, v is not None, t, emitting=batch)
         else:
             back = target.book(name, t, v, k)
             drafted_at = t
@@ -149,11 +158,11 @@ class PipelinedSD(EngineMethod):
             if v is not None:
                 st.wait_s = now - drafted_at
             end = after_pass_end(sim, plan, st, chunks, tokens, v is not None, drafted_at, now,
-                                 emitting=len(ids))
+                                 emitting=batch)
             yield from wait_until(env, end)
         self._verified(v, ahead, ids, proposed, total, selection, shift, st)
-        target.measured(st, ahead_s if v is not None and not refill.background else None)
-        st.verified, st.scored = len(ids), tokens if v is not None else 0
+        target.measured(st, ahead_s if v is not None and not background else None)
+        st.verified, st.scored = batch, tokens if v is not None else 0
         record(sim, plan, start, st)
         self.open = None
 
@@ -163,11 +172,11 @@ class PipelinedSD(EngineMethod):
         selection, and how many requests on the verified drafts are shifted (`misaligned`)."""
         proposed = self.proposals[ids]
         selection = self.lengths.select(ids, proposed) if len(ids) else None
-        if selection is None:
-            proposed = draft_counts(plan, ids, proposed)
-        else:
+        if selection is not None:
             proposed = draft_counts(plan, ids, selection.lengths)  # TETRIS accepts among those scored
             selection = Selection(proposed, selection.accepted)
+        elif plan.spec_cap is not None:
+            proposed = draft_counts(plan, ids, proposed)
         shift = self.refill.misaligned(ids, parallelised) if v is not None else 0
         if shift:  # swapped-in requests at the end push every proposal `shift` requests on
             return np.concatenate([np.zeros(shift, dtype=np.int64), proposed[:-shift]]), None, shift
@@ -215,15 +224,17 @@ class PipelinedSD(EngineMethod):
         """(k, seconds alone) of drafting sub-batch `ahead` beside the pass; its requests hold k
         drafts once it is done."""
         if ahead is None:
+            self.ahead_context = (EMPTY, 0)
             return 0, 0.0
-        ids = self.refill.members[ahead]
-        context = self.sim.table.context(ids)
+        sim, ids = self.sim, self.refill.members[ahead]
+        context = sim.table.context(ids)
+        self.ahead_context = (ids, context)
         k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
         self.proposals[ids] = k   # held from when the drafting beside the pass ends
         st.drafted = len(ids)
         if not k:
             return 0, 0.0
-        return k, self.sim.cost.draft(draft_rows(self.sim, ids, st), k, context) * self.drafter.slowdown[0]
+        return k, sim.cost.draft(draft_rows(sim, ids, st), k, context) * self.drafter.slowdown[0]
 
     def _queue_drafts(self, v: int | None, st: StepRecord) -> int:
         """Background drafting: queue every other non-empty sub-batch without drafts for the

@@ -166,17 +166,17 @@ class BatchManagerRefill(Refill):
 
     def turn(self, plan: StepPlan, st: StepRecord) -> tuple[int | None, int | None]:
         """(the sub-batch this step verifies, the one it drafts ahead); None: none."""
-        st.batch0, st.batch1 = len(self.members[False]), len(self.members[True])
-        v = self.send
+        sizes = st.batch0, st.batch1 = len(self.members[0]), len(self.members[1])
         if not len(plan.decode):  # a prefill-only step: the decoding requests wait
             return None, None
-        if not len(self.members[v]):  # one sub-batch empty: verify all, draft nothing ahead
-            v = not v
-        if not len(self.members[v]):
-            return None, None
+        v = int(self.send)
+        if not sizes[v]:  # one sub-batch empty: verify all, draft nothing ahead
+            v = 1 - v
+            if not sizes[v]:
+                return None, None
         self.batches.decode_scheduled()
         self.fresh.clear()
-        return int(v), int(not v) if len(self.members[not v]) else None
+        return v, 1 - v if sizes[1 - v] else None
 
     def drafted(self, verified: int) -> bool:
         """Whether the verified sub-batch's drafts were drafted in an earlier step."""

@@ -53,7 +53,9 @@ class StandardSD(EngineMethod):
         batch = len(ids)
         context, chunks = sim.table.context(ids), chunk_work(sim, plan)
         k = self.lengths.k(ids, context, chunks, parallel=False, over_link=self.over_link) if batch else 0
-        proposed = draft_counts(plan, ids, np.full(batch, k, dtype=np.int64))
+        wanted = np.empty(batch, dtype=np.int64)
+        wanted.fill(k)   # np.full's Python-level wrapper costs more than the array at a batch's size
+        proposed = draft_counts(plan, ids, wanted)
         capped = plan.spec_cap is not None   # else every request drafts k: no reductions needed
         t = start
         if batch and k:   # draft, then the target pass scores the drafts
