@@ -260,16 +260,19 @@ class PipelinedSD(EngineMethod):
         extra row per request whose drafts were all accepted, counted in the extra_rows of the
         step that waits for it, else of the step under way when a drafter takes it up (none
         when that happens while the engine waits for arrivals)."""
-        k, drafted = self.lookahead, [EMPTY]
+        k, drafted, whose = self.lookahead, [EMPTY], [EMPTY]
 
         def size() -> tuple[float, dict[str, Any]]:
             drafted[0] = ids = self.refill.members[b]
+            whose[0] = self.sim.table.request[ids]
             rows = draft_rows(self.sim, ids, st if st is not None else self.open)
             return self.sim.cost.draft(rows, k, self.sim.table.context(ids)), \
                 {"sub_batch": b, "batch": len(ids), "k": k}
 
         def finish(seconds: float) -> None:
-            self.proposals[drafted[0]] = k
+            # a request that ended while it was drafted may have left its slot to another one
+            ids = drafted[0]
+            self.proposals[ids[self.sim.table.request[ids] == whose[0]]] = k
             self.ready[b] = True
             self.drafting.pop(b, None)
             if st is not None:
