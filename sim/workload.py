@@ -156,7 +156,6 @@ class WorkloadStream:
             mean = prior.alpha if prior is not None else None
         self.acceptance_mean: float | None = mean
         self.n = self._prompts * s.n          # requests after fan-out
-        self.fanned = s.n > 1                 # rows carry a `prompt` column
         self._dataset = None if self._trace is not None or s.prompt_len else cat.datasets[s.dataset]
         self._draws = self._field_draws()
         # One pass over the draws, discarding them, leaves rng where drawing every request at

@@ -47,7 +47,6 @@ class Refill:
     def __init__(self, requests: int, sub_batches: int, dtype: type) -> None:
         self.flag = np.zeros(requests, dtype=dtype)
         self.members = [EMPTY.copy() for _ in range(sub_batches)]
-        self.table_state: np.ndarray | None = None
 
     def graduated(self, ids: np.ndarray) -> None:
         flags = self.flag[ids]
