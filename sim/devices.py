@@ -257,7 +257,7 @@ class Drafter:
 
     def __init__(self, env: simpy.Environment, tracks: list[str], timeline: Timeline | None = None,
                  idle: Callable[[float], float] | None = None, overlap: tuple[float, float] | None = None,
-                 verifier: Verifier | None = None) -> None:
+                 verifier: Verifier | None = None, workers: bool = True) -> None:
         self.env = env
         self.overlap = overlap      # (draft, verify) slowdowns while both compute; None: none
         self.verifier = verifier
@@ -272,8 +272,9 @@ class Drafter:
         self._urgent: deque[Job] = deque()
         self._background: deque[Job] = deque()
         self._idle: deque[tuple[int, simpy.Event]] = deque()   # workers waiting for work, in order
-        for i in range(count):
-            env.process(self._work(i))
+        if workers:   # False: only the driver's own drafting (`book`), on a plain clock
+            for i in range(count):
+                env.process(self._work(i))
 
     # -- the driver's own drafter work (drafter 0) ---------------------------------------
 

@@ -37,6 +37,7 @@ class KVPools:
         self.held = np.zeros(n_requests, dtype=np.int64)  # blocks per request (every side)
         self.used = 0
         self.peak = 0
+        self._round_ups: dict[int, np.ndarray] = {}
 
     @cached_property
     def _block(self) -> np.ndarray:
@@ -44,6 +45,13 @@ class KVPools:
         0-d array in about half the time it takes with a Python int, whose type it must first
         resolve (NEP 50); the result is the same."""
         return np.array(self.block_size)
+
+    def _round_up(self, lookahead: int) -> np.ndarray:
+        """lookahead + block_size - 1 as a 0-d array (see `_block`), made once per lookahead."""
+        constant = self._round_ups.get(lookahead)
+        if constant is None:
+            constant = self._round_ups[lookahead] = np.array(lookahead + self.block_size - 1)
+        return constant
 
     @property
     def free(self) -> int:
@@ -64,9 +72,9 @@ class KVPools:
         cover all of them at once (the common case, in a handful of numpy operations); False
         changes nothing."""
         held = self.held[ids]
-        needed = (cached + np.array(lookahead + self.block_size - 1)) // self._block
+        needed = (cached + self._round_up(lookahead)) // self._block
         grown = np.maximum(needed, held)
-        total = isum(grown) - isum(held)   # the new blocks: exact integer sums
+        total = isum(grown - held)   # the new blocks: an exact integer sum
         if total > self.total - self.used:
             return False
         if total:

@@ -43,8 +43,8 @@ _COLUMNS: dict[str, type] = {
     "request": np.int64, "prompt": np.int64, "arrival_s": np.float64, "prompt_len": np.int64,
     "output_len": np.int64, "acceptance": np.float64, "log_acceptance": np.float64,
     "abort_delay_s": np.float64, "state": np.int8,
-    "remaining": np.int64,      # output tokens still to generate
     "kv_len": np.int64,         # prompt + generated: the tokens in the KV cache
+    "final_len": np.int64,      # prompt + output length: kv_len once the request is complete
     "prefill_len": np.int64,    # tokens the next prefill must compute
     "computed": np.int64,       # prefill tokens computed so far
     "preemptions": np.int64,
@@ -104,8 +104,8 @@ class RequestTable:
     log_acceptance: np.ndarray
     abort_delay_s: np.ndarray
     state: np.ndarray
-    remaining: np.ndarray
     kv_len: np.ndarray
+    final_len: np.ndarray
     prefill_len: np.ndarray
     computed: np.ndarray
     preemptions: np.ndarray
@@ -186,7 +186,8 @@ class RequestTable:
         self.prompt[slot] = block.prompt[i] if block.prompt is not None else request
         self.arrival_s[slot] = block.arrival_s[i]
         self.prompt_len[slot] = self.kv_len[slot] = self.prefill_len[slot] = block.prompt_len[i]
-        self.output_len[slot] = self.remaining[slot] = block.output_len[i]
+        self.output_len[slot] = block.output_len[i]
+        self.final_len[slot] = block.prompt_len[i] + block.output_len[i]
         self.acceptance[slot] = block.acceptance[i]
         self.log_acceptance[slot] = self._rows.log_acceptance[i]
         self.abort_delay_s[slot] = block.abort_delay_s[i]
@@ -252,7 +253,7 @@ class RequestTable:
                 "output_len": self.output_len[slots], "acceptance": self.acceptance[slots],
                 "state": self.state[slots], "admitted_s": self.admitted_s[slots],
                 "first_token_s": self.first_token_s[slots], "finish_s": self.finish_s[slots],
-                "end_s": self.end_s[slots], "generated": self.output_len[slots] - self.remaining[slots],
+                "end_s": self.end_s[slots], "generated": self.kv_len[slots] - self.prompt_len[slots],
                 "verifications": self._folded[0, slots], "proposed": self._folded[1, slots],
                 "accepted": self._folded[2, slots], "preemptions": self.preemptions[slots],
                 "recomputed_tokens": self.recomputed[slots]})
@@ -263,16 +264,20 @@ class RequestTable:
         """Append up to `tokens` to each request, never beyond its output length (vLLM discards
         tokens past max_tokens). Requests now complete are queued in `completed`. Returns the
         tokens kept where some were cut, or None when every request kept all its `tokens` (the
-        common case, which spares the caller a sum)."""
-        remaining = self.remaining[ids]
-        kept = np.minimum(tokens, remaining)
-        remaining -= kept
-        self.remaining[ids] = remaining
-        self.kv_len[ids] += kept
-        if np.count_nonzero(remaining) < len(remaining):
-            self.completed.append(ids[remaining == 0])
-            return kept
-        return None
+        common case, which spares the caller a sum). A request's generated tokens are kv_len -
+        prompt_len (a recompute preemption re-prefills them, it does not drop them), so kv_len
+        alone is kept up to date: six numpy operations in the common case."""
+        length = self.kv_len[ids]
+        grown = length + tokens
+        final = self.final_len[ids]
+        ended = grown >= final
+        if not np.count_nonzero(ended):
+            self.kv_len[ids] = grown
+            return None
+        grown = np.minimum(grown, final)
+        self.kv_len[ids] = grown
+        self.completed.append(ids[ended])
+        return grown - length
 
     def first_token(self, ids: np.ndarray, now: float) -> None:
         """Requests received their first token: time it, and schedule their clients' cancels."""

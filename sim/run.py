@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import simpy
 from psdsim.sim.acceptance import AcceptanceSampler
+from psdsim.sim.clock import Clock, run_clocked
 from psdsim.sim.costs import StepCost
 from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.execution import step_cost
@@ -100,7 +101,9 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
 
     rng = np.random.default_rng(s.seed)
     table = RequestTable(workload_stream(s, cat, rng))
-    env = simpy.Environment()
+    kind = method_class(s)
+    events = kind.needs_events(s)   # else every step is priced in advance: a plain clock will do
+    env = simpy.Environment() if events else Clock()
     if cost is None:
         cost = step_cost(s, cat)
         if s.profile:
@@ -108,7 +111,6 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
             cost = FittedCost(profile, cost)
     tl = Timeline() if timeline else None
     link = Link(env, cost.broadcast, cost.comm, tl)
-    kind = method_class(s)
     kv = KVPools(memory.pools(), s.block_size, table.capacity)
     scheduler = Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,
                           swap=s.preemption_mode == "swap", swap_blocks=memory.swap_blocks(s.swap_space_gb),
@@ -121,7 +123,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
     if layout.drafter != NONE:
         gpus = max(1, layout.drafter_gpus)
         tracks = [DRAFTER] if gpus == 1 else [drafter_track(i) for i in range(gpus)]
-        drafter = Drafter(env, tracks, tl, slow.driver_idle, slow.overlap)
+        drafter = Drafter(env, tracks, tl, slow.driver_idle, slow.overlap, workers=events)
     sim = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
                      verifier=Verifier(env, link, tl, slow.verifier_idle), link=link, vocab=target.vocab,
                      acceptance=AcceptanceSampler(rng), drafter=drafter,
@@ -133,7 +135,11 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         sim.all_accepted = np.zeros(table.capacity, dtype=bool)
         table.track(sim, "all_accepted")
     method = kind(sim)
-    env.run(until=env.process(_engine_loop(sim, method, progress)))
+    loop = _engine_loop(sim, method, progress)
+    if isinstance(env, Clock):
+        run_clocked(loop)
+    else:
+        env.run(until=env.process(loop))
 
     steps = step_table(sim.steps)
     requests = table.columns()

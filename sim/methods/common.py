@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import simpy
 from psdsim.sim.acceptance import AcceptanceSampler
+from psdsim.sim.clock import Clock
 from psdsim.sim.costs import StepCost
 from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.layout import layout_for
@@ -28,7 +29,7 @@ ONE = np.array(1)
 
 @dataclass
 class SimContext:
-    env: simpy.Environment
+    env: simpy.Environment | Clock
     scenario: Scenario
     cost: StepCost
     rng: np.random.Generator
@@ -60,6 +61,12 @@ class EngineMethod(EngineHooks):
     def running_cap(s: Scenario) -> int:
         """Cap on the running set (max_num_seqs): m, or N x m for PSD's N sub-batches."""
         return s.m
+
+    @staticmethod
+    def needs_events(s: Scenario) -> bool:
+        """Whether work runs beside the steps in simulated time (SimPy); False: every step is
+        priced in advance and a plain clock runs the run (sim/clock.py)."""
+        return False
 
     @staticmethod
     def gpus(s: Scenario) -> int:

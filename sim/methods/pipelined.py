@@ -60,6 +60,10 @@ class PipelinedSD(EngineMethod):
     def running_cap(s: Scenario) -> int:
         return s.sub_batches * s.m
 
+    @staticmethod
+    def needs_events(s: Scenario) -> bool:
+        return not s.batch_managed   # the ring's drafter workers draft beside the steps
+
     def __init__(self, sim: SimContext) -> None:
         super().__init__(sim)
         s, n = sim.scenario, sim.table.capacity
@@ -73,11 +77,11 @@ class PipelinedSD(EngineMethod):
         self.ready = [False] * s.sub_batches           # background drafting: a sub-batch's drafts are done
         self.drafting: dict[int, simpy.Event] = {}     # ... and the end of those being drafted
         self.open: StepRecord | None = None            # the record of the step under way (the ring)
-        # MineDraft: the sub-batch drafted beside the last step's pass and its context. Only a
-        # verified request's context grows, so it holds when this step verifies that sub-batch,
-        # unless its members changed meanwhile, which replaces the members array: a sum saved
-        # per step. A step that drafts nothing beside its pass forgets it.
-        self.ahead_context: tuple[np.ndarray, int] = (EMPTY, 0)
+        # Each sub-batch's members array and their context (KV tokens), kept as a running total:
+        # a decoding request's context grows only when it is verified (by the tokens its sub-batch
+        # kept, added once the pass is back), and any change of a sub-batch's members replaces its
+        # array, so the total holds while the array is the one recorded: two sums saved per step.
+        self.contexts: dict[int, tuple[np.ndarray, int]] = {}
         assert sim.drafter is not None
         self.drafter: Drafter = sim.drafter
 
@@ -121,8 +125,7 @@ class PipelinedSD(EngineMethod):
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
         ids = refill.members[v] if v is not None else EMPTY
         batch = len(ids)
-        drafted_ids, drafted_context = self.ahead_context
-        context = drafted_context if ids is drafted_ids else sim.table.context(ids)
+        context = self._context(v, ids) if v is not None else 0
         chunks = chunk_work(sim, plan)
         background = refill.background
         if background:   # the ring: drafter workers draft the other sub-batches meanwhile
@@ -161,6 +164,8 @@ class PipelinedSD(EngineMethod):
                                  emitting=batch)
             yield from wait_until(env, end)
         self._verified(v, ahead, ids, proposed, total, selection, shift, st)
+        if v is not None:   # st.generated is the verified requests' kept tokens until record()
+            self.contexts[v] = (ids, context + st.generated)
         target.measured(st, ahead_s if v is not None and not background else None)
         st.verified, st.scored = batch, tokens if v is not None else 0
         record(sim, plan, start, st)
@@ -220,15 +225,23 @@ class PipelinedSD(EngineMethod):
         st.drafter_s += seconds
         return False, None, self.drafter.book(at, seconds, "draft", len(ids), k, v)
 
+    def _context(self, b: int, ids: np.ndarray) -> int:
+        """The context of sub-batch `b`, whose members are `ids`: the running total while the
+        members are those it was counted for, else summed afresh."""
+        known = self.contexts.get(b)
+        if known is not None and known[0] is ids:
+            return known[1]
+        context = self.sim.table.context(ids)
+        self.contexts[b] = (ids, context)
+        return context
+
     def _ahead(self, ahead: int | None, st: StepRecord) -> tuple[int, float]:
         """(k, seconds alone) of drafting sub-batch `ahead` beside the pass; its requests hold k
         drafts once it is done."""
         if ahead is None:
-            self.ahead_context = (EMPTY, 0)
             return 0, 0.0
         sim, ids = self.sim, self.refill.members[ahead]
-        context = sim.table.context(ids)
-        self.ahead_context = (ids, context)
+        context = self._context(ahead, ids)
         k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
         self.proposals[ids] = k   # held from when the drafting beside the pass ends
         st.drafted = len(ids)

@@ -1,0 +1,36 @@
+"""Simulated time without an event queue, for runs whose every step is priced in advance.
+
+Every method but the PSD ring prices a step's parts when it starts (sim/devices.py: `book`) and
+waits once, for its end; the engine loop waits for arrivals in between. Nothing else happens in
+simulated time, so SimPy's event queue, its process switches and its timeout objects buy nothing
+there (about a microsecond a step). `Clock` stands in for `simpy.Environment` in such runs: it
+keeps `now`, and `timeout(delay)` moves it to `now + delay` at once, the very float SimPy would
+reach, so the same generators (the engine loop, `wait_until`) run unchanged, driven by
+`run_clocked` instead of `Environment.run`. The ring's drafter workers work beside the steps and
+need SimPy (`EngineMethod.needs_events`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+
+class Clock:
+    """`now` and `timeout` of a simpy.Environment, with nothing queued: a timeout has passed by
+    the time it is yielded."""
+
+    __slots__ = ("now",)
+
+    def __init__(self) -> None:
+        self.now: float = 0   # SimPy's initial time, an int until the first timeout: the same outputs
+
+    def timeout(self, delay: float) -> None:
+        """Advance by `delay` (as SimPy times a timeout: now + delay)."""
+        self.now = self.now + delay
+
+
+def run_clocked(process: Generator[Any, Any, None]) -> None:
+    """Run a process written for SimPy whose every yield is a Clock timeout (already passed)."""
+    for _ in process:
+        pass
