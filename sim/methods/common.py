@@ -116,7 +116,7 @@ def emit_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.
     """Emit accepted + 1 tokens for each verified request, log the verification, count it."""
     t, n = sim.table, len(ids)
     if sim.all_accepted is not None:
-        sim.all_accepted[ids] = accepted >= np.maximum(proposed, 1)   # proposed > 0, all accepted
+        sim.all_accepted[ids] = accepted >= np.maximum(proposed, ONE)   # proposed > 0, all accepted
     if total_proposed:
         total_accepted = isum(accepted)
         unproposed = n - np.count_nonzero(proposed)
