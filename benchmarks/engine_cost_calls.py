@@ -2,11 +2,19 @@
 default `psdsim run` scenario makes, recorded once, replayed on this checkout's EngineCost, on the
 roofline (AnalyticCost, for the calls it has) and optionally on sim/execution.py of another commit.
 
-Why a replay: the whole run is ~200 us per step, so a few us of pricing drown in a noisy machine's
-run-to-run spread; replaying the same calls isolates them. Rounds are interleaved, the best of each
-call kind and the median per-round ratio are reported, and the replayed results must be identical.
-The per-kind table replays each kind's calls together, so there `verify_parts` is priced afresh (in
-a run it reuses the parts of the `verify` just before it); the totals replay the run's order.
+Why a replay: a whole run is ~50 us a step on this machine, so a few us of pricing drown in a noisy
+machine's run-to-run spread; replaying the same calls isolates them. Rounds are interleaved, the
+best of each call kind and the median per-round ratio are reported, and the replayed results must
+be identical. The per-kind table replays each kind's calls together, so there `verify_parts` is
+priced afresh (in a run it reuses the parts of the `verify` just before it); the totals replay the
+run's order.
+
+The replay runs the calls back to back, with warm caches; inside a run they cost about twice as
+much (2026-12-01, this script: all priced calls 7.4 us a step inside a run, 3.9 replayed; the
+roofline 3.3 and 1.7). So the script also times every priced call where a real run makes it
+(perf_counter_ns around each call, the timer's own cost, measured on a no-op call, taken off), for
+this checkout's engine and the roofline: that is what richer costs add to a step (issue #15.4);
+the replay stays the A/B tool for a change.
 
     python benchmarks/engine_cost_calls.py                     # engine vs roofline, us per step
     python benchmarks/engine_cost_calls.py --against HEAD~2    # and before/after a change
@@ -48,6 +56,43 @@ class _Recorder:
             self._log.append((name, args))
             return value(*args)
         return logged
+
+
+class _Timer:
+    """Passes every attribute through to the cost, timing the priced calls where the run makes them:
+    `spent[name]` is [nanoseconds, calls]."""
+
+    def __init__(self, inner: Any, spent: dict[str, list[int]]) -> None:
+        self.__dict__.update(_inner=inner, _spent=spent)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name not in CALLS:
+            return value
+        return _timed(value, self._spent.setdefault(name, [0, 0]))
+
+
+def _timed(fn: Any, tally: list[int]) -> Any:
+    def timed(*args: Any) -> Any:
+        began = time.perf_counter_ns()
+        out = fn(*args)
+        tally[0] += time.perf_counter_ns() - began
+        tally[1] += 1
+        return out
+    return timed
+
+
+def _in_run(s: Scenario, cost: Any, steps: int) -> dict[str, float]:
+    """Microseconds per step each priced call kind takes inside a whole run of `s` (the timer's
+    own cost per call, measured on a no-op, taken off)."""
+    spent: dict[str, list[int]] = {}
+    simulate(s, cost=_Timer(cost, spent))
+    probe = [0, 0]
+    noop = _timed(lambda: None, probe)
+    for _ in range(100_000):
+        noop()
+    overhead = probe[0] / probe[1]
+    return {name: (ns - calls * overhead) / steps / 1e3 for name, (ns, calls) in spent.items()}
 
 
 def _execution_at(commit: str) -> Any:
@@ -121,6 +166,14 @@ def main() -> None:
     for label in labels:
         print(f"{label}: all calls in the run's order {statistics.median(totals[label]) / steps * 1e6:.2f} us"
               " per step (median round)")
+    inside = {"now": _in_run(s, execution.step_cost(s, cat), steps),
+              "roofline": _in_run(s, AnalyticCost(s, cat), steps)}
+    print(f"{'inside a run, us per step':25s}" + "".join(f"{label:>12s}" for label in inside))
+    for name in CALLS:
+        cells = (f"{v[name]:12.2f}" if name in v else f"{'-':>12s}" for v in inside.values())
+        print(f"{name:25s}" + "".join(cells))
+    print("inside a run, all priced calls: " + ", ".join(f"{label} {sum(v.values()):.2f} us per step"
+                                                        for label, v in inside.items()))
     if args.against:
         ratio = statistics.median(n / t for n, t in zip(totals["now"], totals[args.against], strict=True))
         same = results["now"] == results[args.against]
