@@ -84,6 +84,28 @@ class KVPools:
                 self.peak = self.used
         return True
 
+    def ahead(self, ids: np.ndarray, cached: np.ndarray, plans: int,
+              lookahead: int) -> tuple[np.ndarray, list[int]]:
+        """What `ensure` would do over `plans` consecutive plans in which each of `ids` caches one
+        token more than at the plan before (`cached` at the first): the blocks each request holds
+        after each plan (a row per plan) and the blocks in use after each, cut before the first
+        plan that `ensure` would refuse (the scheduler preempts there). Nothing changes until
+        `settle` commits one of the rows (AR's quiet stretches, sim/methods/ar.py)."""
+        held0 = self.held[ids]
+        steps = np.arange(plans)[:, None]
+        held = np.maximum((cached[None, :] + steps + (lookahead + self.block_size - 1)) // self.block_size,
+                          held0[None, :])
+        used = (self.used + (held - held0[None, :]).sum(axis=1)).tolist()
+        fits = next((i for i, u in enumerate(used) if u > self.total), plans)
+        return held[:fits], used[:fits]
+
+    def settle(self, ids: np.ndarray, held: np.ndarray, used: int) -> None:
+        """Commit one row of `ahead`: `ids` hold `held` blocks, `used` are in use."""
+        self.held[ids] = held
+        self.used = used
+        if used > self.peak:
+            self.peak = used
+
     def extra_needed(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """New blocks each request needs to hold `tokens` slots (0 where it holds enough)."""
         return np.maximum(self.blocks_for(tokens) - self.held[ids], 0)

@@ -66,7 +66,7 @@ def _engine_loop(sim: SimContext, method: Any,
                  progress: Progress | None) -> Generator[Any, Any, None]:
     """The driver: each iteration plans one engine step, executes it, then closes it."""
     env, sched, tl = sim.env, sim.scheduler, sim.timeline
-    steps = 0
+    steps, report_at = 0, PROGRESS_EVERY
     while not sched.done:
         sched.arrive_until(env.now)
         plan = sched.plan(method, env.now)
@@ -76,13 +76,18 @@ def _engine_loop(sim: SimContext, method: Any,
                 raise RuntimeError("engine stalled: nothing running, nothing admissible")
             yield env.timeout(nxt - env.now)
             continue
-        if tl is not None:
-            tl.step = steps
-        yield from method.step(plan)
-        sched.close_step(plan, env.now, method)
-        steps += 1
-        if progress is not None and steps % PROGRESS_EVERY == 0:
+        quiet = method.quiet_steps(plan)
+        if quiet:
+            steps += quiet
+        else:
+            if tl is not None:
+                tl.step = steps
+            yield from method.step(plan)
+            sched.close_step(plan, env.now, method)
+            steps += 1
+        if progress is not None and steps >= report_at:
             progress(sched.ended / sim.table.n)
+            report_at = steps + PROGRESS_EVERY
 
 
 def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | None = None,

@@ -147,6 +147,17 @@ class Scheduler:
         plan.waiting = len(self.waiting)
         return plan
 
+    def quiet(self, plan: StepPlan) -> bool:
+        """Whether `plan` is a decode step over the whole running set and nothing else: no prompt,
+        no swap, no preemption, no chunking (then the next plans would be the same decode step,
+        the KV growth aside, until a request ends or one could be admitted: `may_admit`)."""
+        return (not self.chunked and not self.swapped and not self.prefilling and not plan.preempted
+                and not len(plan.prefill) and len(plan.decode) == len(self.running))
+
+    def may_admit(self) -> bool:
+        """Whether a step planned now might admit a request (a seat free and someone waiting)."""
+        return len(self.running) < self.max_running and bool(self.waiting)
+
     def _decoding(self) -> np.ndarray:
         if not self.prefilling:
             return self.running
