@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psdsim.sim.kv import KVPools
+from psdsim.sim.methods import ar
 from psdsim.sim.methods.ar import AutoRegressive
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
@@ -46,6 +47,14 @@ CASES = {
 def test_a_named_case_is_the_same_step_by_step(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     s = Scenario(method="ar", requests=60, m=6, output_len=40, seed=4, engine="roofline")
     _both(s.replace(**CASES[name]), monkeypatch)
+
+
+def test_a_stretch_cut_short_by_its_size_cap_goes_on_as_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Scenario(method="ar", requests=60, m=6, output_len=40, seed=4, engine="roofline", rate=30.0)
+    whole = _everything(s)
+    with monkeypatch.context() as patch:
+        patch.setattr(ar, "STRETCH_CELLS", 18)   # three steps of six requests a stretch
+        _same(whole, _everything(s))
 
 
 @st.composite

@@ -25,6 +25,10 @@ from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 
+# Requests x steps a quiet stretch plans at once (KVPools.ahead holds a matrix of that size, 8 MiB);
+# a longer stretch goes on as another one.
+STRETCH_CELLS = 1 << 20
+
 
 class AutoRegressive(EngineMethod):
 
@@ -63,6 +67,7 @@ class AutoRegressive(EngineMethod):
         batch = len(ids)
         lengths = table.kv_len[ids]
         steps = int((table.final_len[ids] - lengths).min()) - 1   # the next step ends a request
+        steps = min(steps, STRETCH_CELLS // batch)   # KVPools.ahead's matrix stays small
         if steps < 2:
             return 0
         # the plans of steps 1, 2, ...: every request one token longer at each
