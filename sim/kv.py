@@ -93,8 +93,8 @@ class KVPools:
         `settle` commits one of the rows (AR's quiet stretches, sim/methods/ar.py)."""
         held0 = self.held[ids]
         steps = np.arange(plans)[:, None]
-        held = np.maximum((cached[None, :] + steps + (lookahead + self.block_size - 1)) // self.block_size,
-                          held0[None, :])
+        needed = (cached[None, :] + steps + self._round_up(lookahead)) // self._block   # as `ensure`
+        held = np.maximum(needed, held0[None, :])
         used = (self.used + (held - held0[None, :]).sum(axis=1)).tolist()
         fits = next((i for i, u in enumerate(used) if u > self.total), plans)
         return held[:fits], used[:fits]

@@ -64,7 +64,8 @@ class Result:
 
 def _engine_loop(sim: SimContext, method: Any,
                  progress: Progress | None) -> Generator[Any, Any, None]:
-    """The driver: each iteration plans one engine step, executes it, then closes it."""
+    """The driver: each iteration plans one engine step, executes it, then closes it (or runs the
+    quiet stretch the method starts with that plan, sim/methods/ar.py)."""
     env, sched, tl = sim.env, sim.scheduler, sim.timeline
     steps, report_at = 0, PROGRESS_EVERY
     while not sched.done:
