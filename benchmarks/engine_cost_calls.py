@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,35 +42,26 @@ CALLS = ("draft", "verify", "verify_parts", "draft_chunks", "comm", "broadcast",
          "framework", "driver_prep")
 
 
-class _Recorder:
-    """Passes every attribute through to the cost, logging the priced calls and their arguments."""
+class _Watched:
+    """Passes every attribute through to the cost; a priced call (CALLS) goes through
+    `watch(name, fn)`, which returns the callable to run instead (logging or timing it)."""
 
-    def __init__(self, inner: Any, log: list[tuple[str, tuple]]) -> None:
-        self.__dict__.update(_inner=inner, _log=log)
+    def __init__(self, inner: Any, watch: Callable[[str, Any], Any]) -> None:
+        self.__dict__.update(_inner=inner, _watch=watch)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._inner, name)
-        if name not in CALLS:
-            return value
+        return self._watch(name, value) if name in CALLS else value
 
+
+def _logging(log: list[tuple[str, tuple]]) -> Callable[[str, Any], Any]:
+    """Watch that logs each priced call and its arguments."""
+    def watch(name: str, fn: Any) -> Any:
         def logged(*args: Any) -> Any:
-            self._log.append((name, args))
-            return value(*args)
+            log.append((name, args))
+            return fn(*args)
         return logged
-
-
-class _Timer:
-    """Passes every attribute through to the cost, timing the priced calls where the run makes them:
-    `spent[name]` is [nanoseconds, calls]."""
-
-    def __init__(self, inner: Any, spent: dict[str, list[int]]) -> None:
-        self.__dict__.update(_inner=inner, _spent=spent)
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._inner, name)
-        if name not in CALLS:
-            return value
-        return _timed(value, self._spent.setdefault(name, [0, 0]))
+    return watch
 
 
 def _timed(fn: Any, tally: list[int]) -> Any:
@@ -86,7 +78,7 @@ def _in_run(s: Scenario, cost: Any, steps: int) -> dict[str, float]:
     """Microseconds per step each priced call kind takes inside a whole run of `s` (the timer's
     own cost per call, measured on a no-op, taken off)."""
     spent: dict[str, list[int]] = {}
-    simulate(s, cost=_Timer(cost, spent))
+    simulate(s, cost=_Watched(cost, lambda name, fn: _timed(fn, spent.setdefault(name, [0, 0]))))
     probe = [0, 0]
     noop = _timed(lambda: None, probe)
     for _ in range(100_000):
@@ -138,7 +130,7 @@ def main() -> None:
     s = validate(Scenario())
     cat = catalog_for(s)
     calls: list[tuple[str, tuple]] = []
-    simulate(s, cost=_Recorder(execution.step_cost(s, cat), calls))
+    simulate(s, cost=_Watched(execution.step_cost(s, cat), _logging(calls)))
     steps = sum(1 for n, _ in calls if n == "verify")
     print(f"default scenario, engine {s.engine_key}: {len(calls)} cost calls over {steps} target passes")
     began = time.perf_counter()
