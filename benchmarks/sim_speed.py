@@ -5,7 +5,7 @@ several times, and prints the median wall time. Targets from issue #2, on a 2-co
 default scenario in under 2 s of wall time; at least 1000x faster than real time.
 
     python benchmarks/sim_speed.py [--repeats N] [--methods psd,sd,ar] [--record]
-    python benchmarks/sim_speed.py --against REV [--repeats N] [--methods ...] [--record]
+    python benchmarks/sim_speed.py --against REV [--repeats N] [--methods ...] [--engine default] [--record]
 
 `--record` also writes the table to docs/measurements/sim_speed.md with date, commit and machine.
 `--against REV` times this checkout and commit REV side by side instead, interleaved, and prints
@@ -39,10 +39,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", default="psd,sd,ar")
     parser.add_argument("--against", metavar="REV", help="compare with commit REV side by side")
+    parser.add_argument("--engine", choices=("roofline", "default"), default="roofline",
+                        help="with --against: both trees roofline-priced, or each one's default engine")
     add_record_flag(parser)
     args = parser.parse_args()
     if args.against:
-        speed_vs.compare_and_record(args.against, args.methods.split(","), args.repeats, args.record)
+        speed_vs.compare_and_record(args.against, args.methods.split(","), args.repeats, args.record,
+                                    args.engine)
         return
     lines = [f"{'scenario':<24}{'wall s':>9}{'sim s':>10}{'sim s/wall s':>14}"
              f"{'steps':>8}{'steps/wall s':>14}"]
