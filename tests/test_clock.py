@@ -1,16 +1,22 @@
 """The plain clock (sim/clock.py) runs what SimPy would: a run priced in advance gives the same
-results, bit for bit, on either, and the ring, whose drafter workers need events, keeps SimPy."""
+results, bit for bit, on either (named cases, and any scenario hypothesis draws, AR's quiet
+stretches, which run only on the clock, included), and the ring, whose drafter workers need
+events, keeps SimPy."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import simpy
+from hypothesis import HealthCheck, assume, given, settings
 from psdsim.sim import run as run_module
 from psdsim.sim.clock import Clock, run_clocked
 from psdsim.sim.devices import wait_until
 from psdsim.sim.methods import method_class
 from psdsim.sim.scenario import Scenario
+
+from tests.test_invariants import scenarios
+from tests.test_request_slots import _everything, _same
 
 
 def test_a_timeout_lands_where_simpys_lands() -> None:
@@ -62,3 +68,16 @@ def test_the_ring_keeps_simpy() -> None:
     ring = Scenario(sub_batches=3, drafters=2)
     assert method_class(ring).needs_events(ring)
     assert not method_class(Scenario()).needs_events(Scenario())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(s=scenarios())
+def test_any_scenario_priced_in_advance_is_the_same_on_simpy(s: Scenario,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    kind = method_class(s)
+    assume(not kind.needs_events(s))
+    clocked = _everything(s)
+    with monkeypatch.context() as patch:
+        patch.setattr(kind, "needs_events", staticmethod(lambda _: True))
+        _same(clocked, _everything(s))
