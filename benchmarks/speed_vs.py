@@ -37,7 +37,8 @@ from recording import ROOT, add_record_flag, write
 
 # Run in a child process with the tree's folder as argv[1]: make `psdsim.*` importable from that
 # tree whatever its layout (the old one had top-level sim/, the new one maps sim/ under psdsim),
-# then time simulate() of the default scenario for one method, roofline-priced.
+# then time simulate() of the default scenario for one method, roofline-priced (argv[5] "roofline")
+# or with the tree's own default engine ("default").
 CHILD = r"""
 import json, sys, time
 tree, method, mode, engine = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5]

@@ -97,7 +97,7 @@ def timed_steps(tally: dict[str, list[float]]) -> Iterator[None]:
 
 def kinds_table(s: Scenario, repeats: int) -> list[str]:
     """The table for scenario `s`: the run with the lowest timed total of `repeats`."""
-    simulate(Scenario(**{**s.__dict__, "requests": 8}))   # modules imported on first use, untimed
+    simulate(s.replace(requests=8))   # modules imported on first use, untimed
     best: dict[str, list[float]] = {}
     for _ in range(repeats):
         tally: dict[str, list[float]] = {}
