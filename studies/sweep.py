@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.output.results import table_csv, write_file
+from psdsim.sim.output.results import landing, table_csv, write_file
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario
 from psdsim.studies.executors import run_local, run_ray
@@ -73,8 +73,10 @@ class Store:
         self._lock: Any = None
 
     def claim(self, design: Design, force: bool) -> None:
-        """Check that DIR is this sweep's (or new, or `force`), take its lock, record the design."""
-        state = self.out / STATE
+        """Check that DIR is this sweep's (or new, or `force`), take its lock, record the design.
+        The checks look where the writes land (`new/../mine` is `mine`, though `new/` is missing)."""
+        real = landing(self.out, "--out")
+        state = real / STATE
         if state.exists():
             try:
                 digest = json.loads(state.read_text(encoding="utf-8")).get("design")
@@ -85,8 +87,8 @@ class Store:
                                     f"{digest}, this spec's is {design.digest})",
                                     "use a new --out DIR, or --force to replace it (runs of unchanged "
                                     "scenarios are kept)")
-        elif self.out.exists() and not force and any(  # a sweep killed before sweep.json is empty
-                not (e.name.startswith(".") or e.name == RUNS) for e in self.out.iterdir()):
+        elif real.exists() and not force and any(  # a sweep killed before sweep.json is empty
+                not (e.name.startswith(".") or e.name == RUNS) for e in real.iterdir()):
             raise ScenarioError("--out", f"{str(self.out)!r} is not empty and holds no sweep",
                                 "use a new or empty --out DIR, or --force to write into it")
         try:

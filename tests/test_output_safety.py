@@ -160,3 +160,100 @@ def test_a_user_file_that_mentions_psdsim_is_not_taken_for_ours(capsys, tmp_path
     notes.write_text('{"my notes": "psdsim run --trace wrote here once"}')
     err = _refused(capsys, ["run", *FAST, "--no-write", "--trace", str(notes)])
     assert "--trace" in err and "psdsim run --trace wrote" in notes.read_text()
+
+
+# Paths are checked where the write lands, not as spelled: `new/../mydir` is mydir once new/ is made,
+# and before this rule such a path replaced (deleted) a user's folder or file.
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_path_through_a_missing_folder_is_checked_where_it_lands(capsys, tmp_path, command):
+    (tmp_path / "mydir").mkdir()
+    (tmp_path / "mydir" / "notes.txt").write_text("precious")
+    err = _refused(capsys, [*COMMANDS[command], "--out", "new/../mydir"])
+    assert "did not write" in err
+    assert (tmp_path / "mydir" / "notes.txt").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mydir"]
+
+
+def test_sweep_checks_its_folder_where_it_lands(capsys, tmp_path):
+    (tmp_path / "mydir").mkdir()
+    (tmp_path / "mydir" / "results.csv").write_text("my table")
+    err = _refused(capsys, ["sweep", str(PLAN.with_name("sweep.toml")), "--out", "new/../mydir"])
+    assert "holds no sweep" in err
+    assert (tmp_path / "mydir" / "results.csv").read_text() == "my table"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mydir"]
+
+
+def test_a_single_file_is_checked_where_it_lands(capsys, tmp_path):
+    (tmp_path / "notes.json").write_text('{"mine": true}')
+    err = _refused(capsys, ["calibrate", "absent.json", "--out", "new/../notes.json"])
+    assert "did not write" in err and (tmp_path / "notes.json").read_text() == '{"mine": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.json"]
+
+
+def test_a_name_the_system_cannot_take_is_one_line(capsys):
+    err = _refused(capsys, ["calibrate", "absent.json", "--out", "p" * 300 + ".json"])
+    assert err.startswith("psdsim: error: --out: cannot use")
+
+
+# An output never lands on an input, nor two outputs on one file, even where psdsim wrote the input
+# (a psdsim timeline is a Kineto trace that calibrate reads; a profile is what run reads).
+
+
+def _timeline(capsys) -> Path:
+    assert main(["run", *FAST, "--no-write", "--trace", "t.json"]) == 0
+    capsys.readouterr()
+    return Path("t.json")
+
+
+@pytest.mark.parametrize("spelling", ["t.json", "new/../t.json", "absolute"])
+def test_calibrate_never_writes_over_its_trace(capsys, tmp_path, spelling):
+    trace = _timeline(capsys)
+    before = trace.read_bytes()
+    out = str(tmp_path / "t.json") if spelling == "absolute" else spelling
+    for option in ("--out", "--samples"):
+        args = ["calibrate", "t.json", option, out] + (["--out", "p.json"] if option != "--out" else [])
+        err = _refused(capsys, args)
+        assert err.startswith(f"psdsim: error: {option}: ") and "would overwrite the input" in err
+    assert trace.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_two_outputs_on_one_file_are_refused(capsys, tmp_path):
+    err = _refused(capsys, ["calibrate", "absent.json", "--out", "same.csv", "--samples", "same.csv"])
+    assert err.startswith("psdsim: error: --samples: ") and "--out" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_never_writes_its_timeline_over_its_profile(capsys, tmp_path):
+    from tests.test_calibration_minedraft import write_trace
+
+    write_trace(tmp_path / "m.jsonl", bundles=3)
+    assert main(["calibrate", "m.jsonl", "--out", "p.json"]) == 0
+    before = (tmp_path / "p.json").read_bytes()
+    err = _refused(capsys, ["run", *FAST, "--no-write", "--profile", "p.json", "--trace", "p.json"])
+    assert "would overwrite the input" in err and (tmp_path / "p.json").read_bytes() == before
+
+
+def test_calibrate_writes_all_of_its_files_or_none(capsys, tmp_path):
+    from tests.test_calibration_minedraft import write_trace
+
+    write_trace(tmp_path / "m.jsonl", bundles=3)
+    (tmp_path / "afile").write_text("a file where a folder should be")
+    err = _refused(capsys, ["calibrate", "m.jsonl", "--out", "p.json", "--plot", "afile/fit.png"])
+    assert err.startswith("psdsim: error: --plot: cannot write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "m.jsonl"]   # no p.json
+
+
+@pytest.mark.parametrize(("name", "magic"),
+                         [("fit.png", b"\x89PNG"), ("fit.svg", b"<?xml"), ("fit.pdf", b"%PDF")])
+def test_calibrate_writes_the_figure_type_its_name_says(capsys, tmp_path, name, magic):
+    from tests.test_calibration_minedraft import write_trace
+
+    write_trace(tmp_path / "m.jsonl", bundles=3)
+    assert main(["calibrate", "m.jsonl", "--out", "p.json", "--plot", name]) == 0
+    assert (tmp_path / name).read_bytes().startswith(magic)
+    capsys.readouterr()
+    err = _refused(capsys, ["calibrate", "m.jsonl", "--out", "p.json", "--plot", "fit.gif"])
+    assert "--plot" in err and "FILE.pdf" in err

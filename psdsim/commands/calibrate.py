@@ -7,8 +7,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from psdsim.commands.common import guarded_write, user_error
+from psdsim.commands.common import user_error
 
+PLOT_TYPES = (".png", ".svg", ".pdf")
 HELP = "fit a cost profile to traces (nsys SQLite, Kineto JSON, MineDraft JSONL) and report how well it fits"
 PROVENANCE = (("--engine", "engine name, e.g. vllm"), ("--engine-version", "engine version"),
               ("--gpu", "verifier GPU (catalog key)"), ("--drafter-gpu", "drafter GPU (catalog key)"),
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
         p.add_argument(flag, help=f"provenance: {what}")
     p.add_argument("--tp", type=int, help="provenance: the target's tensor-parallel size")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
-                   help="also write measured vs fitted times (PNG, or SVG by extension)")
+                   help="also write measured vs fitted times (PNG, SVG or PDF, by the name's extension)")
     p.add_argument("--samples", type=Path, metavar="FILE.csv", help="also write the samples as CSV")
     p.add_argument("--json", action="store_true", help="print the profile as JSON on stdout")
 
@@ -64,14 +65,24 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.calibration.calibrate import calibrate
     from psdsim.calibration.report import fit_figure, report_lines
     from psdsim.calibration.samples import COLUMNS, sample_columns
-    from psdsim.sim.output.results import OWN_FILE_SIGNATURES, check_output_file, table_csv, write_file
+    from psdsim.sim.output.results import (
+        OWN_FILE_SIGNATURES,
+        check_no_clash,
+        check_output_file,
+        table_csv,
+        write_files,
+    )
 
     _check_provenance(args)
     samples_header = ",".join(COLUMNS).encode()
-    for option, path in (("--out", args.out), ("--plot", args.plot), ("--samples", args.samples)):
-        if path is not None:
-            own = (samples_header,) if option == "--samples" else OWN_FILE_SIGNATURES
-            check_output_file(path, option, own)
+    if args.plot is not None and args.plot.suffix.lower() not in PLOT_TYPES:
+        raise user_error("--plot", f"{str(args.plot)!r} is no figure type psdsim writes",
+                         f"name it {', '.join('FILE' + t for t in PLOT_TYPES)}")
+    outputs = [(option, path) for option, path in (("--out", args.out), ("--plot", args.plot),
+                                                   ("--samples", args.samples)) if path is not None]
+    check_no_clash(outputs, args.traces)
+    for option, path in outputs:
+        check_output_file(path, option, (samples_header,) if option == "--samples" else OWN_FILE_SIGNATURES)
     source = {"engine": args.engine, "engine_version": args.engine_version, "gpu": args.gpu,
               "drafter_gpu": args.drafter_gpu, "target": args.target, "draft": args.draft,
               "tensor_parallel_size": args.tp}
@@ -79,13 +90,10 @@ def run(args: argparse.Namespace) -> int:
                     source=source)
     files: list[tuple[str, Path, str | bytes]] = [("--out", args.out, cal.profile.to_json())]
     if args.plot:
-        fmt = "svg" if args.plot.suffix.lower() == ".svg" else "png"
-        files.append(("--plot", args.plot, fit_figure(cal, fmt)))
+        files.append(("--plot", args.plot, fit_figure(cal, args.plot.suffix.lower()[1:])))
     if args.samples:
         files.append(("--samples", args.samples, table_csv(sample_columns(cal.samples))))
-    for option, path, content in files:
-        guarded_write(path, lambda path=path, content=content: write_file(path, content), option,
-                      f"choose a writable file with {option} FILE")
+    write_files(files)   # all or none: a --plot that cannot be written leaves no profile either
     if args.json:
         sys.stdout.write(cal.profile.to_json())
     else:

@@ -36,10 +36,16 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_memory
     from psdsim.sim.output.report import format_run, nothing_fits
-    from psdsim.sim.output.results import check_output_file, check_results_folder, summary_json, write_result
+    from psdsim.sim.output.results import (
+        check_no_clash,
+        check_output_file,
+        check_results_folder,
+        summary_json,
+        write_result,
+    )
     from psdsim.sim.output.timeline import write_trace
     from psdsim.sim.run import simulate
-    from psdsim.sim.scenario import load_scenario
+    from psdsim.sim.scenario import PATH_FIELDS, load_scenario
 
     s = load_scenario(args.scenario, overrides(args), args.method, args.preset)
     # before anything is allocated: refuse what the machine cannot hold (a trace keeps every slice)
@@ -53,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     out = None if args.no_write else args.out or default_out(s, s.method)
     if out is not None:
         check_results_folder(out, "run")
+    outputs = [(option, path) for option, path in (("--trace", trace), ("--out", out)) if path is not None]
+    check_no_clash(outputs, [args.scenario, *(getattr(s, name) for name in PATH_FIELDS)])
     progress = Progress(not args.json)
     result = simulate(s, progress=lambda f: progress(s.method, f), timeline=trace is not None)
     if not result.fits:

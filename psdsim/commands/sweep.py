@@ -90,6 +90,7 @@ def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: st
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.output.results import landing
     from psdsim.studies.executors import WorkerDied, require_ray
     from psdsim.studies.sweep import RUNS, run_sweep
     from psdsim.studies.sweep_design import load_design
@@ -99,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         raise user_error("--ray-address", "applies to the Ray executor only", "add --executor ray")
     if args.executor == "ray":
         require_ray()
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
+    real = None if args.out is None else landing(args.out, "--out")   # where the writes land
+    if real is not None and real.exists() and not real.is_dir():
         raise user_error("--out", f"{str(args.out)!r} is a file, not a sweep folder",
                          "choose a new folder, or the folder of an earlier sweep to resume, with --out DIR")
     design = load_design(args.spec)

@@ -16,7 +16,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,17 +118,47 @@ def csv_parts(columns: Mapping[str, np.ndarray]) -> Iterator[str]:
 def write_file(path: Path, content: str | bytes) -> Path:
     """Write one file atomically: a temporary file beside it, then a rename."""
     path = Path(path)
+    tmp = _stage(path, content)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_files(files: Sequence[tuple[str, Path, str | bytes]]) -> None:
+    """Write several files as one (option, path, content): all are staged beside their places
+    first and renamed into place only once every one is staged, so a file that cannot be written
+    (a --plot folder that is a file) leaves none of them written. An OSError names its option."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for option, path, content in files:
+            try:
+                staged.append((_stage(Path(path), content), Path(path)))
+            except OSError as exc:
+                raise ScenarioError(option, f"cannot write {str(path)!r} ({exc.strerror or exc})",
+                                    f"choose a writable file with {option} FILE") from None
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)   # a temporary already renamed into place is gone: a no-op
+        raise
+
+
+def _stage(path: Path, content: str | bytes) -> Path:
+    """`content` in a temporary file beside `path` (its folder made if missing), to rename over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(content.encode("utf-8") if isinstance(content, str) else content)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files: follow the user's umask
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+    return Path(tmp)
 
 
 def summary_json(summary: Mapping[str, Any]) -> str:
@@ -153,14 +183,30 @@ def _marker(out: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("files"), list | str) else None
 
 
+def landing(path: Path, option: str) -> Path:
+    """Where a write to `path` lands: the path with every link and `..` resolved as the system
+    will once missing folders are made (`new/../notes.txt` is `notes.txt`, which exists even though
+    `new/` does not). Checks look there, not at the spelling. A name the system cannot take (too
+    long, a loop of links) is refused in one line."""
+    try:
+        path = Path(path)
+        real = path.resolve()
+        real.exists()   # raises for a name too long, which resolve() lets through
+    except (OSError, RuntimeError) as exc:   # RuntimeError: a loop of links (Python 3.11)
+        raise ScenarioError(option, f"cannot use {str(path)!r} ({getattr(exc, 'strerror', None) or exc})",
+                            "choose a shorter or plainer name") from None
+    return real
+
+
 def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> None:
     """Refuse (ScenarioError) unless `out_dir` is new, an empty folder, or a folder that `command`
     wrote itself and that holds nothing else. Called before any work, so a refusal costs nothing."""
-    out = Path(out_dir)
+    given = Path(out_dir)
+    out = landing(given, option)
     if _holds_working_directory(out):
-        raise _refuse(option, out, "is the working directory or holds it")
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise _refuse(option, out, "is an existing file")
+        raise _refuse(option, given, "is the working directory or holds it")
+    if given.is_symlink() or (out.exists() and not out.is_dir()):
+        raise _refuse(option, given, "is an existing file")
     if not out.exists():
         return
     present = {p.relative_to(out).as_posix() for p in out.rglob("*") if not p.is_dir()}
@@ -168,14 +214,35 @@ def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> 
         return
     marker = _marker(out)
     if marker is None:
-        raise _refuse(option, out, "is a folder psdsim did not write")
+        raise _refuse(option, given, "is a folder psdsim did not write")
     if marker.get("command") != command:
-        raise _refuse(option, out, f"holds the results of `psdsim {marker.get('command')}`, not `{command}`")
+        raise _refuse(option, given,
+                      f"holds the results of `psdsim {marker.get('command')}`, not `{command}`")
     if marker["files"] == INCREMENTAL:
         return
     foreign = sorted(present - set(marker["files"]) - {MARKER})
     if foreign:
-        raise _refuse(option, out, f"holds files psdsim did not write ({', '.join(foreign[:3])})")
+        raise _refuse(option, given, f"holds files psdsim did not write ({', '.join(foreign[:3])})")
+
+
+def check_no_clash(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path | str] = ()) -> None:
+    """Refuse (ScenarioError) two outputs (option, path) that land on one file, and an output that
+    lands on an input or holds one: a profile read and then overwritten by the timeline of the
+    run it priced, or a trace replaced by the profile fitted to it, would be lost, whatever its
+    signature says (psdsim may write its own inputs)."""
+    seen: dict[Path, str] = {}
+    sources = [(str(s), Path(s).resolve()) for s in inputs if s]
+    for option, path in outputs:
+        real = landing(path, option)
+        if real in seen:
+            raise ScenarioError(option, f"{str(path)!r} is also where {seen[real]} writes",
+                                "give each output its own name")
+        seen[real] = option
+        for name, source in sources:
+            if source == real or real in source.parents or (
+                    real.exists() and source.exists() and os.path.samefile(source, real)):
+                raise ScenarioError(option, f"{str(path)!r} would overwrite the input {name!r}",
+                                    f"write {option} somewhere else")
 
 
 def check_output_file(path: Path, option: str,
@@ -184,11 +251,12 @@ def check_output_file(path: Path, option: str,
     bytes hold none of `signatures`: by default psdsim's own; a CSV passes its header row), a
     folder, or a link."""
     path = Path(path)
-    if path.is_symlink() or path.is_dir():
+    real = landing(path, option)
+    if path.is_symlink() or real.is_dir():
         raise _refuse(option, path, "is a folder or a link")
-    if path.exists():
+    if real.exists():
         try:
-            with path.open("rb") as fh:
+            with real.open("rb") as fh:
                 head = fh.read(4096)
         except OSError as exc:
             raise ScenarioError(option, f"cannot read {str(path)!r} ({exc.strerror or exc})",
@@ -216,8 +284,8 @@ def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, n
     """Atomically create (or replace, under check_results_folder's rule) `out_dir` holding `files`:
     text, bytes, or a table (CSV); names may have folders (`figures/a.png`). The marker file
     records `command` and the names, so that the same command may replace the folder later."""
-    out_dir = Path(out_dir)
     check_results_folder(out_dir, command, option)
+    out_dir = landing(out_dir, option)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
