@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import stat
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,16 +35,19 @@ TIMINGS = ("busy", "span")
 
 def detect_format(path: Path) -> str:
     """'nsys', 'kineto' or 'minedraft', from the file's first bytes (a MineDraft bundle or a
-    compact Kineto trace is one long line, so keys are looked for, not whole lines parsed)."""
+    compact Kineto trace is one long line, so keys are looked for, not whole lines parsed). A
+    folder, a pipe or a device is refused before it is opened: reading a pipe would wait forever."""
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise TraceError(path, "not a regular file (a folder, a pipe or a device)", "give a trace file")
         with path.open("rb") as fh:
             head = fh.read(SNIFF_BYTES)
     except FileNotFoundError:
-        raise TraceError(f"{path}: file not found") from None
+        raise TraceError(path, "file not found", "check the path") from None
     except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+        raise TraceError(path, f"cannot read ({exc.strerror or exc})", "make the file readable") from None
     if not head.strip():
-        raise TraceError(f"{path}: empty file")
+        raise TraceError(path, "empty file")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
     if head.startswith(GZIP_MAGIC):
@@ -56,10 +61,10 @@ def detect_format(path: Path) -> str:
             return "minedraft"
         try:
             json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):
             return "kineto"  # a multi-line JSON document (whose traceEvents come later)
         return "minedraft"
-    raise TraceError(f"{path}: not a trace psdsim reads (nsys SQLite export, Kineto JSON, MineDraft JSONL)")
+    raise TraceError(path, "not a trace psdsim reads (nsys SQLite export, Kineto JSON, MineDraft JSONL)")
 
 
 def sha256(path: Path) -> str:
@@ -92,9 +97,10 @@ def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str |
     `preset` names the range-name preset; None: the first of AUTO_ORDER whose rules match the
     first nsys or Kineto trace, said in the notes."""
     if not paths:
-        raise TraceError("no trace given; pass one or more trace files")
+        raise TraceError("traces", "no trace given", "pass one or more trace files")
     if timing not in TIMINGS:
-        raise TraceError(f"timing {timing!r}: use busy (GPU busy time) or span (first to last GPU op)")
+        raise TraceError("--timing", f"unknown timing {timing!r}",
+                         "use busy (GPU busy time) or span (first to last GPU op)")
     rules = parse_rules(preset or AUTO_ORDER[0], ranges or [])   # bad --range rules fail first
     runs = [list(paths)] if any(isinstance(p, str | Path) for p in paths) else [list(r) for r in paths]
 
@@ -127,8 +133,8 @@ def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str |
             traces += [(p, TraceInfo("minedraft")) for p in jsonl]
         samples += run_samples
     if not samples:
-        why = "; ".join(f"{reason} ({n})" for reason, n in dropped.most_common(3)) or "no matching ranges"
-        raise TraceError(f"the traces gave no usable samples: {why}")
+        why = ", ".join(f"{reason} ({n})" for reason, n in dropped.most_common(3)) or "no matching ranges"
+        raise TraceError("traces", f"no usable samples: {why}")
 
     fits: dict[str, TermFit] = {}
     for term in TERMS:
@@ -141,7 +147,11 @@ def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str |
             notes.append(f"{term}: {len(of_kind)} samples, fewer than {MIN_SAMPLES} usable once mixed "
                          "passes and samples missing an attribute are dropped; not fitted")
     if not fits:
-        raise TraceError(f"no term had enough samples to fit (at least {MIN_SAMPLES} usable per term)")
+        read = ", ".join(f"{n} {term}" for term, n in Counter(s.kind for s in samples).items())
+        raise TraceError("traces", f"no term had enough samples to fit (read {read}; at least {MIN_SAMPLES} "
+                         "usable per term, once mixed passes and samples missing an attribute are dropped)",
+                         "record more steps of each phase")
+    _check_finite(fits)
     prov = {
         "traces": [{"path": str(p), "format": info.format, "sha256": sha256(p), "bytes": p.stat().st_size,
                     "version": info.version, "gpus": {str(k): v for k, v in info.gpus.items()}}
@@ -153,6 +163,19 @@ def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str |
     profile = Profile({name: f.term for name, f in fits.items()}, prov, acceptance_stats(samples),
                       tuple(notes))
     return Calibration(profile, fits, samples, dropped, notes, traces)
+
+
+def _check_finite(fits: dict[str, TermFit]) -> None:
+    """A fit whose coefficients or error overflowed (a step timed at 1e308 s) is no profile: the
+    trace is corrupt, and a profile file cannot hold an infinity."""
+    for name, fitted in fits.items():
+        t = fitted.term
+        numbers = [*t.coef, t.mape, *([t.cv_mape] if t.cv_mape is not None else []),
+                   *(x for span in t.ranges.values() for x in span)]
+        if not all(math.isfinite(x) for x in numbers):
+            raise TraceError("traces", f"the {name} fit overflowed (a coefficient, its error or its range is "
+                             "not finite): a sample's time or size is absurd",
+                             "remove the corrupt steps from the trace, or record it again")
 
 
 def _pick_preset(runs: list[list[Any]],

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from psdsim.calibration.samples import StepSample
+from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.profile import (
     FEATURES,
     RANGE_VARIABLES,
@@ -74,14 +75,18 @@ def _identifiable(X: np.ndarray) -> list[int]:
 
 
 def _nnls(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """NNLS on columns and times scaled to at most 1: a well-scaled problem, and one that cannot
+    overflow inside scipy's solver (a step timed at 1e308 s crashed the process there)."""
     scale = np.abs(X).max(axis=0)
     scale[scale == 0] = 1.0
-    coef, _ = nnls(X / scale, y)
-    return coef / scale
+    y_scale = float(np.abs(y).max()) or 1.0
+    coef, _ = nnls(X / scale, y / y_scale)
+    return coef * y_scale / scale
 
 
 def _mape(pred: np.ndarray, y: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred - y) / y))
+    with np.errstate(over="ignore"):   # an absurd sample overflows to inf: _check_finite refuses it
+        return float(np.mean(np.abs(pred - y) / y))
 
 
 def _robust_fit(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,17 +193,24 @@ def acceptance_stats(samples: list[StepSample]) -> dict[str, float]:
     """Acceptance where verify samples carry it: VSR (accepted / proposed draft tokens), mean
     accepted per verified request, and the per-token acceptance rate a that gives that mean under
     the simulator's model (i.i.d. positions, accepted = leading successes capped at k):
-    a + a^2 + ... + a^k = mean accepted. Empty when the trace has no acceptance counts."""
+    a + a^2 + ... + a^k = mean accepted. Empty when the trace has no acceptance counts or no
+    drafts (k = 0). A step that accepted more drafts than it proposed is a corrupt trace: refused."""
     rows = [s for s in samples if s.kind == "verify" and not math.isnan(s.accepted)
-            and s.batch > 0 and not math.isnan(s.k)]
+            and s.batch > 0 and not math.isnan(s.k) and s.k > 0]
     if not rows:
         return {}
+    impossible = [s for s in rows if not 0 <= s.accepted <= s.batch * s.k * (1 + 1e-9)]  # k may be a ratio
+    if impossible:
+        s = impossible[0]
+        raise TraceError("traces", f"{len(impossible)} verify steps accepted more drafts than they proposed, "
+                         f"or fewer than none (e.g. accepted={s.accepted:g} at batch={s.batch:g}, k={s.k:g})",
+                         "check the accepted= and k= counts the trace records")
     accepted = sum(s.accepted for s in rows)
     proposed = sum(s.batch * s.k for s in rows)
     requests = sum(s.batch for s in rows)
     k = Counter(round(s.k) for s in rows).most_common(1)[0][0]
     mean = accepted / requests
-    out = {"steps": float(len(rows)), "k": float(k), "vsr": accepted / proposed if proposed else math.nan,
+    out = {"steps": float(len(rows)), "k": float(k), "vsr": accepted / proposed,
            "mean_accepted": mean}
     if k >= 1 and 0 < mean < k:
         out["per_token"] = _per_token(mean, k)

@@ -30,7 +30,7 @@ from typing import Any
 
 from psdsim.calibration.phases import COMM_KERNEL, Built, GpuWork, TimedRange, TraceInfo, build_samples
 from psdsim.calibration.ranges import RangeRule, classify
-from psdsim.calibration.trace_error import trace_error
+from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.numbers import finite
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -53,21 +53,21 @@ def _load(path: Path) -> Any:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise trace_error(path, f"cannot read ({exc.strerror or exc})") from None
+        raise TraceError(path, f"cannot read ({exc.strerror or exc})", "make the file readable") from None
     if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
-            raise trace_error(path, f"corrupt or truncated gzip file ({exc}); copy or record the trace again"
-                        ) from None
+            raise TraceError(path, f"corrupt or truncated gzip file ({exc})",
+                             "copy or record the trace again") from None
     if not data.strip():
-        raise trace_error(path, f"empty file; {WHAT_IT_IS}, after the profiler has stopped")
+        raise TraceError(path, "empty file", f"{WHAT_IT_IS}, after the profiler has stopped")
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise trace_error(path, f"not JSON, or truncated JSON ({exc}); {WHAT_IT_IS}, and let the "
-                          "profiler finish writing it (a process killed mid-write leaves it cut "
-                          "short)") from None
+        raise TraceError(path, f"not JSON, or truncated JSON ({exc})",
+                         f"{WHAT_IT_IS}, and let the profiler finish writing it (a process killed "
+                         "mid-write leaves it cut short)") from None
 
 
 def _events(doc: Any, path: Path) -> tuple[list[Any], dict[str, Any]]:
@@ -76,10 +76,10 @@ def _events(doc: Any, path: Path) -> tuple[list[Any], dict[str, Any]]:
     elif isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
         events, meta = doc["traceEvents"], doc
     else:
-        raise trace_error(path, f"JSON, but not a Kineto trace (no traceEvents list); {WHAT_IT_IS}")
+        raise TraceError(path, "JSON, but not a Kineto trace (no traceEvents list)", WHAT_IT_IS)
     if not events:
-        raise trace_error(path, "the trace has no events; profile a window in which the model runs "
-                          "(check the profiler's schedule and that it was stopped, not killed)")
+        raise TraceError(path, "the trace has no events", "profile a window in which the model runs "
+                         "(check the profiler's schedule and that it was stopped, not killed)")
     return events, meta
 
 
@@ -174,20 +174,20 @@ def _range(scan: _Scan, rules: tuple[RangeRule, ...], name: str, ts: float | Non
 
 def _check(scan: _Scan, path: Path) -> None:
     if scan.kernels == 0:
-        raise trace_error(path, "no GPU kernels in the trace: the profiler must record CUDA activity, "
-                          "torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")
+        raise TraceError(path, "no GPU kernels in the trace", "record CUDA activity too: "
+                         "torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")
     if scan.ranges:
         return
     if scan.dropped:
-        raise trace_error(path, f"every matching user_annotation range ({sum(scan.dropped.values())}) has no "
-                          "duration; stop the profiler after the profiled steps end")
+        raise TraceError(path, f"every matching user_annotation range ({sum(scan.dropped.values())}) has no "
+                         "duration", "stop the profiler after the profiled steps end")
     if not scan.unmatched:
-        raise trace_error(path, "no user_annotation (record_function) ranges at all; for vLLM set "
-                          "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1, else wrap the phases in "
-                          "torch.profiler.record_function")
+        raise TraceError(path, "no user_annotation (record_function) ranges at all", "for vLLM set "
+                         "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1, else wrap the phases in "
+                         "torch.profiler.record_function")
     common = ", ".join(repr(n) for n, _ in scan.unmatched.most_common(6))
-    raise trace_error(path, "no user_annotation range matches the range rules (most common names: "
-                      f"{common}); choose --ranges PRESET or add --range KIND=REGEX")
+    raise TraceError(path, f"no user_annotation range matches the range rules (most common names: {common})",
+                     "choose --ranges PRESET or add --range KIND=REGEX")
 
 
 def _owners(scan: _Scan) -> dict[Ident, list[int]]:

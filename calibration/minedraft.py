@@ -87,7 +87,7 @@ from typing import Any
 import numpy as np
 from psdsim.calibration.phases import Built, TraceInfo
 from psdsim.calibration.samples import NAN, StepSample
-from psdsim.calibration.trace_error import trace_error
+from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.numbers import finite
 
 US = 1e-6
@@ -105,6 +105,7 @@ SPEC_FIELDS = ("measured_draft_time", "measured_overhead_time", "proposed_len", 
                "accepted_num", "generated_num")
 COUNTS = ("proposed_len", "verify_len", "accepted_num", "generated_num", "batched_token_num")
 WARMUP = re.compile(r"_warmup=(\d+)")
+CORRUPT = "the record is corrupt: re-record the trace"
 RECORD_FIX = "the file should be MineDraft's trace (benchmarks/trace/*.jsonl, written by TRACER.export)"
 
 
@@ -148,37 +149,36 @@ def _number(path: Path, rec: _Record, key: str) -> float | None:
     value = rec.data.get(key)
     if value is None:
         return None
-    number = _num(value)
-    if not math.isnan(number):
+    number = finite(value)   # a time or a count: a boolean is no number here
+    if number is not None:
         return number
-    raise trace_error(path, f"{rec.where}: {key} is {value!r}, not a number; {RECORD_FIX}")
+    raise TraceError(f"{path} {rec.where}", f"{key} is {value!r}, not a finite number", RECORD_FIX)
 
 
 def _check_step(path: Path, rec: _Record) -> None:
     """Raise for a step record that cannot be used: missing fields, non-numbers, negative times."""
     for key in ("start_us", "end_us"):
         if _number(path, rec, key) is None:
-            raise trace_error(path, f"{rec.where}: step record has no {key}; {RECORD_FIX}")
+            raise TraceError(f"{path} {rec.where}", f"step record has no {key}", RECORD_FIX)
     if rec.data["end_us"] < rec.data["start_us"]:
-        raise trace_error(path, f"{rec.where}: negative step duration (end_us {rec.data['end_us']} "
-                          f"< start_us {rec.data['start_us']}); the record is corrupt: re-record the trace")
+        raise TraceError(f"{path} {rec.where}", f"negative step duration (end_us {rec.data['end_us']} "
+                         f"< start_us {rec.data['start_us']})", CORRUPT)
     for key in (*MEASURED, *COUNTS, "batch_start_us", "batch_end_us"):
         value = _number(path, rec, key)
         if value is not None and value < 0:
             what = "duration" if key in MEASURED else "count" if key in COUNTS else "time"
-            raise trace_error(path, f"{rec.where}: negative {what} {key} = {value:g}; the record is corrupt: "
-                              "re-record the trace")
+            raise TraceError(f"{path} {rec.where}", f"negative {what} {key} = {value:g}", CORRUPT)
     if _role(rec.data) == "empty":
         return
     for key in ("is_prompt_run", "measured_target_time"):
         if rec.data.get(key) is None:
             fix = ("record with MineDraft's timer on (execute_model(profile_time=True))"
                    if key.startswith("measured") else RECORD_FIX)
-            raise trace_error(path, f"{rec.where}: step record has no {key}; {fix}")
+            raise TraceError(f"{path} {rec.where}", f"step record has no {key}", fix)
     if _role(rec.data) == "spec":
         for key in SPEC_FIELDS:
             if rec.data.get(key) is None:
-                raise trace_error(path, f"{rec.where}: speculative step record has no {key}; {RECORD_FIX}")
+                raise TraceError(f"{path} {rec.where}", f"speculative step record has no {key}", RECORD_FIX)
 
 
 def _load(path: str | Path) -> _Trace:
@@ -193,12 +193,14 @@ def _load(path: str | Path) -> _Trace:
                 seen_line = True
                 try:
                     obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise trace_error(path, f"line {n} is not JSON ({exc.msg} at column {exc.colno}); "
-                                      f"{RECORD_FIX}, one JSON object per line") from None
+                except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number
+                    why = (f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError)
+                           else " ".join(str(exc).split()[:12]))
+                    raise TraceError(f"{path} line {n}", f"not JSON ({why})",
+                                     f"{RECORD_FIX}, one JSON object per line") from None
                 if not isinstance(obj, dict):
-                    raise trace_error(path, f"line {n} is a JSON {type(obj).__name__}, not an object; "
-                                      f"{RECORD_FIX}, one JSON object per line")
+                    raise TraceError(f"{path} line {n}", f"a JSON {type(obj).__name__}, not an object",
+                                     f"{RECORD_FIX}, one JSON object per line")
                 traces = obj.get("traces")
                 if isinstance(traces, list):
                     trace.bundles.append(n)
@@ -209,14 +211,14 @@ def _load(path: str | Path) -> _Trace:
                 else:
                     _add(trace, obj, n, 0, f"line {n}")
     except OSError as exc:
-        raise trace_error(path, f"cannot read ({exc.strerror or exc})") from None
+        raise TraceError(path, f"cannot read ({exc.strerror or exc})", "make the file readable") from None
     except UnicodeDecodeError:
-        raise trace_error(path, f"not a text file; {RECORD_FIX}") from None
+        raise TraceError(path, "not a text file", RECORD_FIX) from None
     if not seen_line:
-        raise trace_error(path, f"empty file; {RECORD_FIX}")
+        raise TraceError(path, "empty file", RECORD_FIX)
     if not trace.steps:
-        raise trace_error(path, "no step records (objects with start_us, end_us, is_prompt_run, …); "
-                          + RECORD_FIX)
+        raise TraceError(path, "no step records (objects with start_us, end_us, is_prompt_run, …)",
+                         RECORD_FIX)
     for rec in trace.steps:
         _check_step(path, rec)
     _attach_prompt_lens(trace)
@@ -238,8 +240,8 @@ def _attach_prompt_lens(trace: _Trace) -> None:
     prompt_len: dict[tuple[int, str], float] = {}
     for rec in trace.requests:
         tid, plen = rec.data.get("tid"), rec.data.get("prompt_len")
-        if tid is not None and isinstance(plen, int | float) and not isinstance(plen, bool):
-            prompt_len[(rec.bundle, str(tid))] = float(plen)
+        if tid is not None and (length := finite(plen)) is not None:
+            prompt_len[(rec.bundle, str(tid))] = length
     for rec in trace.steps:
         batched = rec.data.get("batched_requests")
         if not rec.data.get("is_prompt_run") or not isinstance(batched, list) or not batched:
@@ -384,15 +386,15 @@ def _infer_unit(trace: _Trace) -> tuple[str, float, str]:
             sums.append(total)
             walls.append(wall)
     if not sums:
-        raise trace_error(trace.path, "no step has a positive measured_*_time and a positive wall time "
-                                "(end_us − start_us); record with MineDraft's timer on")
+        raise TraceError(trace.path, "no step has a positive measured_*_time and a positive wall time "
+                         "(end_us − start_us)", "record with MineDraft's timer on")
     msum, mwall = median(sums), median(walls)
     fits = [(abs(math.log(msum * scale / mwall)), name, scale) for name, scale in UNITS
             if MIN_RATIO <= msum * scale / mwall <= MAX_RATIO]
     if not fits:
-        raise trace_error(trace.path, "no time unit (s, ms, µs) fits measured_*_time: the median "
-                          f"per-step sum draft + target + overhead is {msum:g} against a median step "
-                          f"wall time of {mwall:g} s; check that the fields are timings of these steps")
+        raise TraceError(trace.path, "no time unit (s, ms, µs) fits measured_*_time: the median "
+                         f"per-step sum draft + target + overhead is {msum:g} against a median step "
+                         f"wall time of {mwall:g} s", "check that the fields are timings of these steps")
     _, name, scale = min(fits)
     note = (f"measured_*_time read as {name}: median draft + target + overhead {msum * scale * 1e3:.3g} ms "
             f"per step, {msum * scale / mwall:.0%} of the median step wall time {mwall * 1e3:.3g} ms")

@@ -28,6 +28,7 @@ from psdsim.calibration.trace_error import TraceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SUPPORTED_SCHEMA_MAJOR = 3
+EXPORT_FIX = "export the report with `nsys export --type sqlite`"
 NS = 1e-9
 RANGE_EVENT_TYPES = ("NvtxPushPopRange", "NvtxStartEndRange")
 DEFAULT_EVENT_IDS = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60}
@@ -39,15 +40,15 @@ def _connect(path: Path) -> sqlite3.Connection:
         with path.open("rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))
     except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+        raise TraceError(path, f"cannot read ({exc.strerror})", "make the file readable") from None
     if not head:
-        raise TraceError(f"{path}: empty file; export the report with `nsys export --type sqlite`")
+        raise TraceError(path, "empty file", EXPORT_FIX)
     if head != SQLITE_MAGIC:
-        raise TraceError(f"{path}: not a SQLite database; export the report with `nsys export --type sqlite`")
+        raise TraceError(path, "not a SQLite database", EXPORT_FIX)
     try:   # a file URI, escaped: read-only whatever characters (#, ?, %) the name holds
         return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:
-        raise TraceError(f"{path}: cannot open as SQLite ({exc})") from None
+        raise TraceError(path, f"cannot open as SQLite ({exc})", EXPORT_FIX) from None
 
 
 def _tables(con: sqlite3.Connection, path: Path) -> set[str]:
@@ -55,13 +56,13 @@ def _tables(con: sqlite3.Connection, path: Path) -> set[str]:
         names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         con.execute("PRAGMA quick_check(1)").fetchone()
     except sqlite3.DatabaseError as exc:
-        raise TraceError(f"{path}: corrupt or truncated SQLite database ({exc}); export it again") from None
+        raise TraceError(path, f"corrupt or truncated SQLite database ({exc})", "export it again") from None
     return names
 
 
 def _schema_version(con: sqlite3.Connection, tables: set[str], path: Path) -> tuple[str, str]:
     if "META_DATA_EXPORT" not in tables:
-        raise TraceError(f"{path}: not an Nsight Systems export (no META_DATA_EXPORT table); "
+        raise TraceError(path, "not an Nsight Systems export (no META_DATA_EXPORT table)",
                          "export the .nsys-rep with `nsys export --type sqlite`")
     meta = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT"))
     version = meta.get("EXPORT_SCHEMA_VERSION")
@@ -69,17 +70,50 @@ def _schema_version(con: sqlite3.Connection, tables: set[str], path: Path) -> tu
         version = ".".join(str(meta.get(f"EXPORT_SCHEMA_VERSION_{part}", 0))
                            for part in ("MAJOR", "MINOR", "MICRO"))
     if version is None:
-        raise TraceError(f"{path}: META_DATA_EXPORT has no EXPORT_SCHEMA_VERSION; not an nsys export")
+        raise TraceError(path, "META_DATA_EXPORT has no EXPORT_SCHEMA_VERSION: not an nsys export",
+                         EXPORT_FIX)
     major = str(version).split(".")[0]
     if major != str(SUPPORTED_SCHEMA_MAJOR):
-        raise TraceError(f"{path}: nsys export schema {version}; psdsim reads schema "
-                         f"{SUPPORTED_SCHEMA_MAJOR}.x (nsys 2021.5-2026.x): export with such an nsys")
+        raise TraceError(path, f"nsys export schema {version}, but psdsim reads schema "
+                         f"{SUPPORTED_SCHEMA_MAJOR}.x (nsys 2021.5-2026.x)", "export with such an nsys")
     return str(version), str(meta.get("EXPORT_PRODUCT_VERSION", ""))
 
 
 def _require(tables: set[str], name: str, path: Path, why: str) -> None:
     if name not in tables:
-        raise TraceError(f"{path}: no {name} table; {why}")
+        raise TraceError(path, f"no {name} table", why)
+
+
+# The columns the reader uses and what each may hold. SQLite lets any column hold any type: an
+# export edited by hand or written by another tool can put text where nsys writes integers, which
+# would otherwise fail deep inside a join as a Python TypeError rather than as one line here.
+INT, INT_OR_NULL, TEXT_OR_NULL = ("integer",), ("integer", "null"), ("text", "null")
+_GPU_OP = {"start": INT, "end": INT_OR_NULL, "deviceId": INT_OR_NULL, "correlationId": INT_OR_NULL,
+           "globalPid": INT_OR_NULL}
+COLUMN_TYPES: dict[str, dict[str, tuple[str, ...]]] = {
+    "NVTX_EVENTS": {"start": INT, "end": INT_OR_NULL, "globalTid": INT_OR_NULL, "eventType": INT_OR_NULL,
+                    "text": TEXT_OR_NULL, "textId": INT_OR_NULL},
+    "StringIds": {"id": INT, "value": TEXT_OR_NULL},
+    "ENUM_NSYS_EVENT_TYPE": {"id": INT, "name": TEXT_OR_NULL},
+    "CUPTI_ACTIVITY_KIND_KERNEL": {**_GPU_OP, "shortName": INT_OR_NULL},
+    "CUPTI_ACTIVITY_KIND_MEMCPY": {**_GPU_OP, "bytes": INT_OR_NULL},
+    "CUPTI_ACTIVITY_KIND_MEMSET": _GPU_OP,
+    "CUPTI_ACTIVITY_KIND_RUNTIME": {"start": INT, "globalTid": INT_OR_NULL, "correlationId": INT_OR_NULL},
+    "TARGET_INFO_GPU": {"id": INT, "name": TEXT_OR_NULL},
+}
+
+
+def _check_column_types(con: sqlite3.Connection, tables: set[str], path: Path) -> None:
+    for table, columns in COLUMN_TYPES.items():
+        if table not in tables:
+            continue
+        for column, allowed in columns.items():
+            row = con.execute(f'SELECT "{column}", typeof("{column}") FROM {table} '
+                              f'WHERE typeof("{column}") NOT IN ({",".join("?" * len(allowed))}) LIMIT 1',
+                              allowed).fetchone()
+            if row is not None:
+                raise TraceError(path, f"{table}.{column} holds {row[1]} {row[0]!r} where nsys writes "
+                                 f"{' or '.join(allowed)}", "export the report again with nsys")
 
 
 def _event_ids(con: sqlite3.Connection, tables: set[str], info: TraceInfo) -> list[int]:
@@ -95,9 +129,9 @@ def _check_graph_mode(con: sqlite3.Connection, tables: set[str], path: Path) -> 
     if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables and con.execute(
             "SELECT 1 FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE LIMIT 1").fetchone():
         raise TraceError(
-            f"{path}: recorded with --cuda-graph-trace=graph (nsys's default): each CUDA graph replay is "
-            "one row and its kernels are invisible, so phase GPU times cannot be measured; record again "
-            "with `nsys profile --cuda-graph-trace=node …`")
+            path, "recorded with --cuda-graph-trace=graph (nsys's default): each CUDA graph replay is "
+            "one row and its kernels are invisible, so phase GPU times cannot be measured",
+            "record again with `nsys profile --cuda-graph-trace=node …`")
 
 
 RawRange = tuple[str, str, dict[str, float], int, int, int]  # name, kind, attributes, tid, start, end (ns)
@@ -124,11 +158,11 @@ def _matched_ranges(con: sqlite3.Connection, rules: tuple[RangeRule, ...], event
             continue
         out.append((name, hit[0], hit[1], int(tid or 0), int(start), int(end)))
     if not out and dropped:
-        raise TraceError(f"{path}: every matching NVTX range ({sum(dropped.values())}) has no end; "
+        raise TraceError(path, f"every matching NVTX range ({sum(dropped.values())}) has no end",
                          "stop the capture after the profiled steps end")
     if not out:
         common = ", ".join(repr(n) for n, _ in seen_names.most_common(6)) or "none"
-        raise TraceError(f"{path}: no NVTX range matches the range rules (most common names: {common}); "
+        raise TraceError(path, f"no NVTX range matches the range rules (most common names: {common})",
                          "choose --ranges PRESET or add --range KIND=REGEX")
     return out
 
@@ -159,7 +193,7 @@ def read_nsys(path: str | Path, rules: tuple[RangeRule, ...]) -> tuple[Built, Tr
             con.execute("PRAGMA cache_size = -16000")   # 16 MB page cache
             return _read(con, path, rules)
         except sqlite3.DatabaseError as exc:
-            raise TraceError(f"{path}: unreadable nsys export ({exc}); export it again") from None
+            raise TraceError(path, f"unreadable nsys export ({exc})", "export it again") from None
 
 
 def _read(con: sqlite3.Connection, path: Path, rules: tuple[RangeRule, ...]) -> tuple[Built, TraceInfo]:
@@ -173,6 +207,7 @@ def _read(con: sqlite3.Connection, path: Path, rules: tuple[RangeRule, ...]) -> 
     _require(tables, "CUPTI_ACTIVITY_KIND_RUNTIME", path,
              "no CUDA API calls were traced: record with `nsys profile -t cuda,nvtx …`")
     _check_graph_mode(con, tables, path)
+    _check_column_types(con, tables, path)
     if "TARGET_INFO_GPU" in tables:
         info.gpus = {int(i): str(n) for i, n in con.execute("SELECT id, name FROM TARGET_INFO_GPU")}
 

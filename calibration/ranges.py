@@ -22,6 +22,7 @@ Presets:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -43,12 +44,13 @@ class RangeRule:
 
 def rule(kind: str, pattern: str) -> RangeRule:
     if kind not in (*KINDS, STEP):
-        raise TraceError(f"range rule {kind}={pattern}: unknown kind {kind!r}; use one of "
-                         f"{', '.join((*KINDS, STEP))}")
+        raise TraceError("--range", f"{kind}={pattern}: unknown kind {kind!r}",
+                         f"use one of {', '.join((*KINDS, STEP))}")
     try:
         return RangeRule(kind, re.compile(pattern))
     except re.error as exc:
-        raise TraceError(f"range rule {kind}={pattern}: bad regular expression ({exc})") from None
+        raise TraceError("--range", f"{kind}={pattern}: bad regular expression ({exc})",
+                         "write a Python regular expression, e.g. draft='^propose$'") from None
 
 
 PRESETS: dict[str, tuple[RangeRule, ...]] = {
@@ -78,12 +80,13 @@ AUTO_ORDER = ("psdsim", "vllm", "minedraft")
 def parse_rules(preset: str, extra: list[str]) -> tuple[RangeRule, ...]:
     """The preset's rules, with `KIND=REGEX` rules from the command line taking precedence."""
     if preset not in PRESETS:
-        raise TraceError(f"unknown range preset {preset!r}; use one of {', '.join(PRESETS)}")
+        raise TraceError("--ranges", f"unknown range preset {preset!r}", f"use one of {', '.join(PRESETS)}")
     own = []
     for text in extra:
         kind, sep, pattern = text.partition("=")
         if not sep or not pattern:
-            raise TraceError(f"range rule {text!r}: write it as KIND=REGEX, e.g. draft='^propose$'")
+            raise TraceError("--range", f"{text!r} is not KIND=REGEX",
+                             "write it as KIND=REGEX, e.g. draft='^propose$'")
         own.append(rule(kind.strip(), pattern))
     return (*own, *PRESETS[preset])
 
@@ -102,9 +105,11 @@ def classify(rules: tuple[RangeRule, ...], name: str) -> tuple[str, dict[str, fl
         for key, value in raw.items():
             key = _ALIASES.get(key, key)
             try:
-                attrs[key] = float(value)
+                number = float(value)
             except ValueError:
                 continue
+            if math.isfinite(number):   # `ctx=1e999` reads as infinity: no attribute
+                attrs[key] = number
         return r.kind, attrs
     return None
 

@@ -72,10 +72,6 @@ def _user_error_line(exc: BaseException) -> str | None:
         return str(exc)
     name = type(exc).__name__
     text = " ".join(str(exc).split())
-    if name == "TraceError":   # `path: problem[; what to do]`
-        where, _, rest = text.partition(": ")
-        problem, _, fix = rest.partition("; ")
-        return f"{where}: {problem}; fix: {fix or 'give a trace of a kind `psdsim calibrate --help` names'}"
     if name == "CatalogError":
         where, _, problem = text.partition(": ")
         return f"{where}: {problem}; fix: correct that entry (sim/catalog/*.toml show every field)"

@@ -24,7 +24,10 @@ def finite(value: Any) -> float | None:
     """`value` as a float when it is a finite real number and not a bool; otherwise None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:   # an integer beyond a float's range (JSON allows 400 digits)
+        return None
     return value if math.isfinite(value) else None
 
 

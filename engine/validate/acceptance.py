@@ -59,10 +59,10 @@ def mean_accepted(samples: Sequence[StepSample], ks: Sequence[int]
     for k in ks:
         stats = acceptance_stats([s for s in samples if s.kind == "verify" and s.k == k])
         if not stats or not 0 < stats["mean_accepted"] < k:
-            raise TraceError(f"the SD runs at k={k} give no usable acceptance (mean accepted drafts "
+            raise TraceError(f"SD runs at k={k}", "no usable acceptance (mean accepted drafts "
                              f"{stats.get('mean_accepted') if stats else None}: none or all of them); "
-                             "validation needs some drafts rejected: change model.draft_noise or "
-                             "model.draft_layers")
+                             "validation needs some drafts rejected",
+                             "change model.draft_noise or model.draft_layers")
         out[k] = stats["mean_accepted"]
         doc[str(k)] = {"vsr": stats["vsr"], "mean_accepted": stats["mean_accepted"],
                        "per_token_one_rate": stats.get("per_token")}

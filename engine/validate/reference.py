@@ -208,7 +208,8 @@ def assemble_profiles(traces: Mapping[str, Sequence[Any]], contention: dict[str,
     one, sd, ar, two = fit("ar", "sd"), fit("sd"), fit("ar"), fit("sd-2proc")
     base = one or two
     if base is None:
-        raise TraceError("no calibration traces: validation needs AR or SD runs to fit a profile")
+        raise TraceError("--traces", "no calibration traces: validation needs AR or SD runs to fit a profile",
+                         "give the traces of an AR or SD run too")
     one_process = " + ".join(name for name, c in (("AR", ar), ("SD", sd)) if c is not None)
     compute_from = (f"compute from the one-process {one_process} traces" if one is not None
                     else "compute from the two-process SD traces")

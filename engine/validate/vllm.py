@@ -213,7 +213,7 @@ def step_samples(rows: list[dict[str, Any]]) -> tuple[list[StepSample], list[Ste
 def _fitted(name: str, samples: list[StepSample]) -> Term:
     fit = fit_term(name, samples)
     if fit is None:
-        raise TraceError(f"too few usable AR timings to fit {name} ({len(samples)} samples): "
+        raise TraceError("measured.json", f"too few usable AR timings to fit {name} ({len(samples)} samples)",
                          "time more batch sizes or repeats (--repeats)")
     return fit.term
 
@@ -278,15 +278,16 @@ def split_steps(ar_steps: dict[str, list[dict[str, Any]]]) -> Split:
     refused: it would be the machine's noise, not the engine's."""
     missing = [role for role in ROLES if not ar_steps.get(role)]
     if missing:
-        raise TraceError(f"measured.json: no AR timings of the {' and the '.join(missing)} (an older "
-                         "psdsim measured it without the deeper target): run the validation again")
+        raise TraceError("measured.json", f"no AR timings of the {' and the '.join(missing)} (an older "
+                         "psdsim measured it without the deeper target)", "run the validation again")
     decode = {role: step_samples(ar_steps[role])[0] for role in ROLES}
     design = {"target": lambda b: [1, b, 1, b, 0, 0], "deep": lambda b: [1, b, DEPTH, DEPTH * b, 0, 0],
               "draft": lambda b: [1, b, 0, 0, 1, b]}
     rows = {role: [design[role](s.batch) for s in decode[role] if s.duration_s > 0] for role in ROLES}
     ys = {role: [s.duration_s for s in decode[role] if s.duration_s > 0] for role in ROLES}
     if min(len(y) for y in ys.values()) < 2:
-        raise TraceError(f"too few usable AR timings ({', '.join(f'{r} {len(ys[r])}' for r in ROLES)}): "
+        raise TraceError("measured.json", "too few usable AR timings "
+                         f"({', '.join(f'{r} {len(ys[r])}' for r in ROLES)})",
                          "time more batch sizes or repeats (--repeats)")
     coef = _relative_nnls([r for role in ROLES for r in rows[role]], [y for role in ROLES for y in ys[role]])
     framework, per_layers, draft_pass = Framework(float(coef[0]), float(coef[1])), coef[2:4], coef[4:6]
@@ -300,11 +301,11 @@ def split_steps(ar_steps: dict[str, list[dict[str, Any]]]) -> Split:
         means = {role: _ms([float(np.mean([s.duration_s for s in decode[role] if s.batch == b]))
                             for b in batches]) for role in alone}
         raise TraceError(
-            f"AR timings: the target {DEPTH}x as deep ran {slower:.0%} slower than the target "
-            f"({means['deep']} against {means['target']} ms a step at batch "
+            "measured.json", f"AR timings: the target {DEPTH}x as deep ran {slower:.0%} slower than the "
+            f"target ({means['deep']} against {means['target']} ms a step at batch "
             f"{', '.join(f'{b:g}' for b in batches)}), within "
-            f"the timings' own scatter of {noise:.0%}: the machine's noise swamps the split; run it on a "
-            "quieter machine or with more rounds (--repeats 3)")
+            f"the timings' own scatter of {noise:.0%}: the machine's noise swamps the split",
+            "run it on a quieter machine or with more rounds (--repeats 3)")
     mape = {role: _mape(rows[role], ys[role], coef) for role in ROLES}
     n = {role: len(ys[role]) for role in ROLES}
     span = (float(min(batches)), float(max(batches)))
@@ -439,8 +440,8 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
         if method == "sd":
             mal = summary.get("mean_acceptance_length")
             if mal is None or not 0 < mal - 1 < k:
-                raise TraceError(f"vLLM {name} reports no usable acceptance (mean acceptance length {mal}): "
-                                 "validation needs some drafts rejected: change tiny.draft_noise")
+                raise TraceError(name, f"vLLM reports no usable acceptance (mean acceptance length {mal}): "
+                                 "validation needs some drafts rejected", "change tiny.draft_noise")
             acc = acceptance_mean(mal - 1, k, ACCEPTANCE_SPREAD)
         scenarios[name] = (method, k, scenario_for(base, method, k, folder, lens, acc))
         write_file(out / "scenarios" / f"{name}.toml", scenario_to_toml(scenarios[name][2]))
