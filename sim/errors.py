@@ -11,3 +11,8 @@ class ScenarioError(ValueError):
         self.problem = problem
         self.fix = fix
         super().__init__(f"{field}: {problem}; fix: {fix}")
+
+    def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, str, str]]:
+        # Rebuilt from its three parts, not from str(): an error raised in a worker process of
+        # plan, paper or sweep must cross back to the parent intact (pickle calls cls(*args)).
+        return type(self), (self.field, self.problem, self.fix)

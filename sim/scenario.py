@@ -129,7 +129,8 @@ class Scenario:
     output_len: int = _field(256, "workload", int, "output tokens per request (EOS ignored)")
     prompt_len: int = _field(0, "workload", int, "fixed prompt length; 0 = dataset distribution")
     rate: float | None = _field(None, "workload", float,
-                                "Poisson arrival rate, requests/s; absent = all at t=0",
+                                "Poisson arrival rate, requests/s (requests / rate at most 1e9 s); "
+                                "absent = all at t=0",
                                 optional=True)
     trace: str = _field("", "workload", str,
                         "request trace (JSONL or CSV) replacing dataset, rate and lengths")
@@ -145,8 +146,10 @@ class Scenario:
     # [costs] analytic cost-model constants (see sim/costs.py for their sources)
     mem_efficiency: float = _field(0.81, "costs", float, "achieved fraction of memory bandwidth")
     compute_efficiency: float = _field(0.77, "costs", float, "achieved fraction of peak BF16 FLOPs")
-    launch_overhead_us: float = _field(50.0, "costs", float, "eager-mode launch cost per layer per forward")
-    step_overhead_ms: float = _field(1.2, "costs", float, "fixed framework cost per engine step")
+    launch_overhead_us: float = _field(50.0, "costs", float,
+                                       "eager-mode launch cost per layer per forward (engine = roofline only)")
+    step_overhead_ms: float = _field(1.2, "costs", float,
+                                     "fixed framework cost per engine step (engine = roofline only)")
     reject_overhead_ms: float = _field(0.3, "costs", float, "fixed rejection-sampling cost per verify")
     activation_reserve_gb: float = _field(1.5, "costs", float, "per-GPU memory kept for activations")
     profile: str = _field("", "costs", str,
@@ -537,12 +540,18 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
               f"lower output_len or raise max_model_len to {ds.min_prompt + s.output_len}")
     if s.rate is not None:
         _positive(s, "rate")
+        span = s.requests / s.rate
+        _need(span <= MAX_SPAN_S, "rate", f"{s.requests:,} requests at {s.rate:g} a second arrive over "
+              f"~{span:.3g} s, past the {MAX_SPAN_S:g} s within which the simulated clock (a float64) "
+              "resolves a tenth of a microsecond", f"raise rate to at least {s.requests / MAX_SPAN_S:.3g}")
     _in_range(s, "abort_fraction", 0.0, 1.0)
     _positive(s, "abort_window_s")
     if s.trace:
         _need(not Path(s.trace).is_dir(), "trace", f"{s.trace!r} is a folder, not a trace file",
               "give the path of a JSONL or CSV request trace file")
-        _need(Path(s.trace).is_file(), "trace", f"file {s.trace!r} not found",
+        _need(Path(s.trace).is_file(), "trace",
+              f"{s.trace!r} is not a regular file" if Path(s.trace).exists()
+              else f"file {s.trace!r} not found",
               "give the path of a JSONL or CSV request trace")
         _need(s.rate is None, "rate", "a trace gives its own arrival times",
               "remove rate when replaying a trace")
@@ -579,7 +588,22 @@ def warnings(s: Scenario) -> list[str]:
         out.append("hypothetical: compact sampler output (MineDraft sends full-vocabulary rows)")
     if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl"):
         out.append(f"hypothetical: {s.method} on vllm-v1 (MineDraft runs on vLLM 0.9.2, V0)")
+    changed = [name for name in ROOFLINE_ONLY if getattr(s, name) != FIELDS[name].default]
+    if changed and s.engine_key != "roofline" and not s.profile:
+        verb = "prices" if len(changed) == 1 else "price"
+        out.append(f"ignored: {' and '.join(changed)} {verb} the roofline engine only; the {s.engine_key} "
+                   "engine profile prices launches and framework work itself (set engine = \"roofline\" to "
+                   "use them)")
     return out + _code_warnings(s)
+
+
+# The longest arrival span a run may have: a float64 second count keeps steps of 1.2e-7 s at 1e9 s
+# (2^-53 relative); beyond it a step's duration starts to vanish into the clock's rounding.
+MAX_SPAN_S = 1e9
+
+# Analytic constants that only the roofline engine reads: an engine execution profile (sim/execution.py)
+# replaces them with its own per-kernel and framework terms.
+ROOFLINE_ONLY = ("launch_overhead_us", "step_overhead_ms")
 
 
 # MineDraft's code scores PEARL's stale drafts against the real sequence; how often one matches is

@@ -65,6 +65,7 @@ def run_local(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterato
                 return
             pending[pool.submit(fn, nxt[1])] = nxt[0]
 
+    finished = False
     try:
         fill()
         while pending:
@@ -77,8 +78,25 @@ def run_local(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterato
                     raise WorkerDied(f"a worker process died ({exc})") from None
                 yield i, result
             fill()
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            _stop(pool)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool whose results are no longer wanted (Ctrl-C, an error, a caller that stopped
+    reading) at once. Waiting for the jobs in flight made Ctrl-C take a whole run, and a second
+    Ctrl-C during that wait left idle workers that the interpreter's exit then joined forever.
+    ProcessPoolExecutor has no public way to stop its workers before Python 3.14."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=5)
 
 
 def ray_available() -> bool:

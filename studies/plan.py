@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from psdsim.sim.catalog import load_catalog
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario, load_scenario, parse_override, read_toml
 from psdsim.studies.parallel import map_in_order
@@ -68,6 +70,9 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
         if key not in ("base", "space", "slo", "search", "price"):
             raise _bad(f"[{key}]", f"unknown table in {p.name}",
                        "use [base], [space], [slo], [search] and [price]")
+        if not isinstance(doc[key], dict):
+            raise _bad(key, f"must be a table, got {doc[key]!r}",
+                       f"write [{key}] and its keys on the lines below")
     base_fields = dict(doc.get("base", {}))
     search = dict(doc.get("search", {}))
     for key in search:
@@ -79,10 +84,10 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
     space = _space(doc.get("space", {}))
     objectives = _objectives(doc.get("slo", {}))
     for key, value in search.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _bad(f"search.{key}", f"must be a number, got {value!r}", f"write e.g. {key} = 0.05")
+        if finite(value) is None:
+            raise _bad(f"search.{key}", f"must be a finite number, got {value!r}", f"write e.g. {key} = 0.05")
     spec = PlanSpec(base, space, objectives, **{k: float(v) for k, v in search.items()},
-                    price=_prices(doc.get("price", {})))
+                    price=_prices(doc.get("price", {}), load_catalog(base.catalog or None).gpus))
     if not 0 < spec.rate_min < spec.rate_max:
         raise _bad("search.rate_min", f"need 0 < rate_min < rate_max, got {spec.rate_min}, {spec.rate_max}",
                    "set e.g. rate_min = 0.05 and rate_max = 1000")
@@ -128,11 +133,14 @@ def _example(name: str) -> str:
     return f'"{default}"' if isinstance(default, str) else str(default)
 
 
-def _prices(table: Mapping[str, Any]) -> dict[str, float]:
+def _prices(table: Mapping[str, Any], gpus: Mapping[str, Any]) -> dict[str, float]:
     """[price]: dollars per GPU-hour by GPU catalog key (your prices: psdsim ships none)."""
     out = {}
     for gpu, value in table.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if gpu not in gpus:
+            raise _bad(f"price.{gpu}", "no such GPU in the catalog", f"use catalog keys ({', '.join(gpus)})")
+        number = finite(value)
+        if number is None or number <= 0:
             raise _bad(f"price.{gpu}", f"must be a positive $ per GPU-hour, got {value!r}",
                        f"write {gpu} = 2.5")
         out[gpu] = float(value)
@@ -144,7 +152,8 @@ def _objectives(table: Mapping[str, Any]) -> dict[str, float]:
     for key, value in table.items():
         if key not in OBJECTIVES:
             raise _bad(f"slo.{key}", "unknown objective", f"use {', '.join(OBJECTIVES)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        number = finite(value)
+        if number is None or number <= 0:
             raise _bad(f"slo.{key}", f"must be a positive number of ms, got {value!r}", f"write {key} = 2000")
         out[key] = float(value)
     if not any(k != "queue_p99_ms" for k in out):

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.footprint import check_memory
 from psdsim.sim.output.results import landing, table_csv, write_file
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario
@@ -32,6 +33,7 @@ from psdsim.studies.sweep_design import Design
 
 STATE = "sweep.json"
 RUNS = "runs"
+TABLES = ("results.csv", "results.parquet")
 STATUSES = ("ok", "error", "infeasible")
 _RUN_FILE = re.compile(r"^[0-9a-f]{16}\.json$")
 Progress = Callable[[int, int, int], None]  # (done, total, failed)
@@ -43,8 +45,10 @@ def one_line(exc: BaseException) -> str:
 
 
 def execute(s: Scenario) -> dict[str, Any]:
-    """Simulate one run; any exception becomes its record's error (a sweep never stops for one)."""
+    """Simulate one run; any exception becomes its record's error (a sweep never stops for one),
+    a run too large for the machine's memory or temporary disk included: it is refused, not run."""
     try:
+        check_memory([s])
         result = simulate(s)
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -87,10 +91,16 @@ class Store:
                                     f"{digest}, this spec's is {design.digest})",
                                     "use a new --out DIR, or --force to replace it (runs of unchanged "
                                     "scenarios are kept)")
-        elif real.exists() and not force and any(  # a sweep killed before sweep.json is empty
+        elif real.exists() and any(  # a sweep killed before sweep.json is empty
                 not (e.name.startswith(".") or e.name == RUNS) for e in real.iterdir()):
-            raise ScenarioError("--out", f"{str(self.out)!r} is not empty and holds no sweep",
-                                "use a new or empty --out DIR, or --force to write into it")
+            if not force:
+                raise ScenarioError("--out", f"{str(self.out)!r} is not empty and holds no sweep",
+                                    "use a new or empty --out DIR, or --force to write into it")
+            taken = [name for name in TABLES if (real / name).exists()]
+            if taken:   # --force writes beside a user's files, never over them
+                raise ScenarioError("--out", f"{str(self.out)!r} holds {', '.join(taken)}, which psdsim "
+                                    "did not write and the sweep would replace",
+                                    "move them, or use a new --out DIR")
         try:
             self.runs.mkdir(parents=True, exist_ok=True)
             self._take_lock()
@@ -262,7 +272,7 @@ def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "l
     began = time.perf_counter()
     store = Store(out)
     store.claim(design, force)
-    for stale in ("results.csv", "results.parquet"):
+    for stale in TABLES:
         with contextlib.suppress(FileNotFoundError):
             (store.out / stale).unlink()
     records = store.load()

@@ -193,7 +193,7 @@ def _base(doc: Any, spec: Path) -> dict[str, Any]:
     file, preset = doc.get("scenario"), doc.get("preset")
     if file is not None and not isinstance(file, str):
         raise _bad("base.scenario", f"must be a file name, got {file!r}", 'write scenario = "my.toml"')
-    if preset is not None and preset not in PRESETS:
+    if preset is not None and (not isinstance(preset, str) or preset not in PRESETS):
         raise _bad("base.preset", f"unknown preset {preset!r}", f"use one of: {', '.join(PRESETS)}")
     fields = {n: _value(n, v, "base", spec.parent) for n, v in _fields(doc, "base", BASE_KEYS)}
     values = asdict(load_scenario(spec.parent / file if file else None, preset=preset))
@@ -229,7 +229,10 @@ def _dimension(name: str, value: Any, log: bool, spec_dir: Path) -> Dimension:
         if extra or ("range" in value) == ("choices" in value):
             raise _bad(where, "an inline table needs exactly one of range or choices (and maybe log)",
                        f"write {name} = {{ choices = [...] }} or {name} = {{ range = [lo, hi] }}")
-        log = log or bool(value.get("log", False))
+        flag = value.get("log", False)
+        if not isinstance(flag, bool):
+            raise _bad(f"{where}.log", f"must be true or false, got {flag!r}", "write log = true, unquoted")
+        log = log or flag
         if "choices" in value:
             return _choices(name, value["choices"], log, spec_dir)
         value = value["range"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from psdsim.sim.costs import StepCost
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.report import infeasible_error
 from psdsim.sim.run import Result, simulate
 from psdsim.sim.scenario import Scenario, catalog_for
 from psdsim.theory.frontier import FrontierFit, fit_frontier
@@ -100,6 +101,9 @@ def bridge(s: Scenario, ks: Sequence[int], *, cost: StepCost | None = None,
     for i, k in enumerate(ks):
         sd = simulate(s.replace(method="sd", k=k), cost=cost)
         psd = simulate(s.replace(method="psd", k=k), cost=cost)
+        for run in (sd, psd):
+            if not run.fits:   # no steps to measure: say why, as `psdsim run` does
+                raise infeasible_error(f"{run.scenario.method} at k={k}", run, s)
         points.append(measure_k(sd, psd, k))
         if progress is not None:
             progress((i + 1) / len(ks))

@@ -31,6 +31,33 @@ FILES: dict[str, bytes | None] = {   # None: a folder
                           b"[space]\nmethod = [\"sd\", \"psd\"]\n[slo]\nlatency_p99_ms = 60000\n"),
     "sweep_bad.toml": b"[grid]\nkk = [1, 2]\n",
     "space_invalid.toml": b"[base]\nrequests = 10\n[space]\nk = [0, 40]\n[slo]\nlatency_p99_ms = 1000\n",
+    # catalog files a scenario names: tables of the wrong shape, numbers the model cannot use
+    "cat_scalar.toml": b"gpus = 3\n",
+    "cat_entry_scalar.toml": b'[gpus]\nl40s = "fast"\n',
+    "cat_prior_scalar.toml": b'[acceptance]\n"qwen3-1.7b -> qwen3-32b" = 0.6\n',
+    "cat_zero_link.toml": (b'[links.slow]\nname = "L"\nnvlink = false\np2p_latency_us = 10.0\n'
+                           b'p2p_bandwidth_gbps = 0.0\nallreduce_latency_us = 30.0\n'
+                           b'allreduce_busbw_gbps = 20.0\nsource = "x"\n'),
+    "cat_huge_gpu.toml": (b'[gpus.big]\nname = "B"\nmemory_gb = 1e300\nmemory_bandwidth_gbps = 864.0\n'
+                          b'bf16_tflops = 181.0\nnvlink = false\nhost_link = "pcie4"\nsource = "x"\n'),
+    "cat_zero_weight.toml": (b'[datasets.mine]\nmax_requests = 0\nmin_prompt = 16\nmax_prompt = 512\n'
+                             b'components = [{ weight = 0.0, mu = 5.0, sigma = 0.5 }]\nsource = "x"\n'),
+    "cat_nan_mu.toml": (b'[datasets.mine]\nmax_requests = 0\nmin_prompt = 16\nmax_prompt = 512\n'
+                        b'components = [{ weight = 1.0, mu = nan, sigma = 0.5 }]\nsource = "x"\n'),
+    # plan and sweep specs with tables of the wrong shape, values that are no numbers
+    "plan_base_scalar.toml": b"base = 3\n[slo]\nlatency_p99_ms = 60000\n",
+    "plan_price_nan.toml": (b"[base]\nrequests = 8\n[space]\nk = [2]\n[slo]\nlatency_p99_ms = 60000\n"
+                            b"[price]\nl40s = nan\n"),
+    "plan_price_typo.toml": (b"[base]\nrequests = 8\n[space]\nk = [2]\n[slo]\nlatency_p99_ms = 60000\n"
+                             b"[price]\nh100 = 2.5\n"),
+    "plan_slo_nan.toml": b"[base]\nrequests = 8\n[space]\nk = [2]\n[slo]\nlatency_p99_ms = nan\n",
+    "plan_rate_inf.toml": (b"[base]\nrequests = 8\n[space]\nk = [2]\n[slo]\nlatency_p99_ms = 60000\n"
+                           b"[search]\nrate_max = inf\n"),
+    "plan_too_big.toml": (b"[base]\nrequests = 8\n[space]\nrequests = [100000000]\n[slo]\n"
+                          b"latency_p99_ms = 60000\n"),
+    "sweep_preset_list.toml": b'[base]\npreset = ["setting2"]\n[grid]\nk = [2]\n',
+    "sweep_log_text.toml": (b'[base]\nrequests = 8\n[sample]\nn = 2\n'
+                            b'rate = { range = [1.0, 8.0], log = "false" }\n'),
 }
 FAST = ["--set", "requests=8", "--set", "output_len=8", "--set", "prompt_len=16", "--set", "m=4"]
 
@@ -67,10 +94,22 @@ CASES = [
     ["theory", "--tail", "--set", "requests=0"],
     # paper, plan, sweep
     ["paper", "--workers", "0"], ["paper", "--preset", "x"],
+    ["paper", "--quick", "--set", "k=3"], ["paper", "--quick", "--set", "requests=10"],
+    ["paper", "--quick", "--set", "num_gpu_blocks_override=1"],
     ["plan", "missing.toml"], ["plan", "random.toml"], ["plan", "nothing_fits.toml", "--workers", "1"],
     ["plan", "nothing_fits.toml", "--workers", "0"], ["plan", "space_invalid.toml", "--workers", "1"],
     ["sweep", "random.toml"], ["sweep", "sweep_bad.toml"], ["sweep", "typo.toml", "--out", "existing.txt"],
     ["sweep", "typo.toml", "--workers", "0"],
+    *[["run", "--no-write", *FAST, "--set", f"catalog={name}"]
+      for name in ("cat_scalar.toml", "cat_entry_scalar.toml", "cat_prior_scalar.toml", "cat_zero_link.toml",
+                   "cat_huge_gpu.toml", "cat_zero_weight.toml", "cat_nan_mu.toml")],
+    *[["plan", name, "--workers", "2"] for name in ("plan_base_scalar.toml", "plan_price_nan.toml",
+                                                    "plan_price_typo.toml", "plan_slo_nan.toml",
+                                                    "plan_rate_inf.toml", "plan_too_big.toml")],
+    ["sweep", "sweep_preset_list.toml"], ["sweep", "sweep_log_text.toml"],
+    ["theory", "nope.toml"], ["theory", "--ks", "1-3"], ["theory", "--tail", "--ks", "1-3"],
+    ["theory", "--set", "k=abc"],
+    ["theory", "--bridge", "--ks", "1-2", *FAST, "--set", "num_gpu_blocks_override=1"],
     # calibrate
     ["calibrate", "random.json"], ["calibrate", "random.jsonl"], ["calibrate", "list.json"],
     ["calibrate", "folder"], ["calibrate", "missing.sqlite"], ["calibrate", "random.json", "--tp", "-2"],

@@ -257,3 +257,12 @@ def test_calibrate_writes_the_figure_type_its_name_says(capsys, tmp_path, name, 
     capsys.readouterr()
     err = _refused(capsys, ["calibrate", "m.jsonl", "--out", "p.json", "--plot", "fit.gif"])
     assert "--plot" in err and "FILE.pdf" in err
+
+
+def test_sweep_force_writes_beside_a_users_files_never_over_them(capsys, tmp_path):
+    (tmp_path / "mydir").mkdir()
+    (tmp_path / "mydir" / "results.csv").write_text("my table")
+    err = _refused(capsys, ["sweep", str(PLAN.with_name("sweep.toml")), "--out", "mydir", "--force"])
+    assert "results.csv" in err and "did not write" in err
+    assert (tmp_path / "mydir" / "results.csv").read_text() == "my table"
+    assert sorted(p.name for p in (tmp_path / "mydir").iterdir()) == ["results.csv"]

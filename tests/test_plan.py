@@ -46,8 +46,8 @@ def _plan(tmp_path: Path, text: str = PLAN) -> Path:
     ("[slo]\nttft_p99_ms = -3\n", r"^slo.ttft_p99_ms: must be a positive number"),
     ("[slo]\nlatency_p99_ms = 5\n[search]\ntolerance = 2\n", r"^search.tolerance"),
     ("[base]\nkk = 3\n[slo]\nlatency_p99_ms = 5\n", r"^kk: unknown field"),
-    ('[slo]\nlatency_p99_ms = 5\n[search]\ntolerance = "abc"\n', r"^search.tolerance: must be a number"),
-    ("[slo]\nlatency_p99_ms = 5\n[search]\nrate_min = [1]\n", r"^search.rate_min: must be a number"),
+    ('[slo]\nlatency_p99_ms = 5\n[search]\ntolerance = "abc"\n', r"^search.tolerance: must be a finite"),
+    ("[slo]\nlatency_p99_ms = 5\n[search]\nrate_min = [1]\n", r"^search.rate_min: must be a finite number"),
 ])
 def test_bad_plans_are_one_line_errors(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(ScenarioError, match=match) as exc:

@@ -20,6 +20,7 @@ from psdsim.commands.common import (
 )
 
 HELP = "a preset's k x dataset x method grid, in the paper's style"
+GRID_FIELDS = ("dataset", "method", "k", "extra")   # what studies.paper.grid sets for every run
 
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
@@ -43,13 +44,22 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.sim.output.report import format_paper
     from psdsim.sim.output.results import check_results_folder, write_folder
     from psdsim.sim.presets import PRESETS
-    from psdsim.sim.scenario import load_scenario, scenario_to_toml
+    from psdsim.sim.scenario import load_scenario, parse_override, scenario_to_toml
     from psdsim.studies.paper import figures, grid, improvements, run_grid, table
 
     check_workers(args.workers)
     if args.repeats < 1:
         raise user_error("--repeats", f"must be >= 1, got {args.repeats}", "write --repeats 3")
     base = load_scenario(None, args.overrides, preset=args.preset)
+    for text in args.overrides:   # a field the grid sets would be overridden without a word
+        name = parse_override(text)[0]
+        if name == "requests" and args.quick:
+            raise user_error(name, "is set by --quick, so --set requests would be ignored",
+                             "drop --quick to run the grid at that many requests")
+        if name in GRID_FIELDS:
+            raise user_error(name, f"is set by the {args.preset} grid, so --set {name} would be ignored",
+                             f"leave --set {name} out (`psdsim run --preset {args.preset} --set {text}` "
+                             "runs one point)")
     preset = PRESETS[args.preset]
     out = args.out or default_out(base, "paper" + ("-quick" if args.quick else ""))
     check_results_folder(out, "paper")
@@ -59,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(not args.json)
     rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f),
                     repeats=args.repeats)
+    if not any(r["fits"] for r in rows):   # nothing to show: no folder, as run and plan
+        first = rows[0]
+        raise user_error("paper", f"no run of the grid fits ({len(rows)} runs; the first, {first['method']}: "
+                                  f"{first['infeasible_reason']})",
+                         "change the field the reason names with --set (give the GPUs more KV room)")
     gains = improvements(rows)
     infeasible = sorted({f"{r['method']}: {r['infeasible_reason']}" for r in rows if not r["fits"]})
     title = f"{args.preset}: {preset.title}" + (" (quick)" if args.quick else "")

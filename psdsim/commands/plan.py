@@ -29,7 +29,6 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.footprint import check_memory
     from psdsim.sim.output.results import check_results_folder, write_folder
     from psdsim.studies.plan import load_plan
     from psdsim.studies.plan_report import plan_figures, plan_lines, plan_table
@@ -37,7 +36,6 @@ def run(args: argparse.Namespace) -> int:
 
     check_workers(args.workers)
     spec = load_plan(args.plan, args.overrides)
-    check_memory([spec.base] * args.workers, f"{args.workers} runs at once")
     out = args.out or Path("results") / f"plan-{args.plan.stem}-{spec.base.digest()}"
     check_results_folder(out, "plan")
     progress = Progress(not args.json)

@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
                    help="expected parallelization rate of the scenario's finite request pool")
     p.add_argument("--bridge", action="store_true",
                    help="simulate SD and PSD over --ks and compare with the fitted theory")
-    p.add_argument("--ks", default="1-6", help="k values for --bridge: 1-6 or 1,2,4 (default 1-6)")
+    p.add_argument("--ks", help="k values for --bridge: 1-6 or 1,2,4 (default 1-6)")
     p.add_argument("scenario", nargs="?", help="scenario for --tail/--bridge (default: built-in)")
     add_set(p, "scenario field for --tail/--bridge, e.g. --set requests=64")
 
@@ -91,6 +91,13 @@ def run(args: argparse.Namespace) -> int:
         theory_json,
     )
 
+    # a scenario, --set or --ks that nothing reads is refused, not ignored
+    scenario_read = args.tail or args.bridge
+    for flag, given, read, by in (("scenario", args.scenario, scenario_read, "--tail or --bridge"),
+                                  ("--set", args.overrides, scenario_read, "--tail or --bridge"),
+                                  ("--ks", args.ks, args.bridge, "--bridge")):
+        if given and not read:
+            raise user_error(flag, f"applies with {by} only", f"add {by}, or leave {flag} out")
     doc: dict[str, Any] = {}
     lines: list[str] = []
     if args.tail or args.bridge:
@@ -101,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             lines += tail_lines(est, s.requests, s.m)
         if args.bridge:
             progress = Progress(not args.json)
-            rep = bridge(s, parse_ks(args.ks), progress=lambda f: progress("bridge", f))
+            rep = bridge(s, parse_ks(args.ks or "1-6"), progress=lambda f: progress("bridge", f))
             doc["bridge"] = bridge_json(rep)
             lines += bridge_lines(rep)
     else:

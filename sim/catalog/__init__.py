@@ -18,6 +18,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from psdsim.sim.numbers import finite
+
+# The largest number a catalog field may hold, in whatever unit it uses (GB, GB/s, TFLOPS, µs,
+# tokens): far beyond any real value, and small enough that the model's arithmetic stays finite
+# (a GPU of 1e300 GB made its KV capacity NaN).
+MAX_NUMBER = 1e12
 BYTES_PER_KV_ELEMENT = 2  # KV cache in bf16/fp16, vLLM's default kv_cache_dtype="auto"
 
 
@@ -302,6 +308,9 @@ def _check_entry(cls: type, key: str, raw: dict[str, Any], filename: str) -> dic
             raise CatalogError(f"{filename} [{key}]: field {name!r} must be {typ}, got {value!r}")
         if str(typ) in ("int", "float") and value < 0:
             raise CatalogError(f"{filename} [{key}]: field {name!r} must be >= 0, got {value!r}")
+        if str(typ) in ("int", "float") and value > MAX_NUMBER:
+            raise CatalogError(f"{filename} [{key}]: field {name!r} must be at most {MAX_NUMBER:g}, "
+                               f"got {value!r}")
         out[name] = value
     return out
 
@@ -317,15 +326,26 @@ def _load_datasets(tables: dict[str, Any], filename: str) -> dict[str, Dataset]:
         comps = raw.pop("components", None)
         if not comps:
             raise CatalogError(f"{filename} [{key}]: missing field 'components'")
-        try:
-            raw["components"] = tuple(PromptComponent(**c) for c in comps)
-        except TypeError:
-            raise CatalogError(f"{filename} [{key}]: components need weight, mu and sigma") from None
+        raw["components"] = tuple(_component(c, f"{filename} [{key}]") for c in
+                                  (comps if isinstance(comps, list) else [comps]))
         checked = _check_entry(Dataset, key, raw, filename)
         if checked["min_prompt"] > checked["max_prompt"]:
             raise CatalogError(f"{filename} [{key}]: min_prompt exceeds max_prompt")
         out[key] = Dataset(key=key, **checked)
     return out
+
+
+def _component(raw: Any, where: str) -> PromptComponent:
+    """One log-normal of a prompt-length mixture: a positive weight and sigma, a finite mu (a zero
+    weight or sigma, or a NaN, would turn every prompt length into NaN)."""
+    if not isinstance(raw, dict) or set(raw) != {"weight", "mu", "sigma"}:
+        raise CatalogError(f"{where}: each component is {{ weight = 1.0, mu = 5.8, sigma = 0.6 }}, "
+                           f"got {raw!r}")
+    values = {name: finite(value) for name, value in raw.items()}
+    if any(v is None for v in values.values()) or values["weight"] <= 0 or values["sigma"] <= 0:
+        raise CatalogError(f"{where}: a component's weight and sigma must be finite numbers > 0 and its mu "
+                           f"finite, got {raw!r}")
+    return PromptComponent(**values)
 
 
 def _load_acceptance(tables: dict[str, Any], models: dict[str, Model],
@@ -356,6 +376,10 @@ def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance:
             raise CatalogError(f"{filename}: GPU {key!r}: host_link {gpu.host_link!r} is not a known link")
         if gpu.memory_gb <= 0 or gpu.memory_bandwidth_gbps <= 0 or gpu.bf16_tflops <= 0:
             raise CatalogError(f"{filename}: GPU {key!r}: memory, bandwidth and TFLOPS must be > 0")
+    for key, link in links.items():
+        if link.p2p_bandwidth_gbps <= 0 or link.allreduce_busbw_gbps <= 0:
+            raise CatalogError(f"{filename}: link {key!r}: p2p_bandwidth_gbps and allreduce_busbw_gbps "
+                               "must be > 0")
     for key, m in models.items():
         if m.compute not in ("bf16", "fp8"):
             raise CatalogError(f"{filename}: model {key!r}: compute must be 'bf16' or 'fp8'")
@@ -404,6 +428,14 @@ def _user_catalog(path: str, mtime: float) -> Catalog:
     unknown = set(doc) - set(USER_TABLES)
     if unknown:
         raise CatalogError(f"{name}: unknown table [{sorted(unknown)[0]}]; use {', '.join(USER_TABLES)}")
+    for table in USER_TABLES:
+        entries = doc.get(table, {})
+        if not isinstance(entries, dict):
+            raise CatalogError(f"{name}: [{table}] must be a table of entries ([{table}.KEY] and its "
+                               f"fields), got {entries!r}")
+        for key, entry in entries.items():
+            if not isinstance(entry, dict):
+                raise CatalogError(f"{name} [{table}.{key}]: must be a table of fields, got {entry!r}")
     base = builtin_catalog()
     models = {**base.models, **_load_group(Model, doc.get("models", {}), name)}
     return _assemble(
@@ -423,5 +455,5 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
         return builtin_catalog()
     p = Path(path).resolve()
     if not p.is_file():
-        raise CatalogError(f"{p.name}: catalog file not found")
+        raise CatalogError(f"{p.name}: " + ("not a regular file" if p.exists() else "catalog file not found"))
     return _user_catalog(str(p), p.stat().st_mtime)

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from psdsim.sim.errors import ScenarioError
 from psdsim.sim.layout import COLOCATED, NONE, layout_for
 from psdsim.sim.scenario import Scenario, catalog_for
 
@@ -189,10 +190,16 @@ def infeasible_fix(field: str, s: Scenario) -> str:
 def nothing_fits(results: dict[str, Any], s: Scenario) -> str:
     """One line for stderr when no method of a comparison fits: the first one's field, reason, fix."""
     method, first = next(iter(results.items()))
-    field = first.memory.field or "gpu"
-    reason = str(first.summary["infeasible_reason"]).removeprefix("does not fit: ")
     others = f"; so do {', '.join(list(results)[1:])}" if len(results) > 1 else ""
-    return f"{field}: {method} does not fit: {reason}{others}; fix: {infeasible_fix(field, s)}"
+    return str(infeasible_error(method, first, s, others))
+
+
+def infeasible_error(label: str, result: Any, s: Scenario, others: str = "") -> ScenarioError:
+    """The user error for a run (a sim.run.Result) that does not fit: the field the memory plan
+    blames, why, and what to change."""
+    field = result.memory.field or "gpu"
+    reason = str(result.summary["infeasible_reason"]).removeprefix("does not fit: ")
+    return ScenarioError(field, f"{label} does not fit: {reason}{others}", infeasible_fix(field, s))
 
 
 def lookup(summary: dict[str, Any], path: tuple[str, ...]) -> Any:
