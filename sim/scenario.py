@@ -147,7 +147,8 @@ class Scenario:
     mem_efficiency: float = _field(0.81, "costs", float, "achieved fraction of memory bandwidth")
     compute_efficiency: float = _field(0.77, "costs", float, "achieved fraction of peak BF16 FLOPs")
     launch_overhead_us: float = _field(50.0, "costs", float,
-                                       "eager-mode launch cost per layer per forward (engine = roofline only)")
+                                       "eager-mode launch cost per layer per forward "
+                                       "(engine = roofline only)")
     step_overhead_ms: float = _field(1.2, "costs", float,
                                      "fixed framework cost per engine step (engine = roofline only)")
     reject_overhead_ms: float = _field(0.3, "costs", float, "fixed rejection-sampling cost per verify")

@@ -92,6 +92,10 @@ def _save(fig: Any, path: Path) -> None:
     write_file(path, buffer.getvalue())
 
 
+# The files plot_theory writes into its folder (which may hold a user's other files).
+THEORY_FIGURES = ("theory_per_token.png", "theory_per_token.svg", "theory_ratio.png", "theory_ratio.svg")
+
+
 def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
     """T_SD and T_PSD against t with their optima; R against alpha V with the published marks."""
     import matplotlib
@@ -115,10 +119,9 @@ def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
     ax.set_title(f"alpha*V = {m.alpha * m.V:.3g}, R = {ratio(m):.3f}")
     ax.legend()
     paths = []
-    for suffix in (".png", ".svg"):
-        p = out_dir / f"theory_per_token{suffix}"
-        _save(fig, p)
-        paths.append(p)
+    for name in THEORY_FIGURES[:2]:
+        _save(fig, out_dir / name)
+        paths.append(out_dir / name)
     plt.close(fig)
 
     a = np.geomspace(0.02, 20, 500)
@@ -138,10 +141,9 @@ def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
     ax.set_ylabel("R = T_SD* / T_PSD*")
     ax.set_ylim(1.0, 2.1)
     ax.legend(fontsize=8, loc="lower center")
-    for suffix in (".png", ".svg"):
-        p = out_dir / f"theory_ratio{suffix}"
-        _save(fig, p)
-        paths.append(p)
+    for name in THEORY_FIGURES[2:]:
+        _save(fig, out_dir / name)
+        paths.append(out_dir / name)
     plt.close(fig)
     return paths
 

@@ -108,7 +108,7 @@ CASES = [
                                                     "plan_rate_inf.toml", "plan_too_big.toml")],
     ["sweep", "sweep_preset_list.toml"], ["sweep", "sweep_log_text.toml"],
     ["theory", "nope.toml"], ["theory", "--ks", "1-3"], ["theory", "--tail", "--ks", "1-3"],
-    ["theory", "--set", "k=abc"],
+    ["theory", "--set", "k=abc"], ["theory", "--alpha", "1e308"], ["theory", "--V", "1e-308"],
     ["theory", "--bridge", "--ks", "1-2", *FAST, "--set", "num_gpu_blocks_override=1"],
     # calibrate
     ["calibrate", "random.json"], ["calibrate", "random.jsonl"], ["calibrate", "list.json"],

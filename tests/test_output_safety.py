@@ -259,6 +259,19 @@ def test_calibrate_writes_the_figure_type_its_name_says(capsys, tmp_path, name, 
     assert "--plot" in err and "FILE.pdf" in err
 
 
+def test_theory_writes_its_figures_beside_a_users_files_never_over_them(capsys, tmp_path):
+    (tmp_path / "figs").mkdir()
+    (tmp_path / "figs" / "notes.txt").write_text("mine")
+    assert main(["theory", "--plot", "figs"]) == 0          # beside them
+    assert (tmp_path / "figs" / "notes.txt").read_text() == "mine"
+    assert main(["theory", "--plot", "figs"]) == 0          # its own figures: replaced
+    capsys.readouterr()
+    (tmp_path / "figs" / "theory_ratio.png").write_bytes(b"my own figure")
+    err = _refused(capsys, ["theory", "--plot", "figs"])
+    assert "theory_ratio.png" in err
+    assert (tmp_path / "figs" / "theory_ratio.png").read_bytes() == b"my own figure"
+
+
 def test_sweep_force_writes_beside_a_users_files_never_over_them(capsys, tmp_path):
     (tmp_path / "mydir").mkdir()
     (tmp_path / "mydir" / "results.csv").write_text("my table")

@@ -79,9 +79,11 @@ def theory_model(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.output.results import check_output_file
     from psdsim.sim.scenario import load_scenario
     from psdsim.studies.theory_bridge import bridge, scenario_tail
     from psdsim.studies.theory_report import (
+        THEORY_FIGURES,
         bridge_json,
         bridge_lines,
         optima_lines,
@@ -114,11 +116,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         m = theory_model(args)
         doc = theory_json(m, args.t_token, args.k_max)
+        try:
+            json.dumps(doc, allow_nan=False)
+        except ValueError:   # finite inputs whose products overflow: alpha 1e308 gives T* = inf
+            raise user_error("theory", f"the inputs overflow a float (alpha*V = {m.alpha * m.V:g}, "
+                                       f"T_SD* = {doc['sd']['T']:g})",
+                             "give alpha, V and the times in units that keep each below about 1e150"
+                             ) from None
         lines += [*optima_lines(m, args.t_token, args.k_max), "", *published_lines()]
         if args.plot:
             if args.plot.exists() and not args.plot.is_dir():
                 raise user_error("--plot", f"{str(args.plot)!r} is a file; --plot takes a folder",
                                  "give a folder (new or existing) with --plot DIR")
+            for name in THEORY_FIGURES:   # the folder may be the user's: replace only our own figures
+                check_output_file(args.plot / name, "--plot")
             paths = guarded_write(args.plot, lambda: plot_theory(m, args.plot), "--plot",
                                   "choose a writable folder with --plot DIR")
             doc["figures"] = [str(p) for p in paths]
