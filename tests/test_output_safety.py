@@ -220,6 +220,20 @@ def test_calibrate_never_writes_over_its_trace(capsys, tmp_path, spelling):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
 
 
+def test_a_run_re_runs_its_own_scenario_into_its_own_folder(capsys, tmp_path):
+    assert main(["run", *FAST, "--out", "res"]) == 0
+    assert main(["run", "res/scenario.toml", "--out", "res"]) == 0   # the input is read before
+
+
+def test_a_timeline_inside_the_results_folder_is_refused(capsys, tmp_path):
+    assert main(["run", *FAST, "--out", "res"]) == 0
+    capsys.readouterr()
+    before = _snapshot(tmp_path)
+    err = _refused(capsys, ["run", *FAST, "--out", "res", "--trace", "res/t.json"])
+    assert err.startswith("psdsim: error: --out: ") and "--trace" in err   # the folder would take it along
+    assert _snapshot(tmp_path) == before
+
+
 def test_two_outputs_on_one_file_are_refused(capsys, tmp_path):
     err = _refused(capsys, ["calibrate", "absent.json", "--out", "same.csv", "--samples", "same.csv"])
     assert err.startswith("psdsim: error: --samples: ") and "--out" in err

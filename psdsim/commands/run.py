@@ -59,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
     out = None if args.no_write else args.out or default_out(s, s.method)
     if out is not None:
         check_results_folder(out, "run")
-    outputs = [(option, path) for option, path in (("--trace", trace), ("--out", out)) if path is not None]
-    check_no_clash(outputs, [args.scenario, *(getattr(s, name) for name in PATH_FIELDS)])
+    check_no_clash([(flag, path) for flag, path in (("--trace", trace), ("--out", out)) if path is not None])
+    if trace is not None:   # a results folder may hold the scenario it re-runs; a timeline never an input
+        check_no_clash([("--trace", trace)], [args.scenario, *(getattr(s, name) for name in PATH_FIELDS)])
     progress = Progress(not args.json)
     result = simulate(s, progress=lambda f: progress(s.method, f), timeline=trace is not None)
     if not result.fits:

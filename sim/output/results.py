@@ -226,18 +226,20 @@ def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> 
 
 
 def check_no_clash(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path | str] = ()) -> None:
-    """Refuse (ScenarioError) two outputs (option, path) that land on one file, and an output that
-    lands on an input or holds one: a profile read and then overwritten by the timeline of the
-    run it priced, or a trace replaced by the profile fitted to it, would be lost, whatever its
-    signature says (psdsim may write its own inputs)."""
-    seen: dict[Path, str] = {}
+    """Refuse (ScenarioError) two outputs (option, path) where one lands on or inside the other (a
+    results folder is replaced whole: a --trace written into it would go with it), and an output
+    that lands on an input or holds one: a profile read and then overwritten by the timeline of
+    the run it priced, or a trace replaced by the profile fitted to it, would be lost, whatever
+    its signature says (psdsim may write its own inputs)."""
+    seen: list[tuple[Path, str]] = []
     sources = [(str(s), Path(s).resolve()) for s in inputs if s]
     for option, path in outputs:
         real = landing(path, option)
-        if real in seen:
-            raise ScenarioError(option, f"{str(path)!r} is also where {seen[real]} writes",
-                                "give each output its own name")
-        seen[real] = option
+        for other, other_option in seen:
+            if real == other or other in real.parents or real in other.parents:
+                raise ScenarioError(option, f"{str(path)!r} is, holds or lies in where {other_option} writes",
+                                    "give each output its own place")
+        seen.append((real, option))
         for name, source in sources:
             if source == real or real in source.parents or (
                     real.exists() and source.exists() and os.path.samefile(source, real)):
