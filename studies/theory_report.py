@@ -26,7 +26,7 @@ def optima_lines(m: FrontierModel, t_token: float | None, k_max: int) -> list[st
         f"V{' + ' + format(m.comm, 'g') if m.comm else ''})"
         f"{' + ' + format(m.serial_psd, 'g') if m.serial_psd else ''}: "
         f"t* = {psd.t:.6g}, T* = {psd.T:.6g} per token",
-        f"  R = T_SD*/T_PSD* = {ratio(m):.6f}  (PSD {1 - 1 / ratio(m):.1%} less time per token)",
+        f"  R = T_SD*/T_PSD* = {_ratio(ratio(m))}  ({_gain(ratio(m))})",
     ]
     if t_token:
         bs, bp = best_k(m, t_token, "sd", k_max), best_k(m, t_token, "psd", k_max)
@@ -94,6 +94,20 @@ def _save(fig: Any, path: Path) -> None:
 
 # The files plot_theory writes into its folder (which may hold a user's other files).
 THEORY_FIGURES = ("theory_per_token.png", "theory_per_token.svg", "theory_ratio.png", "theory_ratio.svg")
+
+
+def _ratio(r: float) -> str:
+    return f"{r:.6f}" if r >= 1e-3 else f"{r:.3g}"
+
+
+def _gain(r: float) -> str:
+    """R as the time PSD saves, or costs where it is slower (a multiple when that is large: 1 - 1/R
+    printed -2.4e307% for the R of an absurd link time)."""
+    if r >= 1:
+        return f"PSD {1 - 1 / r:.1%} less time per token"
+    if r >= 0.01:
+        return f"PSD {1 / r - 1:.1%} more time per token"
+    return f"PSD {1 / r:.3g}x the time per token"
 
 
 def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
