@@ -16,8 +16,9 @@ def test_default_prints_optima_and_the_published_disagreement(capsys):
     assert "not 1.59" in out and "0.1878 <= alpha*V <= 5.2111" in out
 
 
-@pytest.mark.parametrize(("c", "words"), [("3", "R = T_SD*/T_PSD* = 0.865244  (PSD 15.6% more time per token)"),
-                                           ("1e308", "(PSD 2.45e+307x the time per token)")])
+@pytest.mark.parametrize(("c", "words"),
+                         [("3", "R = T_SD*/T_PSD* = 0.865244  (PSD 15.6% more time per token)"),
+                          ("1e308", "(PSD 2.45e+307x the time per token)")])
 def test_a_slower_psd_is_said_as_time_it_costs(capsys, c, words):
     assert main(["theory", "--c", c]) == 0
     assert words in capsys.readouterr().out
