@@ -109,6 +109,8 @@ CASES = [
     ["sweep", "sweep_preset_list.toml"], ["sweep", "sweep_log_text.toml"],
     ["theory", "nope.toml"], ["theory", "--ks", "1-3"], ["theory", "--tail", "--ks", "1-3"],
     ["theory", "--set", "k=abc"], ["theory", "--alpha", "1e308"], ["theory", "--V", "1e-308"],
+    ["theory", "--tail", "--alpha", "2"], ["theory", "--bridge", "--plot", "figs"],
+    ["theory", "--tail", "--k-max", "4"],
     ["theory", "--bridge", "--ks", "1-2", *FAST, "--set", "num_gpu_blocks_override=1"],
     # calibrate
     ["calibrate", "random.json"], ["calibrate", "random.jsonl"], ["calibrate", "list.json"],

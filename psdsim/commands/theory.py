@@ -18,17 +18,19 @@ HELP = ("closed-form PSD theory (optima, ratio, published constants); --tail and
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     from psdsim.theory.published import A0
 
-    p.add_argument("--alpha", type=float, default=1.0, help="frontier sharpness (1/time unit)")
-    p.add_argument("--V", type=float, default=A0, help="verification time per step (default a0)")
-    p.add_argument("--c", type=float, default=0.0, help="PSD link time on the verifier's side")
-    p.add_argument("--c-drafter", type=float, default=0.0, help="PSD link time on the drafter's side")
-    p.add_argument("--serial-psd", type=float, default=0.0, help="PSD time outside the overlap")
-    p.add_argument("--serial-sd", type=float, default=0.0, help="SD time besides draft + verify")
-    p.add_argument("--bonus", type=float, default=0.0,
-                   help="tokens per verification beyond the frontier (1 counts the bonus token)")
-    p.add_argument("--scale", type=float, default=1.0, help="tokens the frontier saturates at")
+    # The closed-form model's flags default to None so that one given with --tail or --bridge
+    # (which do not read them) is seen and refused; theory_model fills in MODEL_DEFAULTS.
+    p.add_argument("--alpha", type=float, help="frontier sharpness (1/time unit; default 1)")
+    p.add_argument("--V", type=float, help=f"verification time per step (default a0 = {A0:.4f})")
+    p.add_argument("--c", type=float, help="PSD link time on the verifier's side (default 0)")
+    p.add_argument("--c-drafter", type=float, help="PSD link time on the drafter's side (default 0)")
+    p.add_argument("--serial-psd", type=float, help="PSD time outside the overlap (default 0)")
+    p.add_argument("--serial-sd", type=float, help="SD time besides draft + verify (default 0)")
+    p.add_argument("--bonus", type=float,
+                   help="tokens per verification beyond the frontier (1 counts the bonus token; default 0)")
+    p.add_argument("--scale", type=float, help="tokens the frontier saturates at (default 1)")
     p.add_argument("--t-token", type=float, help="drafting time per draft token: report the best whole k")
-    p.add_argument("--k-max", type=int, default=32, help="largest k considered (default 32)")
+    p.add_argument("--k-max", type=int, help="largest k considered (default 32)")
     p.add_argument("--plot", type=Path, metavar="DIR", help="write the theory figures (PNG and SVG)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--tail", action="store_true",
@@ -55,9 +57,20 @@ def parse_ks(text: str) -> list[int]:
     return ks
 
 
+def model_defaults() -> dict[str, float]:
+    from psdsim.theory.published import A0
+
+    return {"alpha": 1.0, "V": A0, "c": 0.0, "c_drafter": 0.0, "serial_psd": 0.0, "serial_sd": 0.0,
+            "bonus": 0.0, "scale": 1.0, "k_max": 32}
+
+
 def theory_model(args: argparse.Namespace) -> Any:
+    """The model the flags describe; unset flags take model_defaults() (written into `args`)."""
     from psdsim.theory.model import FrontierModel
 
+    for name, default in model_defaults().items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     for name in ("alpha", "V", "scale"):
         value = getattr(args, name)
         if not (math.isfinite(value) and value > 0):
@@ -100,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
                                   ("--ks", args.ks, args.bridge, "--bridge")):
         if given and not read:
             raise user_error(flag, f"applies with {by} only", f"add {by}, or leave {flag} out")
+    for name in (*model_defaults(), "t_token", "plot"):   # the closed-form model's own flags
+        if scenario_read and getattr(args, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise user_error(flag, "applies to the closed-form model, which --tail and --bridge do not read",
+                             f"run `psdsim theory {flag} …` on its own, or leave {flag} out")
     doc: dict[str, Any] = {}
     lines: list[str] = []
     if args.tail or args.bridge:
