@@ -31,8 +31,9 @@ from psdsim.sim.catalog import load_catalog
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import FIELDS, Scenario, load_scenario, parse_override, read_toml
+from psdsim.sim.scenario import FIELDS, Scenario, load_scenario, read_toml
 from psdsim.studies.parallel import map_in_order
+from psdsim.studies.sweep_design import field_value
 
 OBJECTIVES = {  # objective key in [slo] → (summary key, percentile, what it is)
     "latency_p99_ms": ("latency_ms", "p99", "p99 end-to-end latency"),
@@ -81,7 +82,7 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
     if "requests" in search:
         base_fields["requests"] = search.pop("requests")
     base = _base_scenario(p, base_fields, overrides)
-    space = _space(doc.get("space", {}))
+    space = _space(doc.get("space", {}), p.parent)
     objectives = _objectives(doc.get("slo", {}))
     for key, value in search.items():
         if finite(value) is None:
@@ -100,21 +101,19 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
 def _base_scenario(p: Path, fields_: dict[str, Any], overrides: Sequence[str]) -> Scenario:
     if "rate" in fields_:
         raise _bad("base.rate", "the plan searches the rate", "remove rate from [base]")
-    # Written as TOML --set values so that scenario validation and path resolution apply.
-    sets = [f"{k}={_as_set(v, p) if k in ('trace', 'catalog', 'profile') else _as_set(v)}"
-            for k, v in fields_.items()]
-    return load_scenario(None, [*sets, *overrides, "rate=1.0"])
+    # Typed as sweep files are (paths resolved against the plan), then written as --set values so
+    # that scenario validation applies; an unknown name is left to --set's own error.
+    typed = {k: field_value(k, v, "base", p.parent) if k in FIELDS else v for k, v in fields_.items()}
+    return load_scenario(None, [*(f"{k}={_as_set(v)}" for k, v in typed.items()), *overrides, "rate=1.0"])
 
 
-def _as_set(value: Any, relative_to: Path | None = None) -> str:
+def _as_set(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if relative_to is not None and isinstance(value, str):
-        return str((relative_to.parent / value).resolve())
-    return str(value)
+    return "none" if value is None else str(value)
 
 
-def _space(table: Mapping[str, Any]) -> dict[str, list[Any]]:
+def _space(table: Mapping[str, Any], spec_dir: Path) -> dict[str, list[Any]]:
     space = {}
     for name, values in table.items():
         if name not in FIELDS:
@@ -124,7 +123,7 @@ def _space(table: Mapping[str, Any]) -> dict[str, list[Any]]:
         if not isinstance(values, list) or not values:
             raise _bad(f"space.{name}", "must be a non-empty list of candidates",
                        f"write e.g. {name} = [{_example(name)}]")
-        space[name] = [parse_override(f"{name}={_as_set(v)}")[1] for v in values]
+        space[name] = [field_value(name, v, "space", spec_dir) for v in values]
     return space
 
 

@@ -170,8 +170,10 @@ def _fields(table: Mapping[str, Any], where: str,
             raise _unknown(where, key, [*reserved, *FIELDS])
 
 
-def _value(name: str, value: Any, where: str, spec_dir: Path) -> Any:
-    """One field value, type-checked; "none" for an optional field; paths resolved."""
+def field_value(name: str, value: Any, where: str, spec_dir: Path) -> Any:
+    """One field value of a spec file (`where`: its table), type-checked as the scenario's field
+    is typed ("3" is no integer); "none" for an optional field; paths resolved against spec_dir.
+    Sweep and plan files both read their fields through this."""
     meta = FIELDS[name].metadata
     if meta["optional"] and isinstance(value, str) and value.lower() in NONE_WORDS:
         return None
@@ -195,7 +197,7 @@ def _base(doc: Any, spec: Path) -> dict[str, Any]:
         raise _bad("base.scenario", f"must be a file name, got {file!r}", 'write scenario = "my.toml"')
     if preset is not None and (not isinstance(preset, str) or preset not in PRESETS):
         raise _bad("base.preset", f"unknown preset {preset!r}", f"use one of: {', '.join(PRESETS)}")
-    fields = {n: _value(n, v, "base", spec.parent) for n, v in _fields(doc, "base", BASE_KEYS)}
+    fields = {n: field_value(n, v, "base", spec.parent) for n, v in _fields(doc, "base", BASE_KEYS)}
     values = asdict(load_scenario(spec.parent / file if file else None, preset=preset))
     if not file and not preset:
         values["name"] = spec.stem
@@ -213,7 +215,7 @@ def _grid(doc: Any, spec_dir: Path) -> dict[str, list[Any]]:
                        f"write {name} = [{values!r}] or move {name} to [base]")
         if name in grid:
             raise _bad(f"grid.{name}", "given twice", "give each field once")
-        grid[name] = [_value(name, v, "grid", spec_dir) for v in values]
+        grid[name] = [field_value(name, v, "grid", spec_dir) for v in values]
     return grid
 
 
@@ -257,7 +259,7 @@ def _dimension(name: str, value: Any, log: bool, spec_dir: Path) -> Dimension:
     if log and lo <= 0:
         raise _bad(where, f"a log range needs lo > 0, got {lo!r}", f"raise lo or remove {name} from log")
     for x in (lo, hi):
-        _value(name, x, "sample", spec_dir)
+        field_value(name, x, "sample", spec_dir)
     return Dimension(name, lo=float(lo) if kind is float else lo, hi=float(hi) if kind is float else hi,
                      log=log)
 
@@ -269,7 +271,7 @@ def _choices(name: str, values: Any, log: bool, spec_dir: Path) -> Dimension:
     if log:
         raise _bad(f"sample.{name}", "log applies to ranges, not to a list of choices",
                    f"remove {name} from log, or give a range [lo, hi]")
-    return Dimension(name, choices=tuple(_value(name, v, "sample", spec_dir) for v in values))
+    return Dimension(name, choices=tuple(field_value(name, v, "sample", spec_dir) for v in values))
 
 
 def _sample(doc: Any, spec_dir: Path) -> Sample | None:
