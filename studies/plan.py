@@ -33,7 +33,7 @@ from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario, load_scenario, read_toml
 from psdsim.studies.parallel import map_in_order
-from psdsim.studies.sweep_design import field_value
+from psdsim.studies.sweep_design import MAX_POINTS, field_value
 
 OBJECTIVES = {  # objective key in [slo] → (summary key, percentile, what it is)
     "latency_p99_ms": ("latency_ms", "p99", "p99 end-to-end latency"),
@@ -124,6 +124,10 @@ def _space(table: Mapping[str, Any], spec_dir: Path) -> dict[str, list[Any]]:
             raise _bad(f"space.{name}", "must be a non-empty list of candidates",
                        f"write e.g. {name} = [{_example(name)}]")
         space[name] = [field_value(name, v, "space", spec_dir) for v in values]
+    size = math.prod(len(v) for v in space.values())
+    if size > MAX_POINTS:   # each configuration is a search of several runs: refuse, do not grind
+        raise _bad("space", f"{size:,} combinations, more than {MAX_POINTS:,}",
+                   "narrow the [space] lists, or split the plan into several files")
     return space
 
 

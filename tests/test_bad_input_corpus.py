@@ -55,6 +55,9 @@ FILES: dict[str, bytes | None] = {   # None: a folder
                            b"[search]\nrate_max = inf\n"),
     "plan_too_big.toml": (b"[base]\nrequests = 8\n[space]\nrequests = [100000000]\n[slo]\n"
                           b"latency_p99_ms = 60000\n"),
+    "plan_huge_space.toml": (b"[base]\nrequests = 8\n[space]\nk = " + str(list(range(1, 101))).encode()
+                             + b"\nm = " + str(list(range(1, 101))).encode() + b"\nseed = "
+                             + str(list(range(101))).encode() + b"\n[slo]\nlatency_p99_ms = 60000\n"),
     "plan_text_number.toml": b'[base]\nrequests = 8\n[space]\nk = ["2"]\n[slo]\nlatency_p99_ms = 60000\n',
     "sweep_preset_list.toml": b'[base]\npreset = ["setting2"]\n[grid]\nk = [2]\n',
     "sweep_log_text.toml": (b'[base]\nrequests = 8\n[sample]\nn = 2\n'
@@ -105,6 +108,7 @@ CASES = [
       for name in ("cat_scalar.toml", "cat_entry_scalar.toml", "cat_prior_scalar.toml", "cat_zero_link.toml",
                    "cat_huge_gpu.toml", "cat_zero_weight.toml", "cat_nan_mu.toml")],
     *[["plan", name, "--workers", "2"] for name in ("plan_base_scalar.toml", "plan_text_number.toml",
+                                                    "plan_huge_space.toml",
                                                     "plan_price_nan.toml",
                                                     "plan_price_typo.toml", "plan_slo_nan.toml",
                                                     "plan_rate_inf.toml", "plan_too_big.toml")],
