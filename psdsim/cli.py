@@ -15,7 +15,7 @@ import re
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from psdsim.commands.common import EXIT_BAD_INPUT, user_error
 
@@ -27,7 +27,11 @@ _ARGPARSE_FIELD = re.compile(r"^argument ([^:]+): (.*)$")
 
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are the CLI's one-line user error (not a usage block), naming the flag
-    and pointing at the command's --help."""
+    and pointing at the command's --help. No abbreviations: `engine run --out 8` was taken for
+    --output-len 8 (a prefix of it), and a flag added later could change what a short one means."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         field, problem = "arguments", message

@@ -338,6 +338,8 @@ def read_toml(p: Path, field_name: str, what: str) -> tuple[str, dict[str, Any]]
     """(text, document) of a TOML file the user named in `field_name` (scenario, sweep spec,
     plan); every way it can be unreadable is a one-line ScenarioError."""
     try:
+        if p.exists() and not p.is_file():   # a folder, or a pipe that would be read forever
+            raise ScenarioError(field_name, f"{str(p)!r} is not a regular file", f"give the path of {what}")
         text = p.read_text(encoding="utf-8")
         return text, tomllib.loads(text)
     except FileNotFoundError:

@@ -137,6 +137,8 @@ CASES = [
     ["engine", "run", "--engine", "vllm", "--set", "dtype=auto"],
     ["engine", "run", "--set", "warmup_passes=1"],
     ["engine"], ["engine", "stop"], ["nosuchcommand"], [],
+    ["run", "--no-wr"], ["engine", "run", "--out", "8"],   # no abbreviations: --out is not --output-len
+    ["validate", "--traces", "folder", "--max-error", "p50=5", "--max-error", "p50=50"],
 ]
 
 

@@ -293,3 +293,46 @@ def test_sweep_force_writes_beside_a_users_files_never_over_them(capsys, tmp_pat
     assert "results.csv" in err and "did not write" in err
     assert (tmp_path / "mydir" / "results.csv").read_text() == "my table"
     assert sorted(p.name for p in (tmp_path / "mydir").iterdir()) == ["results.csv"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_pipe_is_refused_as_an_output_or_a_scenario(capsys, tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    err = _refused(capsys, ["calibrate", "absent.json", "--out", "pipe"])   # reading its head would block
+    assert "not a regular file" in err
+    assert main(["run", "pipe"]) == 2 and "not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["run", *FAST, "--out", "afile/res"],
+                                  ["calibrate", "absent.json", "--out", "afile/p.json"],
+                                  ["validate", "--traces", "sd", "--out", "afile/res"]])
+def test_an_output_under_a_file_is_refused_before_any_work(capsys, tmp_path, argv):
+    (tmp_path / "afile").write_text("a file")
+    err = _refused(capsys, argv)
+    assert "'afile' is a file" in err or "is a file, not a folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize("junit", ["out/validate.json", "out/sub/j.xml", "sd"])
+def test_validate_writes_its_junit_file_over_neither_its_report_nor_a_trace(capsys, tmp_path, junit):
+    (tmp_path / "sd").mkdir()
+    err = _refused(capsys, ["validate", "--traces", "sd", "--out", "out", "--junit", junit])
+    assert err.startswith("psdsim: error: --junit: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sd"]
+
+
+def test_files_written_as_one_refuse_a_folder_in_the_way(tmp_path):
+    from psdsim.sim.errors import ScenarioError
+    from psdsim.sim.output.results import write_files
+
+    (tmp_path / "report.json").mkdir()
+    with pytest.raises(ScenarioError, match="--out"):
+        write_files([("--out", tmp_path / "a.txt", "a"), ("--out", tmp_path / "report.json", "{}")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]   # a.txt not written either
+
+
+def test_validate_takes_every_traces_flag(tmp_path):
+    from psdsim.cli import build_parser
+
+    argv = ["validate", "--traces", "a", "b", "--traces", "c"]
+    assert build_parser(argv).parse_args(argv).traces == [Path("a"), Path("b"), Path("c")]

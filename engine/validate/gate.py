@@ -40,6 +40,8 @@ def parse_max_errors(items: Sequence[str]) -> dict[str, float]:
         if not pct > 0 or pct == float("inf"):
             raise ScenarioError("--max-error", f"{name.strip()}: expected a positive percentage, "
                                 f"got {value!r}", f"write e.g. --max-error {name.strip()}=5")
+        if key in bounds:   # the later bound would replace the earlier without a word
+            raise ScenarioError("--max-error", f"{key} is given twice", "give each metric one bound")
         bounds[key] = pct / 100
     return bounds
 

@@ -20,7 +20,7 @@ import argparse
 import dataclasses
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ def add_arguments(v: argparse.ArgumentParser, argv: Sequence[str]) -> None:
                    help=SET_HELP)
     v.add_argument("--out", type=Path, help="report folder (default: results/validate-reference-…)")
     v.add_argument("--json", action="store_true", help="print the report as JSON on stdout only")
-    v.add_argument("--traces", nargs="+", type=Path, metavar="RUN_DIR",
+    v.add_argument("--traces", nargs="+", action="extend", type=Path, metavar="RUN_DIR",
                    help="validate real runs from their traces instead of running an engine: each RUN_DIR "
                         "holds one run's MineDraft JSONL (optionally nsys/Kineto) traces and a manifest.toml "
                         "(docs/validating-minedraft-runs.md)")
@@ -207,7 +207,7 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
 
     try:
         with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report goes there alone
-            report = run_validate(cfg, log=_log)
+            report = run_validate(cfg, log=_logger(args.json))
     except EngineConfigError as exc:   # a model it cannot load or build
         raise engine_error(exc, _names(VllmConfig), _names(TinySpec)) from None
     if args.json:
@@ -221,8 +221,15 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _log(line: str) -> None:
-    print(f"  {line}", file=sys.stderr, flush=True)
+def _logger(json_out: bool) -> Callable[[str], None]:
+    """Progress lines: on stdout with the report, so that stderr holds nothing but a failure's one
+    line; with --json (stdout is the JSON alone) on stderr, and only when it is a terminal."""
+    def log(line: str) -> None:
+        if not json_out:
+            print(f"  {line}", flush=True)
+        elif sys.stderr.isatty():
+            print(f"  {line}", file=sys.stderr, flush=True)
+    return log
 
 
 def run_traces(args: argparse.Namespace) -> int:
@@ -244,21 +251,28 @@ def run_traces(args: argparse.Namespace) -> int:
     from psdsim.engine.validate.reference import report_json
     from psdsim.engine.validate.report import table_lines
     from psdsim.engine.validate.traces import summary_lines, validate_traces
-    from psdsim.sim.output.results import check_output_file, check_results_folder, claim_folder, write_file
+    from psdsim.sim.output.results import (
+        check_no_clash,
+        check_output_file,
+        check_results_folder,
+        claim_folder,
+        write_files,
+    )
 
     bounds = parse_max_errors(args.max_error)
     out = args.out or Path("results") / "validate-traces"
     check_results_folder(out, "validate")
+    # neither output over a trace folder, nor the JUnit file inside the results folder (over its report)
+    check_no_clash([("--out", out), *([("--junit", args.junit)] if args.junit is not None else [])],
+                   args.traces)
     if args.junit is not None:
         check_output_file(args.junit, "--junit")
-    report, files = validate_traces(args.traces, out, log=_log)
+    report, files = validate_traces(args.traces, out, log=_logger(args.json))
     report["gate"] = check(report["rows"], bounds)
     files["validate.json"] = report_json(report)
     claim_folder(out, "validate")
-    for name, content in files.items():
-        write_file(out / name, content)
-    if args.junit is not None:
-        write_file(args.junit, junit_xml(report))
+    write_files([*(("--out", out / name, content) for name, content in files.items()),
+                 *([("--junit", args.junit, junit_xml(report))] if args.junit is not None else [])])
     if args.json:
         sys.stdout.write(report_json(report))
     else:
@@ -295,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.engine.validate.reference import report_json, run_validate
     from psdsim.engine.validate.report import table_lines
 
-    report = run_validate(cfg, log=_log)
+    report = run_validate(cfg, log=_logger(args.json))
     if args.json:
         sys.stdout.write(report_json(report))
         return 0

@@ -134,6 +134,8 @@ def write_files(files: Sequence[tuple[str, Path, str | bytes]]) -> None:
     staged: list[tuple[Path, Path]] = []
     try:
         for option, path, content in files:
+            if Path(path).is_dir():   # a rename over a folder fails only once others are in place
+                raise _refuse(option, Path(path), "is a folder")
             try:
                 staged.append((_stage(Path(path), content), Path(path)))
             except OSError as exc:
@@ -195,6 +197,10 @@ def landing(path: Path, option: str) -> Path:
     except (OSError, RuntimeError) as exc:   # RuntimeError: a loop of links (Python 3.11)
         raise ScenarioError(option, f"cannot use {str(path)!r} ({getattr(exc, 'strerror', None) or exc})",
                             "choose a shorter or plainer name") from None
+    blocker = next((p for p in real.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():   # refused now, not after the work is done
+        raise ScenarioError(option, f"cannot write {str(path)!r}: {str(blocker)!r} is a file, not a folder",
+                            f"choose a path in a folder with {option}")
     return real
 
 
@@ -256,6 +262,8 @@ def check_output_file(path: Path, option: str,
     real = landing(path, option)
     if path.is_symlink() or real.is_dir():
         raise _refuse(option, path, "is a folder or a link")
+    if real.exists() and not real.is_file():   # a pipe or a device: reading its head would block
+        raise _refuse(option, path, "is not a regular file")
     if real.exists():
         try:
             with real.open("rb") as fh:
