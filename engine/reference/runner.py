@@ -16,7 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from psdsim.engine.reference.config import EngineConfig
+from psdsim.engine.reference.config import EngineConfig, EngineConfigError
+from psdsim.engine.reference.footprint import check_memory
 from psdsim.engine.reference.methods import Engine
 from psdsim.engine.reference.model import build_draft, build_target
 from psdsim.engine.reference.result import EngineResult
@@ -31,18 +32,21 @@ from psdsim.engine.reference.workers import (
     kineto_profiler,
     pin,
 )
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.footprint import available_bytes
+from psdsim.sim.output.results import check_output_file, landing
 
 
 def run(cfg: EngineConfig) -> EngineResult:
     """Run the configured method over its workload; see EngineResult for what comes back."""
     cfg.check()
+    check_machine(cfg)   # before any folder or process exists
+    check_trace_dir(cfg)
     cores = sorted(os.sched_getaffinity(0))
     threads = torch.get_num_threads()
     driver_core = cores[0] if len(cores) > 1 else None
     verifier_core = cores[1] if len(cores) > 1 else None
-    name = f"reference_{cfg.method}_k{cfg.k}_m{cfg.m}"
-    kineto = [cfg.trace_dir / f"{name}_{side}.pt.trace.json" for side in ("driver", "verifier")] \
-        if cfg.profile and cfg.trace_dir is not None else []
+    jsonl, kineto = trace_files(cfg)
     if cfg.trace_dir is not None:
         cfg.trace_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -67,10 +71,46 @@ def run(cfg: EngineConfig) -> EngineResult:
         torch.set_num_threads(threads)
     result = EngineResult(cfg, engine.steps, requests, start, os.getpid(), target.pid,
                           kineto_paths=kineto)
-    if cfg.trace_dir is not None:
-        result.trace_path = cfg.trace_dir / f"{name}.jsonl"
-        write_jsonl(result.trace_path, _metadata(cfg, cores), engine.steps, requests, start)
+    if jsonl is not None:
+        result.trace_path = jsonl
+        write_jsonl(jsonl, _metadata(cfg, cores), engine.steps, requests, start)
     return result
+
+
+def trace_files(cfg: EngineConfig) -> tuple[Path | None, list[Path]]:
+    """The MineDraft JSONL trace and the Kineto traces (driver, verifier) a run writes into
+    cfg.trace_dir: none without one, Kineto only with cfg.profile."""
+    if cfg.trace_dir is None:
+        return None, []
+    name = f"reference_{cfg.method}_k{cfg.k}_m{cfg.m}"
+    kineto = [cfg.trace_dir / f"{name}_{side}.pt.trace.json" for side in ("driver", "verifier")]
+    return cfg.trace_dir / f"{name}.jsonl", kineto if cfg.profile else []
+
+
+def check_trace_dir(cfg: EngineConfig) -> None:
+    """ScenarioError naming --trace-dir when the run's traces would land on what psdsim did not
+    write: a file where the folder goes, or a user's file under one of the trace names. Its own
+    JSONL opens with its metadata; its Kineto traces hold its `psdsim:` ranges somewhere (torch
+    writes the file, so the whole of it is searched)."""
+    jsonl, kineto = trace_files(cfg)
+    if jsonl is None:
+        return
+    folder = landing(cfg.trace_dir, "--trace-dir")
+    if folder.exists() and not folder.is_dir():
+        raise ScenarioError("--trace-dir", f"{str(cfg.trace_dir)!r} is a file, not a folder",
+                            "name a folder for the traces with --trace-dir DIR")
+    check_output_file(jsonl, "--trace-dir", (JSONL_SIGNATURE,))
+    for path in kineto:
+        check_output_file(path, "--trace-dir", (b'"psdsim:',), head=None)
+
+
+def check_machine(cfg: EngineConfig) -> None:
+    """EngineConfigError when this machine cannot run cfg: a GPU asked for that PyTorch does not
+    see, or more memory than is available (footprint.check_memory)."""
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise EngineConfigError("device = 'cuda' but this PyTorch sees no CUDA GPU "
+                                "(torch.cuda.is_available() is false): use device = cpu")
+    check_memory(cfg, available_bytes())
 
 
 def _timed(engine: Engine, kineto: Path | None, device: torch.device) -> float:
@@ -101,6 +141,10 @@ def _target(cfg: EngineConfig, core: int | None, kineto: Path | None) -> LocalTa
     worker = TargetWorker(model, cfg.max_running, cfg.temperature, cfg.profile)
     worker.warmup(cfg.warmup_passes)
     return LocalTarget(worker)
+
+
+# How a trace this engine wrote opens: trace.write_jsonl's bundle line, _metadata's first key.
+JSONL_SIGNATURE = b'{"metadata": {"engine": "psdsim-reference"'
 
 
 def _metadata(cfg: EngineConfig, cores: list[int]) -> dict[str, object]:

@@ -32,6 +32,7 @@ from psdsim.engine.reference.sampling import probabilities, sample
 from psdsim.engine.reference.schedule import Request
 
 PREFILL, SCORE = "prefill", "score"
+WARMUP_PROMPT = 16   # tokens of the warm-up's prefill, where the run's cache holds that many
 
 
 def span(name: str, enabled: bool) -> AbstractContextManager[object]:
@@ -107,8 +108,23 @@ class TargetWorker:
 
     def warmup(self, passes: int) -> None:
         for i in range(passes):
-            self.run(TargetCall(PREFILL if i == 0 else SCORE, [0], [0 if i == 0 else 16 + i],
-                                [list(range(16)) if i == 0 else [1, 2]]))
+            start, tokens = warmup_pass(i, self.model, 2)
+            self.run(TargetCall(PREFILL if i == 0 else SCORE, [0], [start], [tokens]))
+
+
+def warmup_pass(i: int, model: Decoder, width: int) -> tuple[int, list[int]]:
+    """Start position and tokens of warm-up pass i on cache slot 0: a prefill of up to
+    WARMUP_PROMPT tokens, then passes of `width` tokens after it (as the run's passes: a draft
+    token, a pending token and a proposal). The positions are kept inside the cache the run
+    allocated (model.max_len, at least 6: prompt, output and k are each >= 1, and width <= 2) by
+    cycling over those after the prefill, as a rollback rewrites them; the token ids are taken
+    modulo the vocabulary. Any valid configuration, however small, then warms up."""
+    prompt = min(WARMUP_PROMPT, model.max_len - width)
+    vocab = model.cfg.vocab
+    if i == 0:
+        return 0, [t % vocab for t in range(prompt)]
+    start = prompt + (i - 1) % (model.max_len - width - prompt + 1)
+    return start, [(1 + j) % vocab for j in range(width)]
 
 
 class LocalTarget:
@@ -285,6 +301,6 @@ class Drafter:
 
     def warmup(self, passes: int) -> None:
         for i in range(passes):
-            batch = Packed.build([0], [0 if i == 0 else 16 + i], [list(range(16)) if i == 0 else [1]],
-                                 self.device)
+            start, tokens = warmup_pass(i, self.model, 1)
+            batch = Packed.build([0], [start], [tokens], self.device)
             self.model(batch, self.cache, batch.last_rows())

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from psdsim.commands.common import user_error
 from psdsim.commands.engine_sets import SET_HELP, engine_error, scenario_workload, split_sets
 
 HELP = ("run a real engine once: `psdsim engine run [--engine reference|vllm] --method psd --k 3 …` "
@@ -50,13 +51,24 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
         r.add_argument("--scenario", type=Path,
                        help="take the workload (k, m, requests, output_len, prompt_len, seed, "
-                            "max_num_batched_tokens) from this scenario; flags override it")
+                            "max_num_batched_tokens) from this scenario; flags override it. A file "
+                            "setting other scenario fields is refused (the engine would ignore them)")
     engine_arguments(r, with_set=False)
     r.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
 
 
 def _names(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
+
+
+def _check_seed(base: dict[str, object]) -> None:
+    """The scenario's seed seeds the engine's torch generators: refused, naming `seed` as the user
+    wrote it, where torch cannot take it (the scenario itself only asks for >= 0)."""
+    from psdsim.engine.reference.config import SEED_MAX, seed_problem
+
+    # EngineConfig.check allows one less than SEED_MAX: the workload draws with seed + 1.
+    if "seed" in base and (problem := seed_problem(base["seed"], SEED_MAX - 1)) is not None:
+        raise user_error("seed", f"{base['seed']} {problem}", f"use a seed in [0, {SEED_MAX - 1}]")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         fields, model_fields = _names(EngineConfig), _names(ModelConfig)
         sets = split_sets(args.set, fields)
         base = scenario_workload(args.scenario, sets.scenario)
+        _check_seed(base)
         args.set = [*sets.engine, *(f"model.{item}" for item in sets.model)]
         configure, run_config = (lambda: ref.config_from_namespace(args, base)), ref.run_config
     try:

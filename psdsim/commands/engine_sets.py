@@ -80,9 +80,9 @@ def scenario_workload(path: Path | None, overrides: Sequence[str],
                       allowed: Sequence[str] = WORKLOAD) -> dict[str, Any]:
     """The workload fields (of `allowed`) of the scenario file with the bare --set fields on top;
     without a file, only the fields --set names (so `--set prompt_len=8` does not bring in the
-    built-in scenario's 16-request batches). A --set scenario field the engine does not run is
-    refused rather than silently ignored."""
-    from psdsim.sim.scenario import FIELDS, load_scenario
+    built-in scenario's 16-request batches). A scenario field the engine does not run, set with
+    --set or in the file, is refused rather than silently ignored (the file's `name` only labels)."""
+    from psdsim.sim.scenario import FIELDS, load_scenario, read_toml
 
     if path is None and not overrides:
         return {}
@@ -92,7 +92,16 @@ def scenario_workload(path: Path | None, overrides: Sequence[str],
             raise user_error(name, "is a scenario field the engine does not run (it runs "
                                    f"{', '.join(allowed)})",
                              f"remove --set {name}=…; the engine's own fields are --set engine.FIELD=VALUE")
-    s = load_scenario(path, overrides)
+    s = load_scenario(path, overrides)   # reads and checks the file first: its errors name its fields
+    if path is not None:
+        doc = read_toml(Path(path), "--scenario", "a .toml scenario")[1]
+        named = [sub for key, value in doc.items() for sub in (value if isinstance(value, dict) else [key])]
+        file = Path(path).name
+        for name in named:
+            if name in FIELDS and name not in (*allowed, "name"):
+                raise user_error(name, f"is a scenario field the engine does not run, set in {file} (it "
+                                       f"runs {', '.join(allowed)})",
+                                 f"remove {name} from {file}, or pass a scenario with only those fields")
     if path is None:   # no file: the fields named, typed and checked, and not the default's others
         named = {item.partition("=")[0] for item in overrides}
         return {name: getattr(s, name) for name in allowed if name in named}

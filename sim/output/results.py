@@ -253,11 +253,11 @@ def check_no_clash(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path | 
                                     f"write {option} somewhere else")
 
 
-def check_output_file(path: Path, option: str,
-                      signatures: tuple[bytes, ...] = OWN_FILE_SIGNATURES) -> None:
+def check_output_file(path: Path, option: str, signatures: tuple[bytes, ...] = OWN_FILE_SIGNATURES,
+                      head: int | None = 4096) -> None:
     """Refuse (ScenarioError) to overwrite an existing file that psdsim did not write (its first
-    bytes hold none of `signatures`: by default psdsim's own; a CSV passes its header row), a
-    folder, or a link."""
+    `head` bytes hold none of `signatures`: by default psdsim's own; a CSV passes its header row),
+    a folder, a link, or what is not a regular file."""
     path = Path(path)
     real = landing(path, option)
     if path.is_symlink() or real.is_dir():
@@ -266,12 +266,12 @@ def check_output_file(path: Path, option: str,
         raise _refuse(option, path, "is not a regular file")
     if real.exists():
         try:
-            with real.open("rb") as fh:
-                head = fh.read(4096)
+            with real.open("rb") as fh:   # head=None: the whole file (a signature written late)
+                start = fh.read(-1 if head is None else head)
         except OSError as exc:
             raise ScenarioError(option, f"cannot read {str(path)!r} ({exc.strerror or exc})",
                                 "choose another file") from None
-        if not any(signature in head for signature in signatures):
+        if not any(signature in start for signature in signatures):
             raise _refuse(option, path, "is an existing file psdsim did not write")
 
 
