@@ -16,9 +16,13 @@ a psd+tetris run proposes k + extra and scores at most k x m of them a full sub-
 proposed_len is checked against k + extra), m (no step batches more than max_num_seqs allows: 2m
 for psd, psd+tetris and sd-2m), requests × n (request records
 per iteration), every request's prompt and output length (against the manifest's request list
-where it names one, else its fixed prompt_len; no more output than output_len), and arrivals (an
+where it names one, else its fixed prompt_len; no more output than output_len; prompt + output
+within max_model_len), and arrivals (an
 offline manifest, without rate or request list, means every request arrived before the first
-step began; a request list's arrival times within ARRIVAL_TOLERANCE_S).
+step began; a request list's arrival times within ARRIVAL_TOLERANCE_S). Before that, the record
+fields the metrics are computed from (a request's start_us, end_us >= start_us, whole prompt_len and
+gen_len >= 1; a step's batched_requests and is_prompt_run; accepted_num <= verify_len; a decode step
+that ran a request for some time) are checked: a bad one is one line naming its file and line.
 
 Then as `validate --engine reference` (engine/validate/reference.py), with the folders in place of
 engine runs: the calibration runs' traces make the profiles (assemble_profiles: AR and SD runs
@@ -51,7 +55,7 @@ from typing import Any
 
 import numpy as np
 from psdsim.calibration.calibrate import detect_format
-from psdsim.calibration.minedraft import Iteration, read_minedraft_iterations
+from psdsim.calibration.minedraft import CORRUPT, RECORD_FIX, Iteration, read_minedraft_iterations
 from psdsim.calibration.ranges import PRESETS as RANGE_PRESETS
 from psdsim.calibration.trace_error import TraceError
 from psdsim.engine.validate.acceptance import acceptance_mean, fit_spread, mean_accepted, verifications_std
@@ -67,6 +71,7 @@ from psdsim.engine.validate.reference import (
 from psdsim.engine.validate.report import build_report
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.metrics import ms_stats, ratio, step_throughput
+from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import PATH_FIELDS, Scenario, read_toml, scenario_from_mapping, scenario_to_toml
 from psdsim.sim.trace_replay import read_trace
@@ -161,6 +166,8 @@ def read_run(folder: Path) -> TraceRun:
     if not sourced:
         raise ScenarioError("--traces", f"{folder}: every iteration of its traces is a warm-up",
                             "give a trace with measured iterations (MineDraft's --num-iters >= 1)")
+    for p, it in sourced:
+        _check_records(p, it)
     k = _check_k(folder, s, sourced)
     for p, it in sourced:
         _check_iteration(folder, s, it, f"{p.name} (iteration at line {it.bundle})" if it.bundle else p.name)
@@ -247,6 +254,56 @@ def _check_k(folder: Path, s: Scenario, sourced: Sequence[tuple[Path, Iteration]
     return k
 
 
+def _at(path: Path, rec: dict[str, Any]) -> str:
+    """A record's place for messages: the user's trace, its line and the record's tid."""
+    tid = rec.get("tid")
+    return f"{path} line {rec['_line']}" + (f" ({tid})" if isinstance(tid, str) else "")
+
+
+def _check_records(path: Path, it: Iteration) -> None:
+    """The record fields validation computes with and calibration/minedraft.py does not check (it
+    reads steps only as timings): a bad value named at its line here, not a traceback, a NaN in
+    the report or an error naming the simulator's temporary request file later."""
+    for st in it.steps:
+        for key in ("batched_requests", "preempted_requests"):
+            ids = st.get(key)
+            if ids is not None and not (isinstance(ids, list) and all(isinstance(x, str | int) for x in ids)):
+                raise TraceError(_at(path, st), f"{key} is a {type(ids).__name__}, not a list of request ids",
+                                 RECORD_FIX)
+        flag = st.get("is_prompt_run")
+        if flag is not None and not isinstance(flag, bool) and finite(flag) is None:
+            raise TraceError(_at(path, st), f"is_prompt_run is {flag!r}, not a count of prefill groups "
+                             "(0 for a decode step)", RECORD_FIX)
+        accepted, verified = finite(st.get("accepted_num")), finite(st.get("verify_len"))
+        if accepted is not None and verified is not None and accepted > verified:
+            raise TraceError(_at(path, st), f"accepted_num {accepted:g} exceeds verify_len {verified:g} "
+                             "(more drafts accepted than verified)", CORRUPT)
+    # Steps without batched_requests scheduled nothing (calibration/minedraft.py drops them):
+    # without a decode step that ran a request, for some time, there is no throughput, VSR or
+    # spread to measure (the report would hold NaN or nothing).
+    decode = [st for st in it.steps if st.get("batched_requests") and not st.get("is_prompt_run")]
+    bundle = f"{path} line {it.bundle}" if it.bundle else path
+    if not decode:
+        raise TraceError(bundle, "no decode step (is_prompt_run 0) ran a request (batched_requests)",
+                         "give the trace of a run that decoded, with each step's batched_requests")
+    if not any(st["end_us"] > st["start_us"] for st in decode):
+        raise TraceError(bundle, "every decode step took no time (end_us = start_us)", CORRUPT)
+    for r in it.requests:
+        if r.get("start_us") is None:
+            raise TraceError(_at(path, r), "request record has no start_us", RECORD_FIX)
+        for key in ("start_us", "end_us", "prompt_len", "gen_len"):
+            if r.get(key) is not None and finite(r[key]) is None:
+                raise TraceError(_at(path, r), f"{key} is {r[key]!r}, not a finite number", RECORD_FIX)
+        for key in ("prompt_len", "gen_len"):
+            count = finite(r.get(key))
+            if count is not None and (count < 1 or not count.is_integer()):
+                raise TraceError(_at(path, r), f"{key} is {r[key]!r}, not a whole number of tokens >= 1",
+                                 CORRUPT)
+        if r.get("end_us") is not None and r["end_us"] < r["start_us"]:
+            raise TraceError(_at(path, r), f"the request ends before it starts (end_us {r['end_us']:g} < "
+                             f"start_us {r['start_us']:g})", CORRUPT)
+
+
 def _check_iteration(folder: Path, s: Scenario, it: Iteration, where: str) -> None:
     """The manifest's m, requests, n, lengths and arrivals against one iteration's records."""
     cap = 2 * s.m if s.method in TWO_M else s.m
@@ -288,6 +345,10 @@ def _check_iteration(folder: Path, s: Scenario, it: Iteration, where: str) -> No
                 raise _bad(folder, "rate", f"the manifest describes an offline run (no rate, no request "
                            f"list), but {where}'s {tid} arrived {arrival:.3g} s after the first step began",
                            "give the run's request list in trace")
+        if prompt + gen > s.max_model_len:   # else the simulator refuses its own request file
+            raise _bad(folder, "max_model_len", f"the manifest says {s.max_model_len}, {where}'s {tid} has "
+                       f"{prompt} prompt + {gen} output tokens",
+                       f"set max_model_len to the run's (at least {prompt + gen})")
         if gen > want_o:
             raise _bad(folder, "output_len", f"{want_o} tokens allowed, {where}'s {tid} generated {gen}",
                        "set output_len to the run's --output-len")
