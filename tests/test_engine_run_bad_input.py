@@ -132,3 +132,12 @@ def test_a_trace_folder_takes_its_own_traces_again(tmp_path, capsys, monkeypatch
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
         "notes.txt", "reference_psd_k2_m2.jsonl", "reference_psd_k2_m2_driver.pt.trace.json",
         "reference_psd_k2_m2_verifier.pt.trace.json"]
+
+
+def test_a_trace_folder_is_made_where_it_lands(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link").symlink_to("target")          # a link to a folder not made yet
+    assert main([*TINY, "--trace-dir", "link"]) == 0, capsys.readouterr().err[-2000:]
+    assert (tmp_path / "target" / "reference_psd_k2_m2.jsonl").is_file()
+    assert main([*TINY, "--trace-dir", "new/../runs"]) == 0, capsys.readouterr().err[-2000:]
+    assert (tmp_path / "runs" / "reference_psd_k2_m2.jsonl").is_file() and not (tmp_path / "new").exists()

@@ -336,3 +336,13 @@ def test_validate_takes_every_traces_flag(tmp_path):
 
     argv = ["validate", "--traces", "a", "b", "--traces", "c"]
     assert build_parser(argv).parse_args(argv).traces == [Path("a"), Path("b"), Path("c")]
+
+
+@pytest.mark.parametrize("argv", [["calibrate", "m.jsonl", "--out", "new/../p.json"],
+                                  ["run", *FAST, "--out", "new/../res"]])
+def test_a_path_through_a_missing_folder_leaves_no_stray_folder(capsys, tmp_path, argv):
+    from tests.test_calibration_minedraft import write_trace
+
+    write_trace(tmp_path / "m.jsonl", bundles=3)
+    assert main(argv) == 0
+    assert not (tmp_path / "new").exists() and (tmp_path / argv[-1].removeprefix("new/../")).exists()

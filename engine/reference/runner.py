@@ -47,8 +47,13 @@ def run(cfg: EngineConfig) -> EngineResult:
     driver_core = cores[0] if len(cores) > 1 else None
     verifier_core = cores[1] if len(cores) > 1 else None
     jsonl, kineto = trace_files(cfg)
-    if cfg.trace_dir is not None:
-        cfg.trace_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.trace_dir is not None:   # made where it lands: no stray new/ for new/../dir, a link's target
+        folder = landing(cfg.trace_dir, "--trace-dir")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ScenarioError("--trace-dir", f"cannot make {str(cfg.trace_dir)!r} ({exc.strerror or exc})",
+                                "name a folder you can write with --trace-dir DIR") from None
     try:
         pin(driver_core)
         device = driver_device(cfg)

@@ -116,11 +116,13 @@ def csv_parts(columns: Mapping[str, np.ndarray]) -> Iterator[str]:
 
 
 def write_file(path: Path, content: str | bytes) -> Path:
-    """Write one file atomically: a temporary file beside it, then a rename."""
+    """Write one file atomically: a temporary file beside it, then a rename. Returns `path` as
+    given."""
     path = Path(path)
-    tmp = _stage(path, content)
+    real = _placed(path)
+    tmp = _stage(real, content)
     try:
-        os.replace(tmp, path)
+        os.replace(tmp, real)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -137,7 +139,8 @@ def write_files(files: Sequence[tuple[str, Path, str | bytes]]) -> None:
             if Path(path).is_dir():   # a rename over a folder fails only once others are in place
                 raise _refuse(option, Path(path), "is a folder")
             try:
-                staged.append((_stage(Path(path), content), Path(path)))
+                real = _placed(Path(path))
+                staged.append((_stage(real, content), real))
             except OSError as exc:
                 raise ScenarioError(option, f"cannot write {str(path)!r} ({exc.strerror or exc})",
                                     f"choose a writable file with {option} FILE") from None
@@ -147,6 +150,12 @@ def write_files(files: Sequence[tuple[str, Path, str | bytes]]) -> None:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)   # a temporary already renamed into place is gone: a no-op
         raise
+
+
+def _placed(path: Path) -> Path:
+    """`path` with its folder resolved: where the write lands. Made through the spelling, the
+    folders of `new/../notes.txt` would include a stray `new/`."""
+    return path.parent.resolve() / path.name
 
 
 def _stage(path: Path, content: str | bytes) -> Path:
@@ -281,7 +290,7 @@ def claim_folder(out_dir: Path, command: str, option: str = "--out") -> Path:
     out_dir = Path(out_dir)
     check_results_folder(out_dir, command, option)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        landing(out_dir, option).mkdir(parents=True, exist_ok=True)   # no stray new/ for new/../dir
     except OSError as exc:
         raise ScenarioError(option, f"cannot write {str(out_dir)!r} ({exc.strerror or exc})",
                             "choose a writable folder") from None
