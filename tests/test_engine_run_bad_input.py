@@ -141,3 +141,11 @@ def test_a_trace_folder_is_made_where_it_lands(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "target" / "reference_psd_k2_m2.jsonl").is_file()
     assert main([*TINY, "--trace-dir", "new/../runs"]) == 0, capsys.readouterr().err[-2000:]
     assert (tmp_path / "runs" / "reference_psd_k2_m2.jsonl").is_file() and not (tmp_path / "new").exists()
+
+
+def test_a_whole_scenario_file_gives_its_workload(tmp_path, capsys, monkeypatch):
+    # `psdsim scenario > s.toml` names every field at its default: only a changed one is refused
+    monkeypatch.chdir(tmp_path)
+    assert main(["scenario"]) == 0
+    (tmp_path / "s.toml").write_text(capsys.readouterr().out)
+    assert main([*TINY, "--scenario", "s.toml"]) == 0, capsys.readouterr().err[-2000:]

@@ -80,8 +80,9 @@ def scenario_workload(path: Path | None, overrides: Sequence[str],
                       allowed: Sequence[str] = WORKLOAD) -> dict[str, Any]:
     """The workload fields (of `allowed`) of the scenario file with the bare --set fields on top;
     without a file, only the fields --set names (so `--set prompt_len=8` does not bring in the
-    built-in scenario's 16-request batches). A scenario field the engine does not run, set with
-    --set or in the file, is refused rather than silently ignored (the file's `name` only labels)."""
+    built-in scenario's 16-request batches). A scenario field the engine does not run is refused
+    rather than silently ignored: with --set, or in the file at a value other than its default (a
+    whole `psdsim scenario` file passes; its `rate = 5.0` does not; its `name` only labels)."""
     from psdsim.sim.scenario import FIELDS, load_scenario, read_toml
 
     if path is None and not overrides:
@@ -98,7 +99,7 @@ def scenario_workload(path: Path | None, overrides: Sequence[str],
         named = [sub for key, value in doc.items() for sub in (value if isinstance(value, dict) else [key])]
         file = Path(path).name
         for name in named:
-            if name in FIELDS and name not in (*allowed, "name"):
+            if name in FIELDS and name not in (*allowed, "name") and getattr(s, name) != FIELDS[name].default:
                 raise user_error(name, f"is a scenario field the engine does not run, set in {file} (it "
                                        f"runs {', '.join(allowed)})",
                                  f"remove {name} from {file}, or pass a scenario with only those fields")
