@@ -36,6 +36,7 @@ from psdsim.sim.errors import ScenarioError
 from psdsim.sim.execution import driver_prep, framework
 from psdsim.sim.numbers import finite
 from psdsim.sim.overlap import idle_factor
+from psdsim.sim.scenario import MAX_SPAN_S
 
 PROFILE_FORMAT = "psdsim-profile"
 PROFILE_VERSION = 1
@@ -153,37 +154,161 @@ def _bad(problem: str, path: str) -> ScenarioError:
                          "give a profile written by `psdsim calibrate … --out profile.json`")
 
 
-def _idle_point(pt: Any) -> bool:
-    return isinstance(pt, list) and len(pt) == 2 and None not in map(finite, pt) and pt[0] >= 0 and pt[1] > 0
+# A coefficient is seconds per unit of its feature (a pass, a token, a cached token, a byte), and
+# calibration's fit is non-negative least squares (calibration/fit.py), so no profile it writes
+# has a negative one. Traces time GPU work of microseconds to seconds per pass: an hour per unit
+# is no measurement but a corrupt or hand-edited file, and it keeps every priced step finite (a
+# step's features stay far below 1e12 units).
+MAX_COEF_S = 3600.0
+COEF_WHY = " (seconds per unit: a fit never makes one negative, nor an hour)"
+# Contention and after-idle factors are ratios of two timings of the same work; measured ones lie
+# within a few times of 1. A hundred times slower or faster is no slowdown of shared hardware but
+# a corrupt file, and would scale step times out of the clock's resolution.
+FACTOR_BOUNDS = (0.01, 100.0)
+# Range variables are sizes of a step (batch, k, tokens, cached tokens, bytes, positions): no
+# step comes near a thousand trillion of any, and a bound keeps the range warnings' figures finite.
+MAX_RANGE = 1e15
+# The longest idle time an after-idle point may name: the simulated clock's span (sim/scenario.py).
+MAX_IDLE_S = MAX_SPAN_S
+
+
+def _show(value: Any) -> str:
+    """A value as an error shows it: JSON for a scalar (cut short), else its kind."""
+    scalar = isinstance(value, bool | int | float | str | type(None))
+    text = json.dumps(value) if scalar else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _number(value: Any, where: str, path: str, low: float, high: float, why: str = "") -> float:
+    """`value` as a float when it is a finite number in [low, high]; else the error that names
+    its place in the document (and `why` the interval is what it is)."""
+    x = finite(value)
+    if x is None:
+        raise _bad(f"{where}: must be a finite number in [{low:g}, {high:g}]{why}, got {_show(value)}", path)
+    if not low <= x <= high:
+        raise _bad(f"{where}: {x:g} is outside [{low:g}, {high:g}]{why}", path)
+    return x
+
+
+def _count(value: Any, where: str, path: str) -> int:
+    """A non-negative integer count (JSON has no other integer here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad(f"{where}: must be a whole number >= 0, got {_show(value)}", path)
+    return value
+
+
+def _object(value: Any, where: str, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _bad(f"{where}: must be an object, got {_show(value)}", path)
+    return value
+
+
+def _list(value: Any, where: str, path: str, length: int | None = None) -> list[Any]:
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        size = f"a list of {length}" if length is not None else "a list"
+        raise _bad(f"{where}: must be {size}, got {_show(value)}", path)
+    return value
+
+
+def _unknown(keys: Any, known: Sequence[str], where: str, path: str) -> None:
+    """A key the simulator does not read would be ignored without a word, and a misspelt one
+    would leave the value it meant at its default: refused instead."""
+    extra = [k for k in keys if k not in known]
+    if extra:
+        raise _bad(f"{where}.{extra[0]}: unknown key (known: {', '.join(known)})", path)
+
+
+def _ranges(name: str, doc: Any, where: str, path: str) -> dict[str, tuple[float, float]]:
+    """The [low, high] each range variable of term `name` was fitted on."""
+    ranges = _object(doc, where, path)
+    _unknown(ranges, RANGE_VARIABLES[name], where, path)
+    out = {}
+    for var, pair in ranges.items():
+        lo, hi = (_number(v, f"{where}.{var}[{i}]", path, 0.0, MAX_RANGE)
+                  for i, v in enumerate(_list(pair, f"{where}.{var}", path, 2)))
+        if lo > hi:
+            raise _bad(f"{where}.{var}: low {lo:g} above high {hi:g}", path)
+        out[var] = (lo, hi)
+    return out
 
 
 def _term(name: str, doc: Any, path: str) -> Term:
+    where = f"terms.{name}"
     if name not in FEATURES:
-        raise _bad(f"unknown term {name!r} (known: {', '.join(TERMS)})", path)
-    if not isinstance(doc, dict):
-        raise _bad(f"term {name!r} is not an object", path)
-    coef = doc.get("coef")
+        raise _bad(f"{where}: unknown term (known: {', '.join(TERMS)})", path)
+    doc = _object(doc, where, path)
     # A profile from an older psdsim may list fewer features (those added since count 0).
     features = doc.get("features", list(FEATURES[name]))
     if not isinstance(features, list) or not features or features != list(FEATURES[name][:len(features)]):
-        raise _bad(f"term {name!r}: features {doc.get('features')} differ from this psdsim's "
+        raise _bad(f"{where}.features: {_show(doc.get('features'))} differ from this psdsim's "
                    f"{list(FEATURES[name])}", path)
-    want = len(features)
-    if not isinstance(coef, list) or len(coef) != want or None in map(finite, coef):
-        raise _bad(f"term {name!r}: coef must be a list of {want} finite numbers "
-                   f"({', '.join(features)})", path)
-    ranges = doc.get("ranges", {})
-    if not isinstance(ranges, dict) or not all(
-            isinstance(v, list) and len(v) == 2 and None not in map(finite, v) for v in ranges.values()):
-        raise _bad(f"term {name!r}: ranges must map names to [low, high]", path)
+    coef = _list(doc.get("coef"), f"{where}.coef", path, len(features))
     cv = doc.get("cv_mape")
-    return Term(name, tuple(float(c) for c in coef), int(doc.get("samples", 0)),
-                float(doc.get("mape", math.nan)), None if cv is None else float(cv),
-                {k: (float(v[0]), float(v[1])) for k, v in ranges.items()},
-                dict(doc.get("dropped", {})), tuple(doc.get("fixed_features", ())))
+    fixed = _list(doc.get("fixed_features", []), f"{where}.fixed_features", path)
+    if not all(f in features for f in fixed):
+        raise _bad(f"{where}.fixed_features: {_show(fixed)} are not all among {features}", path)
+    dropped = _object(doc.get("dropped", {}), f"{where}.dropped", path)
+    coefs = tuple(_number(c, f"{where}.coef[{i}]", path, 0.0, MAX_COEF_S, COEF_WHY)
+                  for i, c in enumerate(coef))
+    return Term(name, coefs,
+                _count(doc.get("samples", 0), f"{where}.samples", path),
+                math.nan if "mape" not in doc else _number(doc["mape"], f"{where}.mape", path, 0.0, math.inf),
+                None if cv is None else _number(cv, f"{where}.cv_mape", path, 0.0, math.inf),
+                _ranges(name, doc.get("ranges", {}), f"{where}.ranges", path),
+                {k: _count(v, f"{where}.dropped.{k}", path) for k, v in dropped.items()},
+                tuple(fixed))
+
+
+# What calibration records of the traces' acceptance (calibration/fit.py `acceptance_stats`), and
+# the interval each lies in: counts, a VSR and a per-token rate (fractions).
+ACCEPTANCE_BOUNDS = {"steps": (0.0, math.inf), "k": (0.0, math.inf), "vsr": (0.0, 1.0),
+                     "mean_accepted": (0.0, math.inf), "per_token": (0.0, 1.0)}
+CONTENTION_KEYS = ("draft", "verify", "after_idle", "source")
+SIDES = ("draft", "verify")
+
+
+def _factor(value: Any, where: str, path: str) -> float:
+    return _number(value, where, path, *FACTOR_BOUNDS)
+
+
+def _contention(doc: Any, path: str) -> dict[str, Any]:
+    """The measured slowdowns (sim/overlap.py), each factor and idle point checked."""
+    contention = _object(doc, "contention", path)
+    _unknown(contention, CONTENTION_KEYS, "contention", path)
+    for side in SIDES:
+        if side in contention:
+            _factor(contention[side], f"contention.{side}", path)
+    idle = _object(contention.get("after_idle", {}), "contention.after_idle", path)
+    _unknown(idle, SIDES, "contention.after_idle", path)
+    for side, points in idle.items():
+        for i, point in enumerate(_list(points, f"contention.after_idle.{side}", path)):
+            at = f"contention.after_idle.{side}[{i}]"
+            idle_s, factor = _list(point, at, path, 2)
+            _number(idle_s, f"{at}[0]", path, 0.0, MAX_IDLE_S)
+            _factor(factor, f"{at}[1]", path)
+    _object(contention.get("source", {}), "contention.source", path)
+    return dict(contention)
+
+
+def _acceptance(doc: Any, path: str) -> dict[str, float]:
+    acceptance = _object(doc, "acceptance", path)
+    _unknown(acceptance, tuple(ACCEPTANCE_BOUNDS), "acceptance", path)
+    return {key: _number(v, f"acceptance.{key}", path, *ACCEPTANCE_BOUNDS[key])
+            for key, v in acceptance.items()}
+
+
+def _notes(doc: Any, path: str) -> tuple[str, ...]:
+    notes = _list(doc, "notes", path)
+    for i, note in enumerate(notes):
+        if not isinstance(note, str):
+            raise _bad(f"notes[{i}]: must be text, got {_show(note)}", path)
+    return tuple(notes)
 
 
 def profile_from_json(text: str, path: str = "profile") -> Profile:
+    """The profile in `text`, every value checked where it is read: a wrong type, a value
+    outside its term's sign or magnitude (see MAX_COEF_S and FACTOR_BOUNDS) or an unknown key is
+    an error naming its JSON path (`terms.verify.coef[1]`), never clamped or ignored."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -196,19 +321,10 @@ def profile_from_json(text: str, path: str = "profile") -> Profile:
     terms = doc.get("terms")
     if not isinstance(terms, dict) or not terms:
         raise _bad("no fitted terms", path)
-    contention = doc.get("contention", {})
-    sides = ("draft", "verify")
-    if not isinstance(contention, dict) or not all(
-            (finite(contention.get(side, 1.0)) or 0.0) > 0 for side in sides):
-        raise _bad("contention must map draft and verify to positive slowdown factors", path)
-    idle = contention.get("after_idle", {})
-    if not isinstance(idle, dict) or not all(
-            isinstance(pts, list) and all(_idle_point(pt) for pt in pts) for pts in idle.values()):
-        raise _bad("contention.after_idle must map draft and verify to [idle seconds >= 0, factor > 0] "
-                   "points", path)
     return Profile({name: _term(name, t, path) for name, t in terms.items()},
-                   dict(doc.get("source", {})), dict(doc.get("acceptance", {})),
-                   tuple(doc.get("notes", ())), dict(contention))
+                   dict(_object(doc.get("source", {}), "source", path)),
+                   _acceptance(doc.get("acceptance", {}), path), _notes(doc.get("notes", []), path),
+                   _contention(doc.get("contention", {}), path))
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -255,6 +371,15 @@ def unrecorded(cost: StepCost) -> Iterator[None]:
         cost.recording = True
 
 
+def _check_coefficients(profile: Profile) -> None:
+    """Every coefficient in [0, MAX_COEF_S], as the reader requires of a file, for profiles built
+    in code too: with them and the simulator's sizes (never negative) every feature is >= 0, so
+    every priced time is >= 0 and finite, and no price needs clamping."""
+    for term in profile.terms.values():
+        for i, c in enumerate(term.coef):
+            _number(c, f"terms.{term.name}.coef[{i}]", "profile", 0.0, MAX_COEF_S, COEF_WHY)
+
+
 class FittedCost:
     """A StepCost from a profile: fitted terms where the profile has them, `fallback` elsewhere."""
 
@@ -265,7 +390,8 @@ class FittedCost:
         self._draft, self._verify = t.get("draft"), t.get("verify")
         self._prefill, self._draft_prefill = t.get("prefill"), t.get("draft_prefill")
         self._comm, self._broadcast, self._reject = t.get("comm"), t.get("broadcast"), t.get("reject")
-        self.overhead = max(0.0, t["overhead"].coef[0]) if "overhead" in t else fallback.overhead
+        _check_coefficients(profile)
+        self.overhead = t["overhead"].coef[0] if "overhead" in t else fallback.overhead
         self.contention = profile.contention_factors
         self._idle = {side: profile.idle_points(side) for side in ("draft", "verify")}
         self.seen = {name: _Seen(len(RANGE_VARIABLES[name])) for name in TERMS}
@@ -295,7 +421,7 @@ class FittedCost:
         if self._draft is None:
             return self.fallback.draft(batch, k, ctx)
         self._saw("draft", batch, k, ctx)
-        return max(0.0, self._draft(draft_features(batch, k, ctx)))
+        return self._draft(draft_features(batch, k, ctx))
 
     def _chunk_seconds(self, term: Term | None, chunks: Chunks, shared_pass: bool,
                        fallback: Callable[[], float]) -> float:
@@ -303,7 +429,7 @@ class FittedCost:
             return fallback()
         self._saw(term.name, chunks.tokens)
         seconds = term(prefill_features(chunks.tokens, chunks.pairs, chunks.ctx))
-        return max(0.0, seconds - term.coef[0] if shared_pass else seconds)
+        return seconds - term.coef[0] if shared_pass else seconds
 
     def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
         if self._verify is None or (chunks.tokens and self._prefill is None):
@@ -311,7 +437,7 @@ class FittedCost:
         seconds = 0.0
         if batch:
             self._saw("verify", batch, tokens, ctx)
-            seconds = max(0.0, self._verify(verify_features(tokens, ctx)))
+            seconds = self._verify(verify_features(tokens, ctx))
         if chunks.tokens:
             seconds += self._chunk_seconds(self._prefill, chunks, batch > 0, lambda: 0.0)
         return seconds
@@ -326,7 +452,7 @@ class FittedCost:
         if term is None:
             return fallback(nbytes)
         self._saw(term.name, nbytes)
-        return max(0.0, term(message_features(nbytes)))
+        return term(message_features(nbytes))
 
     def comm(self, nbytes: int) -> float:
         return self._message(self._comm, nbytes, self.fallback.comm)
@@ -338,7 +464,7 @@ class FittedCost:
         if self._reject is None:
             return self.fallback.reject(positions)
         self._saw("reject", positions)
-        return max(0.0, self._reject((1.0, positions)))
+        return self._reject((1.0, positions))
 
     def swap(self, blocks: int) -> float:
         return self.fallback.swap(blocks)

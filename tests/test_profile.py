@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from psdsim.sim.costs import AnalyticCost, Chunks
@@ -32,18 +34,84 @@ def test_the_json_form_round_trips() -> None:
     assert back == p
 
 
+HEAD = '{"format": "psdsim-profile", "version": 1, '
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ("{", "not JSON"),
     ('{"format": "other"}', "not a psdsim profile"),
     ('{"format": "psdsim-profile", "version": 9, "terms": {}}', "version 9"),
-    ('{"format": "psdsim-profile", "version": 1, "terms": {}}', "no fitted terms"),
-    ('{"format": "psdsim-profile", "version": 1, "terms": {"draft": {"coef": [1, 2]}}}', "4 finite numbers"),
-    ('{"format": "psdsim-profile", "version": 1, "terms": {"gpu": {"coef": [1]}}}', "unknown term 'gpu'"),
+    (HEAD + '"terms": {}}', "no fitted terms"),
+    (HEAD + '"terms": {"draft": {"coef": [1, 2]}}}', "terms.draft.coef: must be a list of 4"),
+    (HEAD + '"terms": {"gpu": {"coef": [1]}}}', "terms.gpu: unknown term"),
 ])
 def test_bad_profiles_are_one_line_errors(text: str, match: str) -> None:
     with pytest.raises(ScenarioError, match=match) as exc:
         profile_from_json(text, "p.json")
     assert "\n" not in str(exc.value) and str(exc.value).startswith("profile:")
+
+
+def _edited(edit: Callable[[dict[str, Any]], None]) -> str:
+    """A valid profile's JSON with one value changed by `edit`."""
+    doc = json.loads(_profile().to_json())
+    doc["contention"] = {"draft": 1.1, "verify": 1.05, "after_idle": {"verify": [[0.01, 1.2]]}}
+    doc["acceptance"] = {"vsr": 0.6, "per_token": 0.7}
+    edit(doc)
+    return json.dumps(doc)
+
+
+def _set(path: tuple[str | int, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(doc: dict[str, Any]) -> None:
+        for key in path[:-1]:
+            doc = doc[key]
+        doc[path[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize(("path", "value", "match"), [
+    (("terms", "verify", "coef", 1), -1e-4, r"terms\.verify\.coef\[1\]: -0\.0001 is outside \[0, 3600\]"),
+    (("terms", "verify", "coef", 0), 1e308, r"terms\.verify\.coef\[0\]: 1e\+308 is outside"),
+    (("terms", "draft", "coef", 2), "3e-9", r"coef\[2\]: must be a finite number.*got \"3e-9\""),
+    (("terms", "draft", "coef", 0), True, r"terms\.draft\.coef\[0\]: must be a finite number.*got true"),
+    (("terms", "draft", "samples"), "many", r"terms\.draft\.samples: must be a whole number"),
+    (("terms", "draft", "samples"), -3, r"terms\.draft\.samples: must be a whole number"),
+    (("terms", "draft", "mape"), -0.5, r"terms\.draft\.mape: -0\.5 is outside"),
+    (("terms", "verify", "cv_mape"), "low", r"terms\.verify\.cv_mape: must be a finite number"),
+    (("terms", "verify", "ranges", "batch"), [16, 4], r"terms\.verify\.ranges\.batch: low 16 above high 4"),
+    (("terms", "verify", "ranges", "batch"), [4, 1e300], r"terms\.verify\.ranges\.batch\[1\]: 1e\+300"),
+    (("terms", "verify", "ranges", "bach"), [4, 16], r"terms\.verify\.ranges\.bach: unknown key"),
+    (("terms", "verify", "dropped"), {"outlier": 1.5}, r"terms\.verify\.dropped\.outlier: must be a whole"),
+    (("terms", "verify", "fixed_features"), ["speed"], r"terms\.verify\.fixed_features: .* not all among"),
+    (("acceptance",), "high", r"acceptance: must be an object, got \"high\""),
+    (("acceptance", "vsr"), 1.5, r"acceptance\.vsr: 1\.5 is outside \[0, 1\]"),
+    (("acceptance", "per_token"), None, r"acceptance\.per_token: must be a finite number"),
+    (("contention", "verify"), 1e308, r"contention\.verify: 1e\+308 is outside \[0\.01, 100\]"),
+    (("contention", "draft"), 0, r"contention\.draft: 0 is outside"),
+    (("contention", "verfy"), 1.1, r"contention\.verfy: unknown key"),
+    (("contention", "after_idle", "verify", 0, 1), 1e9, r"contention\.after_idle\.verify\[0\]\[1\]: 1e\+09"),
+    (("contention", "after_idle", "verify", 0, 0), -1, r"contention\.after_idle\.verify\[0\]\[0\]: -1 is"),
+    (("contention", "after_idle", "drafter"), [], r"contention\.after_idle\.drafter: unknown key"),
+    (("notes",), [1], r"notes\[0\]: must be text"),
+    (("source",), [], r"source: must be an object"),
+])
+def test_every_profile_value_is_checked_where_it_is_read(path: tuple[str | int, ...], value: Any,
+                                                         match: str) -> None:
+    """A wrong type, a value of the wrong sign or an absurd magnitude is an error naming its JSON
+    path; none is clamped, ignored or left to fail later (a bare ValueError, an infinite step)."""
+    with pytest.raises(ScenarioError, match=match) as exc:
+        profile_from_json(_edited(_set(path, value)), "p.json")
+    assert str(exc.value).startswith("profile: p.json: ") and "\n" not in str(exc.value)
+
+
+def test_the_edited_profile_is_valid_unedited() -> None:
+    assert profile_from_json(_edited(lambda doc: None)).contention_factors == (1.1, 1.05)
+
+
+def test_a_profile_built_in_code_with_a_negative_coefficient_is_refused_not_clamped() -> None:
+    s = load_scenario()
+    negative = Profile({"verify": Term("verify", (0.03, -1e-4, 1e-7), 100, 0.01, None)})
+    with pytest.raises(ScenarioError, match=r"terms\.verify\.coef\[1\]: -0\.0001 is outside"):
+        FittedCost(negative, AnalyticCost(s, catalog_for(s)))
 
 
 def test_fitted_terms_price_steps_and_the_rest_falls_back() -> None:
