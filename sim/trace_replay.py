@@ -1,9 +1,12 @@
 """Request traces: JSONL or CSV rows of arrival time, prompt tokens, output tokens, acceptance.
 
-Columns (extra columns are ignored): `arrival_s` (seconds, >= 0), `prompt_tokens` (>= 1),
-`output_tokens` (>= 1), and optionally `acceptance` (per-token acceptance in (0, 1); rows without
-it draw from the scenario's distribution). A malformed row is reported with its line number and
-field, as a ScenarioError naming `trace`. Rows are replayed in arrival order (stable for ties).
+Columns (extra columns are ignored): `arrival_s` (seconds, in [0, 1e9]: the simulated clock
+starts at 0 and resolves a tenth of a microsecond up to 1e9 s, sim/scenario.py MAX_SPAN_S),
+`prompt_tokens` (>= 1), `output_tokens` (>= 1), prompt + output at most max_model_len, and
+optionally `acceptance` (per-token acceptance in (0, 1 - 1e-9], the highest rate the acceptance
+model takes as given; rows without it draw from the scenario's distribution). A malformed row is
+reported with its line number and field, as a ScenarioError naming `trace`; no value is clamped.
+Rows are replayed in arrival order (stable for ties).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.scenario import MAX_SPAN_S
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 
@@ -47,6 +52,12 @@ def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: 
         kind = "an integer" if integer else "a finite number"
         raise _fail(path, line, field, f"must be {kind}, got {raw!r}")
     return value
+
+
+def _tokens(count: float) -> str:
+    """A token count as a message shows it: whole, or in e-notation past 1e15 (a count of hundreds
+    of digits, which JSON allows, would swamp the line)."""
+    return f"{count:.0f}" if count < 1e15 else f"{count:.3g}"
 
 
 def _text(path: Path) -> str:
@@ -104,19 +115,23 @@ def read_trace(path: str | Path, max_model_len: int) -> Trace:
         ol = _number(p, line, row, "output_tokens", integer=True)
         if a < 0:
             raise _fail(p, line, "arrival_s", f"must be >= 0, got {a}")
+        if a > MAX_SPAN_S:
+            raise _fail(p, line, "arrival_s", f"{a:.12g} s is past the {MAX_SPAN_S:g} s within which the "
+                        "simulated clock (a float64 from 0) resolves a tenth of a microsecond",
+                        "count arrivals from the trace's start (subtract the first arrival from each)")
         if pl < 1 or ol < 1:
             field = "prompt_tokens" if pl < 1 else "output_tokens"
             raise _fail(p, line, field, "must be >= 1")
         if pl + ol > max_model_len:   # name the larger of the two, the one that does not fit
             raise _fail(p, line, "prompt_tokens" if pl >= ol else "output_tokens",
-                        f"prompt + output = {int(pl)} + {int(ol)} = {int(pl + ol)} exceeds max_model_len "
-                        f"{max_model_len}", f"raise max_model_len to at least {int(pl + ol)}, or shorten "
-                                            "or drop that row")
+                        f"prompt + output = {_tokens(pl)} + {_tokens(ol)} = {_tokens(pl + ol)} exceeds "
+                        f"max_model_len {max_model_len}", f"raise max_model_len to at least "
+                                                          f"{_tokens(pl + ol)}, or shorten or drop that row")
         acc = math.nan
         if row.get("acceptance") not in (None, ""):
             acc = _number(p, line, row, "acceptance", integer=False)
-            if not 0 < acc < 1:
-                raise _fail(p, line, "acceptance", f"must be in (0, 1), got {acc}")
+            if not 0 < acc <= MAX_ACCEPTANCE:
+                raise _fail(p, line, "acceptance", f"must be in (0, 1 - 1e-9], got {acc!r}")
         arrival.append(a)
         prompt.append(int(pl))
         output.append(int(ol))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
-from psdsim.sim.acceptance import MAX_ACCEPTANCE, draw_request_acceptance
+from psdsim.sim.acceptance import draw_request_acceptance
 from psdsim.sim.catalog import Catalog, Dataset
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.trace_replay import Trace, read_trace
@@ -225,7 +225,7 @@ class WorkloadStream:
             arrivals = np.zeros(k) if s.rate is None else clock.times(drawn["gap"])
             given = np.full(k, np.nan)
         if "acceptance" in drawn:
-            acceptance = np.where(np.isnan(given), drawn["acceptance"], np.minimum(given, MAX_ACCEPTANCE))
+            acceptance = np.where(np.isnan(given), drawn["acceptance"], given)
         else:
             acceptance = given.copy()
         if "cancel" in drawn:

@@ -80,3 +80,31 @@ def test_cli_reports_a_bad_trace_in_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert err.startswith("psdsim: error: trace: t.jsonl line 1: field 'output_tokens'") and "\n" not in err
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("line, match", [
+    ('{"arrival_s": 1e308, "prompt_tokens": 32, "output_tokens": 8}',
+     r"'arrival_s': 1e\+308 s is past the 1e\+09 s"),
+    ('{"arrival_s": 1000000001, "prompt_tokens": 32, "output_tokens": 8}',
+     r"'arrival_s': 1000000001 s is past the 1e\+09 s"),
+    ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5, "acceptance": 0.9999999999}',
+     r"'acceptance': must be in \(0, 1 - 1e-9\], got 0\.9999999999"),
+    ('{"arrival_s": 0, "prompt_tokens": 1e300, "output_tokens": 5}',
+     r"'prompt_tokens': prompt \+ output = 1e\+300 \+ 5 = 1e\+300 exceeds"),
+])
+def test_values_the_run_would_alter_are_refused(tmp_path, line, match):
+    """An arrival past the clock's horizon was absorbed into its rounding (makespan 0.0 s,
+    latency 0.0 ms), an acceptance above the model's cap was lowered to it: both refused, as a
+    token count of hundreds of digits is, in a line of readable length."""
+    f = tmp_path / "t.jsonl"
+    f.write_text(line + "\n")
+    with pytest.raises(ScenarioError, match=match) as err:
+        read_trace(f, 2048)
+    assert len(str(err.value)) < 400
+
+
+def test_the_last_arrival_the_clock_resolves_still_replays(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,prompt_tokens,output_tokens,acceptance\n0,32,8,\n1e9,32,8,0.999999999\n")
+    summary = simulate(Scenario(trace=str(f))).summary
+    assert summary["requests"] == 2 and summary["makespan_s"] > 1e9

@@ -58,7 +58,7 @@ def drawn_whole(s: Scenario, rng: np.random.Generator) -> Workload:
     acceptance = given_acc.copy()
     if mean is not None:
         drawn = draw_request_acceptance(mean, s.acceptance_spread, n, rng)
-        acceptance = np.where(np.isnan(given_acc), drawn, np.minimum(given_acc, MAX_ACCEPTANCE))
+        acceptance = np.where(np.isnan(given_acc), drawn, given_acc)
     abort_delay = np.full(n, np.nan)
     if s.abort_fraction > 0:
         cancels = rng.random(n) < s.abort_fraction
@@ -140,14 +140,15 @@ def test_joined_blocks_are_the_whole_draws_bit_for_bit(case, warm):
                                     dict(method="ar", draft="qwen3-1.7b", target="llama-3.3-70b")])
 @pytest.mark.parametrize("requests, n, abort_fraction", [(1000, 1, 0.0), (30, 3, 0.4), (75, 2, 0.0)])
 def test_a_trace_streams_as_it_replays(tmp_path, block, models, requests, n, abort_fraction):
-    """A trace's rows are sliced block by block (its given acceptance kept, clipped where a mean
-    is drawn around), the requests cap and the fan-out applied, the draws as for generated work."""
+    """A trace's rows are sliced block by block (its given acceptance kept as given, the highest
+    the model takes included), the requests cap and the fan-out applied, the draws as for
+    generated work."""
     rng = np.random.default_rng(7)
     rows = [{"arrival_s": float(t), "prompt_tokens": int(p), "output_tokens": int(o)}
             for t, p, o in zip(np.sort(rng.uniform(0, 60, 75)), rng.integers(1, 1000, 75),
                                rng.integers(1, 900, 75), strict=True)]
     for i in range(0, 75, 4):
-        rows[i]["acceptance"] = 1 - 1e-12 if i % 8 == 0 else 0.5   # the first clipped
+        rows[i]["acceptance"] = MAX_ACCEPTANCE if i % 8 == 0 else 0.5
     f = tmp_path / "t.jsonl"
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     s = Scenario(trace=str(f), requests=requests, n=n, abort_fraction=abort_fraction, seed=3, **models)
