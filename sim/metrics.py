@@ -17,15 +17,17 @@ verifications, sub-batch imbalance, KV use per pool.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+from psdsim.sim.errors import ScenarioError
 from psdsim.sim.kv import KVPools
 from psdsim.sim.layout import layout_for
 from psdsim.sim.records import DECODE
 from psdsim.sim.requests import ABORTED, FINISHED, REJECTED, STATE_NAMES
-from psdsim.sim.scenario import Scenario
+from psdsim.sim.scenario import MAX_SPAN_S, Scenario
 from psdsim.sim.spill import blocks
 
 PERCENTILES = {"mean": None, "p50": 50, "p90": 90, "p99": 99}
@@ -363,6 +365,40 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "fits": True,
         "infeasible_reason": None,
     }
+    return valid_figures(s, summary)
+
+
+def _figures(value: Any, name: str) -> Iterator[tuple[str, float]]:
+    """Every float in a summary (nested ones as `latency_ms.p50`), with its name."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _figures(inner, f"{name}.{key}" if name else key)
+    elif isinstance(value, float):
+        yield name, value
+
+
+def _inputs(s: Scenario) -> str:
+    """The inputs a figure came from that the scenario's own checks cannot bound alone."""
+    files = [f"{field} {getattr(s, field)}" for field in ("profile", "catalog", "trace") if getattr(s, field)]
+    return "the scenario's values with " + ", ".join(files) if files else "the scenario's values and costs"
+
+
+def valid_figures(s: Scenario, summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary`, once no figure in it is NaN or infinite and its times lie within the clock's
+    resolution (MAX_SPAN_S): else the ScenarioError that names the figure and the inputs it
+    came from. Every simulated summary passes through here (summarize), so no command prints or
+    writes an invalid figure as a result. A figure that does not apply is None, never NaN
+    (SUMMARY_KEYS says where)."""
+    fix = ("look among those inputs for a value far from any real hardware or workload (a cost, a "
+           "bandwidth, a size or a rate); no figure is printed from such a run")
+    for name, value in _figures(summary, ""):
+        if not math.isfinite(value):
+            raise ScenarioError("summary", f"{name} came out {value} from {_inputs(s)}", fix)
+    makespan = summary["makespan_s"]
+    if makespan > MAX_SPAN_S:
+        raise ScenarioError("summary", f"makespan_s {makespan:.3g} s from {_inputs(s)} is past the "
+                            f"{MAX_SPAN_S:g} s within which the simulated clock (a float64) resolves a "
+                            "tenth of a microsecond: its step times are lost to rounding", fix)
     return summary
 
 

@@ -146,8 +146,10 @@ class RequestTable:
     # -- arrivals and slots -------------------------------------------------------------------
 
     def arrive_until(self, now: float) -> None:
-        """Count the requests that have arrived by `now` (arrivals are sorted)."""
-        while self.next_arrival_s <= now:
+        """Count the requests that have arrived by `now` (arrivals are sorted). Once all have,
+        the next arrival is at infinity, which a clock gone infinite (a cost of inf) reaches too:
+        the count stops there, and the summary refuses the run's figures (sim/metrics.py)."""
+        while self.arrived < self.n and self.next_arrival_s <= now:
             block, i = self._arrivals.row(self.arrived)
             self.arrived += int(np.searchsorted(block.arrival_s[i:], now, side="right"))
             self.next_arrival_s = self._arrival_of(self.arrived)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -149,9 +150,13 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
 
     steps = step_table(sim.steps)
     requests = table.columns()
-    summary = summarize(s, steps, requests, gpus=kind.gpus(s), speculates=s.speculates,
-                        drafter_busy_s=drafter.busy_s if drafter is not None else 0.0,
-                        verifier_busy_s=sim.verifier.busy_s, kv=kv)
+    # Figures that overflow or come out NaN (from absurd inputs) are refused by name in
+    # summarize (metrics.valid_figures), not left to numpy's warnings.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        summary = summarize(s, steps, requests, gpus=kind.gpus(s), speculates=s.speculates,
+                            drafter_busy_s=drafter.busy_s if drafter is not None else 0.0,
+                            verifier_busy_s=sim.verifier.busy_s, kv=kv)
     summary["warnings"] = scenario_warnings(s)
     if isinstance(cost, FittedCost):
         summary["warnings"] += source_warnings(cost.profile, s) + cost.warnings()

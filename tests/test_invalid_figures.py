@@ -1,0 +1,100 @@
+"""No summary figure that is NaN, infinite or lost to the clock's rounding is printed or written:
+inputs each reader accepts can still combine into such a run, and every way a summary is made
+(the Python API, `psdsim run`, `psdsim compare`) refuses it by name in one place
+(sim/metrics.valid_figures), while figures that do not apply stay None and pass."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from psdsim.sim.costs import ConstantCost
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.metrics import valid_figures
+from psdsim.sim.output.results import write_file
+from psdsim.sim.profile import MAX_COEF_S, Profile, Term
+from psdsim.sim.run import compare_methods, simulate
+from psdsim.sim.scenario import Scenario, load_scenario
+
+from psdsim.cli import main
+
+SMALL = ["requests=20", "output_len=32"]
+
+
+def _link_catalog(tmp_path: Path, bandwidth_gbps: float) -> Path:
+    """A catalog whose link the catalog reader accepts (any bandwidth > 0) but no hardware has."""
+    path = tmp_path / "slow.toml"
+    path.write_text(f"""[links.slowlink]
+name = "absurdly slow"
+nvlink = false
+p2p_latency_us = 10.0
+p2p_bandwidth_gbps = {bandwidth_gbps!r}
+allreduce_latency_us = 30.0
+allreduce_busbw_gbps = 20.0
+source = "a test"
+""")
+    return path
+
+
+@pytest.mark.parametrize(("bandwidth", "match"), [
+    (1e-300, r"makespan_s \d\.\d+e\+\d+ s from the scenario's values with catalog .*slow\.toml is past the "
+             r"1e\+09 s"),
+    (1e-307, r"came out inf from the scenario's values with catalog .*slow\.toml"),
+])
+def test_run_compare_and_simulate_refuse_the_same_absurd_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        bandwidth: float, match: str) -> None:
+    """A link of 1e-300 GB/s printed a makespan of 301 digits (1e-307: inf) beside normal-looking
+    figures, exit 0: now each path stops with one line naming the figure and the catalog."""
+    monkeypatch.chdir(tmp_path)
+    sets = [*SMALL, f"catalog={_link_catalog(tmp_path, bandwidth)}", "link=slowlink"]
+    s = load_scenario(overrides=sets)
+    with pytest.raises(ScenarioError, match=match) as exc:
+        simulate(s)
+    assert exc.value.field == "summary"
+    with pytest.raises(ScenarioError, match=match):
+        compare_methods(s, ["sd", "psd"])
+    args = [arg for item in sets for arg in ("--set", item)]
+    for command in (["run", *args], ["compare", "--methods", "sd,psd", *args]):
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        assert err.startswith("psdsim: error: summary: ") and err.count("\n") == 1, err
+        assert "Warning" not in err and "Traceback" not in err
+    assert not (tmp_path / "results").exists()   # nothing half-written
+
+
+def test_a_profile_at_its_largest_coefficients_still_cannot_print_rounding(tmp_path: Path) -> None:
+    """The profile reader's bounds keep every priced step finite, not every run short: a run
+    whose makespan passes the clock's horizon is refused with the profile named."""
+    verify = Term("verify", (0.03, 1e-4, MAX_COEF_S), 100, 0.01, None)   # an hour per cached token
+    path = write_file(tmp_path / "p.json", Profile({"verify": verify}).to_json())
+    with pytest.raises(ScenarioError, match=r"makespan_s .* with profile .*p\.json"):
+        simulate(load_scenario(overrides=["requests=20", f"profile={path}"]))
+
+
+@pytest.mark.parametrize("method", ["ar", "sd", "psd", "pearl"])
+@pytest.mark.parametrize("verify_s", [math.inf, math.nan, 1e308])
+def test_an_infinite_or_nan_cost_model_is_refused_not_a_crash(method: str, verify_s: float) -> None:
+    """A cost model given to simulate that prices inf or NaN: its clock went infinite and the
+    arrival count ran past the last request (RuntimeError: generator raised StopIteration), or
+    its summary held inf and NaN; now the summary refuses the figure by name."""
+    s = Scenario(requests=8, m=4, k=3, output_len=16, prompt_len=32, seed=2, method=method)
+    with pytest.raises(ScenarioError, match=r"^summary: [a-z_.0-9]+ came out (inf|nan) from") as exc:
+        simulate(s, cost=ConstantCost(draft_s=0.004, verify_s=verify_s, prefill_s=0.001))
+    assert "\n" not in str(exc.value)
+
+
+def test_figures_that_do_not_apply_stay_none_and_pass() -> None:
+    """AR has no drafts (no k, VSR, drafting time) and no SLO is set: those figures are None,
+    as SUMMARY_KEYS says, and the run is not refused for them."""
+    summary = simulate(Scenario(requests=12, output_len=16, prompt_len=32, method="ar")).summary
+    for key in ("k", "vsr", "vsr_trim80", "mean_draft_ms", "drafter_busy", "slo_attainment", "goodput_tok_s"):
+        assert summary[key] is None, key
+    assert valid_figures(Scenario(), summary) is summary
+
+
+def test_a_nested_figure_is_named_by_its_path() -> None:
+    summary = {"makespan_s": 1.0, "latency_ms": {"mean": 1.0, "p50": math.nan}, "vsr": None}
+    with pytest.raises(ScenarioError, match=r"summary: latency_ms\.p50 came out nan from the scenario's"):
+        valid_figures(Scenario(), summary)
