@@ -107,7 +107,8 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         return Result(s, summary, {}, {}, memory, None, time.perf_counter() - began)
 
     rng = np.random.default_rng(s.seed)
-    table = RequestTable(workload_stream(s, cat, rng))
+    stream = workload_stream(s, cat, rng)
+    table = RequestTable(stream)
     kind = method_class(s)
     events = kind.needs_events(s)   # else every step is priced in advance: a plain clock will do
     env = simpy.Environment() if events else Clock()
@@ -157,7 +158,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         summary = summarize(s, steps, requests, gpus=kind.gpus(s), speculates=s.speculates,
                             drafter_busy_s=drafter.busy_s if drafter is not None else 0.0,
                             verifier_busy_s=sim.verifier.busy_s, kv=kv)
-    summary["warnings"] = scenario_warnings(s)
+    summary["warnings"] = scenario_warnings(s) + stream.warnings
     if isinstance(cost, FittedCost):
         summary["warnings"] += source_warnings(cost.profile, s) + cost.warnings()
     if progress is not None:

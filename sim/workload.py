@@ -150,6 +150,7 @@ class WorkloadStream:
         self._trace: Trace | None = read_trace(s.trace, s.max_model_len) if s.trace else None
         self._prompts = (s.requests if self._trace is None
                          else min(s.requests, len(self._trace.prompt_len)))
+        self.warnings = self._trace_warnings()
         mean = s.acceptance
         if mean is None:
             prior = cat.acceptance_prior(s.draft, s.target)
@@ -165,6 +166,15 @@ class WorkloadStream:
             self._starts[name] = copy.deepcopy(rng)
             for lo in range(0, self._prompts, block):
                 draw(rng, min(block, self._prompts - lo))
+
+    def _trace_warnings(self) -> list[str]:
+        """A trace longer than `requests` is replayed in part: the run says so, since its figures
+        describe the first rows only."""
+        rows = 0 if self._trace is None else len(self._trace.prompt_len)
+        if rows <= self._prompts:
+            return []
+        return [f"trace: replays the first {self._prompts:,} of its {rows:,} rows in arrival order "
+                f"(requests = {self._s.requests:,}; set requests = {rows} to replay them all)"]
 
     def _field_draws(self) -> dict[str, Draw]:
         """The fields drawn, in the order they are drawn from the run's Generator."""

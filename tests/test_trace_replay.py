@@ -38,7 +38,12 @@ def test_csv_trace_and_the_requests_cap(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,4\n1,20,4\n2,30,4\n")
     assert read_trace(f, 2048).prompt_len.tolist() == [10, 20, 30]
-    assert simulate(Scenario(trace=str(f), requests=2)).summary["requests"] == 2
+    capped = simulate(Scenario(trace=str(f), requests=2)).summary
+    assert capped["requests"] == 2
+    # the rows left out are said, not dropped without a word
+    assert "trace: replays the first 2 of its 3 rows in arrival order (requests = 2; set requests = 3 to " \
+           "replay them all)" in capped["warnings"]
+    assert not any(w.startswith("trace:") for w in simulate(Scenario(trace=str(f))).summary["warnings"])
 
 
 @pytest.mark.parametrize("line, field", [
@@ -103,8 +108,13 @@ def test_values_the_run_would_alter_are_refused(tmp_path, line, match):
     assert len(str(err.value)) < 400
 
 
-def test_the_last_arrival_the_clock_resolves_still_replays(tmp_path):
+def test_a_late_arrival_the_clock_resolves_still_replays(tmp_path):
+    """Within the horizon a trace replays; the run's own end is held to it by the summary
+    (tests/test_invalid_figures.py)."""
     f = tmp_path / "t.csv"
-    f.write_text("arrival_s,prompt_tokens,output_tokens,acceptance\n0,32,8,\n1e9,32,8,0.999999999\n")
+    f.write_text("arrival_s,prompt_tokens,output_tokens,acceptance\n0,32,8,\n5e8,32,8,0.999999999\n")
     summary = simulate(Scenario(trace=str(f))).summary
-    assert summary["requests"] == 2 and summary["makespan_s"] > 1e9
+    assert summary["requests"] == 2 and summary["makespan_s"] > 5e8
+    f.write_text("arrival_s,prompt_tokens,output_tokens\n0,32,8\n1e9,32,8\n")
+    with pytest.raises(ScenarioError, match=r"^summary: makespan_s 1e\+09 s from .* with trace"):
+        simulate(Scenario(trace=str(f)))
