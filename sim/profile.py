@@ -377,7 +377,8 @@ def _check_coefficients(profile: Profile) -> None:
     every priced time is >= 0 and finite, and no price needs clamping."""
     for term in profile.terms.values():
         for i, c in enumerate(term.coef):
-            _number(c, f"terms.{term.name}.coef[{i}]", "profile", 0.0, MAX_COEF_S, COEF_WHY)
+            _number(c, f"terms.{term.name}.coef[{i}]", "the profile given to FittedCost", 0.0, MAX_COEF_S,
+                    COEF_WHY)
 
 
 class FittedCost:
