@@ -160,7 +160,7 @@ def _bad(problem: str, path: str) -> ScenarioError:
 # is no measurement but a corrupt or hand-edited file, and it keeps every priced step finite (a
 # step's features stay far below 1e12 units).
 MAX_COEF_S = 3600.0
-COEF_WHY = " (seconds per unit: a fit never makes one negative, nor an hour)"
+COEF_WHY = " (seconds per unit: a fit is never negative, and no measured unit takes an hour)"
 # Contention and after-idle factors are ratios of two timings of the same work; measured ones lie
 # within a few times of 1. A hundred times slower or faster is no slowdown of shared hardware but
 # a corrupt file, and would scale step times out of the clock's resolution.
