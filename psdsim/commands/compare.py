@@ -45,6 +45,18 @@ def _methods(text: str) -> list[str]:
     return methods
 
 
+def _check_each_method(s: Any, methods: Sequence[str]) -> None:
+    """Validate every method's scenario before any is simulated: a field only one method needs
+    (psd+tetris's extra) fails at once, naming that method, not after the others have run."""
+    from psdsim.sim.errors import ScenarioError
+
+    for m in methods:
+        try:
+            s.replace(method=m)
+        except ScenarioError as exc:
+            raise user_error(exc.field, f"{exc.problem} (--methods {m})", exc.fix) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_memory
     from psdsim.sim.output.report import format_compare, nothing_fits, ratios
@@ -54,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     methods = _methods(args.methods)
     s = load_scenario(args.scenario, overrides(args), preset=args.preset)
+    _check_each_method(s, methods)
     check_memory([s] * len(methods), f"{len(methods)} methods' results kept")   # every result is kept
     out = None if args.no_write else args.out or default_out(s, "compare")
     if out is not None:

@@ -57,6 +57,24 @@ def describe_hardware(s: Scenario) -> str:
     return f"{verifier}; draft {draft} on {layout.drafter_gpus}×{s.drafter_gpu_key}, link {s.link}"
 
 
+def arrivals_line(s: Scenario) -> str:
+    """How the requests arrive, said where latencies are printed: offline runs queue everything at
+    t = 0, so their latencies are mostly waiting, not serving."""
+    if s.trace:
+        return f"arrivals: as in trace {s.trace.rsplit('/', 1)[-1]}"
+    if s.rate is None:
+        return (f"offline: all {requests_text(s.requests, s)} arrive at t = 0, so latency includes "
+                "queueing (set rate=R for Poisson arrivals)")
+    return f"Poisson arrivals at {s.rate:g} requests/s"
+
+
+RUN_LEGEND = (
+    "trim80, trim70 = over the first 80%, 70% of decode steps; E2EL = makespan / requests (not a latency);",
+    "TTFT = time to first token; TPOT = time per output token; VSR = accepted / verified draft tokens;",
+    "parallelised = decode steps overlapping drafting; |B1-B0| = the two sub-batches' size gap;",
+    "every key: docs/summary.md")
+
+
 def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
                wall_s: float | None = None) -> str:
     workload = f"trace {s.trace.rsplit('/', 1)[-1]}" if s.trace else s.dataset
@@ -64,7 +82,7 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
     head = (f"psdsim run · {s.name} · {s.method} (k={s.k}, m={s.m}) · "
             f"{requests_text(sm_requests(summary, s), s)} · {workload} · {s.scheduler}, {prefill} · "
             f"seed {s.seed}")
-    lines = [head, "  " + describe_hardware(s)]
+    lines = [head, "  " + describe_hardware(s), "  " + arrivals_line(s)]
     lines += [f"  note: {w}" for w in summary.get("warnings", [])]
     if not summary["fits"]:
         lines.append(f"  {summary['infeasible_reason']}")
@@ -101,6 +119,7 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
     if sm["slo_attainment"] is not None:
         lines.append(f"  SLOs met by {sm['slo_attainment']:.1%} of requests: goodput "
                      f"{_num(sm['goodput_req_s'], 3)} req/s, {_num(sm['goodput_tok_s'])} tok/s")
+    lines += ["", *(f"  {line}" for line in RUN_LEGEND)]
     tail = []
     if where:
         tail.append(f"results: {where}")
@@ -228,43 +247,73 @@ def ratios(summaries: dict[str, dict[str, Any]],
     return out
 
 
+CELL = 12          # the narrowest column; a longer method or pair name widens its own
+LABEL = 28
+TABLE_WIDTH = 110  # a comparison wider than this prints its ratio columns as a second table
+COMPARE_LEGEND = (
+    "E2EL = makespan / requests (not a latency); TPOT = time per output token; VSR = accepted / verified",
+    "draft tokens; parallelization rate = decode steps overlapping drafting; every key: docs/summary.md")
+
+
+def _table(header: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """Right-aligned columns under `header`, each as wide as its name needs (at least CELL)."""
+    widths = [max(CELL, len(name) + 2) for name in header]
+
+    def line(label: str, cells: Sequence[str]) -> str:
+        return f"  {label:<{LABEL}}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+
+    return [line("", header), *(line(label, cells) for label, cells in rows)]
+
+
+def _compare_cells(summaries: dict[str, dict[str, Any]], pairs: Sequence[tuple[str, str]],
+                   path: tuple[str, ...], digits: int, ratio: bool) -> tuple[list[str], list[str]]:
+    """One row's cells: each method's value ("no fit" where it does not fit), then each pair's a/b."""
+    values = [_num(lookup(sm, path), digits) if sm["fits"] else "no fit" for sm in summaries.values()]
+    ratios_ = []
+    for a, b in pairs:
+        x, y = lookup(summaries[a], path), lookup(summaries[b], path)
+        ok = ratio and isinstance(x, (int, float)) and isinstance(y, (int, float)) and y
+        ratios_.append(f"{x / y:.2f}×" if ok else "")
+    return values, ratios_
+
+
+def _row_label(label: str, higher: bool) -> str:
+    return f"{label} {' ' if label == 'GPUs' else '↑' if higher else '↓'}"
+
+
+def compare_table(summaries: dict[str, dict[str, Any]], pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The methods' figures side by side with the pairs' ratios; when that is wider than
+    TABLE_WIDTH, the ratios follow as a table of their own (rows without a ratio left out)."""
+    pairs = [(a, b) for a, b in pairs if a in summaries and b in summaries]
+    rows = [(_row_label(label, higher), *_compare_cells(summaries, pairs, path, digits, label != "GPUs"))
+            for label, path, digits, higher in COMPARE_ROWS]
+    names = [f"{a}/{b}" for a, b in pairs]
+    joined = _table([*summaries, *names], [(label, [*cells, *ratio]) for label, cells, ratio in rows])
+    if not names or max(map(len, joined)) <= TABLE_WIDTH:
+        return joined
+    return [*_table(list(summaries), [(label, cells) for label, cells, _ in rows]), "",
+            *_table(names, [(label, ratio) for label, _, ratio in rows if any(ratio)])]
+
+
+def _extra_text(summaries: dict[str, Any], s: Scenario) -> str:
+    """` extra=E` in the header when psd+tetris is compared: the one field only it reads."""
+    return f" extra={s.extra}" if "psd+tetris" in summaries else ""
+
+
 def format_compare(summaries: dict[str, dict[str, Any]], s: Scenario,
                    pairs: Sequence[tuple[str, str]]) -> str:
-    methods = list(summaries)
-    head = (f"psdsim compare · {s.name} · k={s.k} m={s.m} · {requests_text(s.requests, s)} · "
-            f"{s.dataset} · seed {s.seed}")
+    head = (f"psdsim compare · {s.name} · k={s.k} m={s.m}{_extra_text(summaries, s)} · "
+            f"{requests_text(s.requests, s)} · {s.dataset} · seed {s.seed}")
     cat = catalog_for(s)
     lines = [head, f"  target {cat.models[s.target].hf_id} on {s.tensor_parallel_size}×{s.gpu}, "
-                   f"draft {cat.models[s.draft].hf_id}, link {s.link}", "  " + cost_model_line(s)]
+                   f"draft {cat.models[s.draft].hf_id}, link {s.link}", "  " + cost_model_line(s),
+             "  " + arrivals_line(s)]
     notes = dict.fromkeys(w for sm in summaries.values() for w in sm.get("warnings", []))  # as run prints
     lines += [f"  note: {w}" for w in notes]
-    lines.append("")
-    pair_names = [f"{a}/{b}" for a, b in pairs if a in summaries and b in summaries]
-    width = 12
-    lines.append(f"  {'':<28}" + "".join(f"{m:>{width}}" for m in methods)
-                 + "".join(f"{p:>{width}}" for p in pair_names))
-    for label, path, digits, higher in COMPARE_ROWS:
-        cells = []
-        for m in methods:
-            sm = summaries[m]
-            cells.append("no fit" if not sm["fits"] else _num(lookup(sm, path), digits))
-        ratio_cells = []
-        for a, b in pairs:
-            if a not in summaries or b not in summaries:
-                continue
-            x, y = lookup(summaries[a], path), lookup(summaries[b], path)
-            ok = isinstance(x, (int, float)) and isinstance(y, (int, float)) and y
-            ratio_cells.append(f"{x / y:.2f}×" if ok and label != "GPUs" else "")
-        arrow = "↑" if higher else "↓"
-        if label == "GPUs":
-            arrow = " "
-        lines.append(f"  {label + ' ' + arrow:<28}" + "".join(f"{c:>{width}}" for c in cells)
-                     + "".join(f"{c:>{width}}" for c in ratio_cells))
-    for m in methods:
-        if not summaries[m]["fits"]:
-            lines.append(f"  {m}: {summaries[m]['infeasible_reason']}")
-    lines.append("")
-    lines.append("  ↑ higher is better, ↓ lower is better; a/b columns divide a's value by b's")
+    lines += ["", *compare_table(summaries, pairs)]
+    lines += [f"  {m}: {sm['infeasible_reason']}" for m, sm in summaries.items() if not sm["fits"]]
+    lines += ["", "  ↑ higher is better, ↓ lower is better; a/b columns divide a's value by b's",
+              *(f"  {line}" for line in COMPARE_LEGEND)]
     return "\n".join(lines)
 
 
