@@ -4,10 +4,10 @@ For each configuration of a search space (the product of candidate GPUs, TP size
 models, k, m and methods), the largest sustainable request rate is found by bracketing and then
 bisecting on a log scale, like Vidur-Search (docs/reference/peer_simulators.md §1.9): a rate is
 *sustainable* when every objective holds at it — p99 end-to-end latency, TTFT and TPOT where
-given, and always a p99 queueing delay bound, so that an overloaded system (whose queue grows
-without limit) never passes because a finite run ended first. The search stops when the next
-failing rate is within `tolerance` of the last passing one, so the found rate meets the
-objectives and a rate `tolerance` higher does not.
+given, and always a p99 queueing delay bound (10 s unless [slo] queue_p99_ms sets it), so that an
+overloaded system (whose queue grows without limit) never passes because a finite run ended
+first. The search stops when the next failing rate is within `tolerance` of the last passing one,
+so the found rate meets the objectives and a rate `tolerance` higher does not.
 
 The same seed draws the same requests at every rate (Poisson arrival times scale as 1/rate),
 so latency grows with rate as it should and the bisection is well posed.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ class PlanSpec:
     rate_max: float = 1000.0
     tolerance: float = 0.05
     price: dict[str, float] = field(default_factory=dict)   # GPU catalog key -> $ per GPU-hour
+    defaults: frozenset[str] = frozenset()   # objectives the plan file did not set (psdsim's defaults)
 
 
 def _bad(field_name: str, problem: str, fix: str) -> ScenarioError:
@@ -83,12 +84,14 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
         base_fields["requests"] = search.pop("requests")
     base = _base_scenario(p, base_fields, overrides)
     space = _space(doc.get("space", {}), p.parent)
-    objectives = _objectives(doc.get("slo", {}))
+    slo = doc.get("slo", {})
+    objectives = _objectives(slo)
     for key, value in search.items():
         if finite(value) is None:
             raise _bad(f"search.{key}", f"must be a finite number, got {value!r}", f"write e.g. {key} = 0.05")
     spec = PlanSpec(base, space, objectives, **{k: float(v) for k, v in search.items()},
-                    price=_prices(doc.get("price", {}), load_catalog(base.catalog or None).gpus))
+                    price=_prices(doc.get("price", {}), load_catalog(base.catalog or None).gpus),
+                    defaults=frozenset(objectives) - frozenset(slo))
     if not 0 < spec.rate_min < spec.rate_max:
         raise _bad("search.rate_min", f"need 0 < rate_min < rate_max, got {spec.rate_min}, {spec.rate_max}",
                    "set e.g. rate_min = 0.05 and rate_max = 1000")
@@ -188,8 +191,10 @@ def configurations(spec: PlanSpec) -> tuple[list[Scenario], list[tuple[dict[str,
     return valid, invalid
 
 
-def violations(summary: Mapping[str, Any], objectives: Mapping[str, float]) -> list[str]:
-    """The objectives a run misses, each with its measured value: 'p99 TTFT 2,310 ms > 2,000'."""
+def violations(summary: Mapping[str, Any], objectives: Mapping[str, float],
+               defaults: Collection[str] = ()) -> list[str]:
+    """The objectives a run misses, each with its measured value: 'p99 TTFT 2,310 ms > 2,000'; one
+    the plan file did not set (in `defaults`) says so, since the reader never asked for it."""
     if not summary.get("fits"):
         reason = str(summary.get("infeasible_reason") or "does not fit")
         return [reason if reason.startswith("does not fit") else f"does not fit: {reason}"]
@@ -199,7 +204,7 @@ def violations(summary: Mapping[str, Any], objectives: Mapping[str, float]) -> l
         value = (summary.get(metric) or {}).get(pct)
         if value is None or value > limit:
             shown = "n/a" if value is None else f"{value:,.0f} ms"
-            out.append(f"{what} {shown} > {limit:,.0f} ms")
+            out.append(f"{what} {shown} > {limit:,.0f} ms" + (" (default)" if key in defaults else ""))
     return out
 
 
@@ -216,9 +221,11 @@ class RateSearch:
 
 def max_rate(s: Scenario, objectives: Mapping[str, float], *, rate_min: float = 0.05,
              rate_max: float = 1000.0, tolerance: float = 0.05,
-             run: Callable[[Scenario], dict[str, Any]] | None = None) -> RateSearch:
+             run: Callable[[Scenario], dict[str, Any]] | None = None,
+             defaults: Collection[str] = ()) -> RateSearch:
     """The largest rate in [rate_min, rate_max] at which `s` meets the objectives, to within
-    `tolerance`: bracket from a first guess by doubling or halving, then bisect in log space."""
+    `tolerance`: bracket from a first guess by doubling or halving, then bisect in log space.
+    `defaults` names the objectives the plan file did not set, for the failure's text."""
     run = run or (lambda sc: simulate(sc).summary)
     runs: dict[float, dict[str, Any]] = {}
 
@@ -229,7 +236,7 @@ def max_rate(s: Scenario, objectives: Mapping[str, float], *, rate_min: float = 
 
     offline = run(s.replace(rate=None))  # capacity guess: requests over the offline makespan
     if not offline.get("fits"):
-        return RateSearch(None, None, None, violations(offline, objectives), runs)
+        return RateSearch(None, None, None, violations(offline, objectives, defaults), runs)
     guess = min(max(offline["requests"] / offline["makespan_s"] / 2, rate_min), rate_max)
     lo: float | None = None
     hi: float | None = None
@@ -253,13 +260,13 @@ def max_rate(s: Scenario, objectives: Mapping[str, float], *, rate_min: float = 
             else:
                 hi = mid
     return RateSearch(lo, hi, runs[lo] if lo is not None else None,
-                      violations(runs[hi], objectives) if hi is not None else [], runs)
+                      violations(runs[hi], objectives, defaults) if hi is not None else [], runs)
 
 
 def _search(args: tuple[Scenario, PlanSpec]) -> RateSearch:
     s, spec = args
     return max_rate(s, spec.objectives, rate_min=spec.rate_min, rate_max=spec.rate_max,
-                    tolerance=spec.tolerance)
+                    tolerance=spec.tolerance, defaults=spec.defaults)
 
 
 def search_all(configs: Sequence[Scenario], spec: PlanSpec, workers: int = 1,

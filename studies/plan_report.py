@@ -10,7 +10,7 @@ import numpy as np
 from psdsim.sim.output.plots import figure_formats
 from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate
-from psdsim.studies.plan import OBJECTIVES
+from psdsim.studies.plan import OBJECTIVES, PlanSpec
 from psdsim.studies.plan_verdict import PlanResult
 
 TOP = 10
@@ -27,12 +27,25 @@ def _f(x: float | None, fmt: str = ".3g") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def objectives_lines(spec: PlanSpec) -> list[str]:
+    """The objectives the plan file set, then each default it did not, with how to set it: a
+    default that limits a configuration must not read as the planner's own objective."""
+    def goal(key: str) -> str:
+        return f"{OBJECTIVES[key][2]} <= {spec.objectives[key]:,.0f} ms"
+
+    out = ["  objectives: " + ", ".join(goal(k) for k in spec.objectives if k not in spec.defaults)]
+    for key in (k for k in spec.objectives if k in spec.defaults):
+        out += [f"  default:    {goal(key)} (the plan file sets none: set [slo] {key} to change it);",
+                "              it fails a rate whose queue grows without limit, which a finite run's latency "
+                "can miss"]
+    return out
+
+
 def plan_lines(result: PlanResult) -> list[str]:
     spec = result.spec
-    goals = ", ".join(f"{OBJECTIVES[k][2]} <= {v:,.0f} ms" for k, v in spec.objectives.items())
     out = [f"psdsim plan · {len(result.configs)} configurations ({len(result.invalid)} invalid skipped) · "
            f"{spec.base.requests} requests per run · rate to within {spec.tolerance:.0%}",
-           f"  objectives: {goals}",
+           *objectives_lines(spec),
            "  (simulated with the analytic cost model unless the base names a profile: approximate)", ""]
     priced = any(r["requests_per_usd"] for r in result.rows)
     key = "requests_per_usd" if priced else "rate_req_s_per_gpu"

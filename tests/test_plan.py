@@ -13,6 +13,7 @@ from psdsim.studies.plan import configurations, load_plan, max_rate, violations
 from psdsim.studies.plan_verdict import _regimes, pareto
 
 from psdsim.cli import main
+from psdsim.commands.common import study_out
 
 PLAN = """
 [base]
@@ -160,3 +161,60 @@ def test_cli_plan_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no latency objective" in err
     assert not (tmp_path / "o").exists()
+
+
+QUEUE_BOUND = """
+[base]
+requests = 40
+output_len = 64
+m = 4
+
+[space]
+method = ["sd"]
+
+[slo]
+latency_p99_ms = 1e9
+"""
+
+
+def test_a_default_objective_that_limits_a_configuration_says_it_is_a_default(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The plan sets only a latency objective no rate misses, so psdsim's own queueing bound is
+    what limits: the table must not present it as the planner's objective."""
+    spec = load_plan(_plan(tmp_path, QUEUE_BOUND))
+    assert spec.defaults == {"queue_p99_ms"} and spec.objectives["queue_p99_ms"] == 10_000
+    assert main(["plan", str(_plan(tmp_path, QUEUE_BOUND)), "--out", str(tmp_path / "o"), "--workers", "1",
+                 "--no-figures"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "  objectives: p99 end-to-end latency <= 1,000,000,000 ms"
+    assert lines[2].startswith("  default:    p99 queueing delay <= 10,000 ms (the plan file sets none: "
+                               "set [slo] queue_p99_ms to change it)")
+    row = next(line for line in lines if line.lstrip().startswith("1"))
+    assert row.endswith(" > 10,000 ms (default)") and "p99 queueing delay" in row
+
+
+def test_an_objective_the_plan_sets_is_not_called_a_default(tmp_path: Path) -> None:
+    spec = load_plan(_plan(tmp_path, QUEUE_BOUND + "queue_p99_ms = 10000\n"))
+    assert spec.defaults == frozenset()
+    found = max_rate(spec.base.replace(method="sd"), spec.objectives, defaults=spec.defaults)
+    assert found.failing and not any("default" in why for why in found.failing)
+
+
+@pytest.mark.parametrize(("command", "spec", "tail", "folder"), [
+    ("plan", "examples/plan.toml", ("6b357a90",), "results/plan-6b357a90"),
+    ("plan", "mine.toml", ("6b357a90",), "results/plan-mine-6b357a90"),
+    ("sweep", "examples/sweep.toml", (), "results/sweep"),
+    ("sweep", "grid.toml", (), "results/sweep-grid"),
+])
+def test_a_study_folder_names_its_command_once(command: str, spec: str, tail: tuple[str, ...],
+                                               folder: str) -> None:
+    assert study_out(command, Path(spec), *tail) == Path(folder)
+
+
+def test_the_default_plan_folder_for_plan_toml_has_no_doubled_word(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", str(_plan(tmp_path)), "--workers", "1", "--no-figures", "--json"]) == 0
+    (folder,) = (tmp_path / "results").iterdir()
+    assert folder.name.startswith("plan-") and not folder.name.startswith("plan-plan-")
+    assert len(folder.name) == len("plan-") + 8

@@ -65,6 +65,13 @@ def default_out(s: Any, label: str) -> Path:
     return Path("results") / f"{s.name}-{label}-{s.digest()}"
 
 
+def study_out(command: str, spec: Path, *tail: str) -> Path:
+    """results/COMMAND-STEM-TAIL for a study's spec file, naming the command once: plan.toml lands
+    in results/plan-HASH, not results/plan-plan-HASH."""
+    stem = [] if spec.stem == command else [spec.stem]
+    return Path("results") / "-".join([command, *stem, *tail])
+
+
 def guarded_write(out: Path, write: Callable[[], T], option: str = "--out",
                   fix: str = "choose a writable folder with --out DIR") -> T:
     """write(), with an OSError (a read-only folder, a full disk) turned into one line naming option."""

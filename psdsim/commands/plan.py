@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsim.commands.common import Progress, add_set, check_workers, guarded_write, user_error
+from psdsim.commands.common import Progress, add_set, check_workers, guarded_write, study_out, user_error
 
 HELP = ("largest sustainable rate of every configuration of a space under latency objectives; Pareto "
         "front; when PSD's extra GPU pays off")
@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     add_set(p, "override a [base] scenario field, e.g. --set requests=200")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="processes to search with (default: all cores)")
-    p.add_argument("--out", type=Path, help="results folder (default: results/plan-NAME-HASH)")
+    p.add_argument("--out", type=Path, help="results folder (default: results/plan-NAME-HASH, NAME "
+                                            "the plan file's, left out when it is plan)")
     p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
     p.add_argument("--json", action="store_true", help="print the rows, front and verdicts as JSON")
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_workers(args.workers)
     spec = load_plan(args.plan, args.overrides)
-    out = args.out or Path("results") / f"plan-{args.plan.stem}-{spec.base.digest()}"
+    out = args.out or study_out("plan", args.plan, spec.base.digest())
     check_results_folder(out, "plan")
     progress = Progress(not args.json)
     result = run_plan(spec, args.workers, lambda f: progress("plan", f))

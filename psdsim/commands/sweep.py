@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsim.commands.common import check_workers, user_error
+from psdsim.commands.common import check_workers, study_out, user_error
 
 HELP = "run a grid or sampled design of scenarios into one table (parallel, resumable)"
 EXIT_ALL_FAILED = 1
@@ -22,8 +22,8 @@ def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
     sw.add_argument("spec", type=Path, metavar="SPEC.toml",
                     help="[base] scenario fields, [grid] field = [values], [sample] random/LHS design")
-    sw.add_argument("--out", type=Path, help="sweep folder (default: results/sweep-SPEC); run the same "
-                                             "command again to resume")
+    sw.add_argument("--out", type=Path, help="sweep folder (default: results/sweep-SPEC, or results/sweep "
+                                             "for sweep.toml); run the same command again to resume")
     sw.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                     help="processes (or Ray CPUs) to run on (default: all cores; 1 = serial)")
     sw.add_argument("--executor", choices=EXECUTORS, default="local",
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         raise user_error("--out", f"{str(args.out)!r} is a file, not a sweep folder",
                          "choose a new folder, or the folder of an earlier sweep to resume, with --out DIR")
     design = load_design(args.spec)
-    out = args.out or Path("results") / f"sweep-{args.spec.stem}"
+    out = args.out or study_out("sweep", args.spec)
     size = {"spec": str(args.spec), "points": len(design.points), "runs": len(design.runs),
             "swept": design.swept, "out": str(out)}
     if args.dry_run:
