@@ -3,14 +3,19 @@ stays a first page whose set-up commands are the ones CI runs."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
+import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
 from psdsim.sim.metrics import SUMMARY_KEYS
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario
+
+from psdsim.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -109,3 +114,53 @@ def test_every_measurement_names_date_commit_machine_and_command(page):
     head = page.read_text(encoding="utf-8").splitlines()[:12]
     for key in ("measured", "commit", "machine", "command"):
         assert any(line.startswith(f"- {key}: ") for line in head), f"{page.name} lacks '- {key}:'"
+
+
+BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def psdsim_command_lines(text: str) -> list[list[str]]:
+    """Each `psdsim ...` command of the ```bash blocks as argv (after `psdsim`): comments dropped,
+    `a && b` split, a redirection and what follows it cut."""
+    found = []
+    for block in BASH_BLOCK.findall(text):
+        for line in block.splitlines():
+            for part in line.split("&&"):
+                words = shlex.split(part, comments=True)
+                if words[:1] == ["psdsim"]:
+                    cut = next((i for i, w in enumerate(words) if w.startswith((">", "<", "|"))), len(words))
+                    found.append(words[1:cut])
+    return found
+
+
+PAGES_WITH_COMMANDS = [p for p in DOCS if psdsim_command_lines(p.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_documented_psdsim_command_parses(page):
+    """A page's commands name real subcommands and flags (running them is the README tour's test,
+    tests/test_readme_tour.py; the engine pages' need torch or vLLM)."""
+    for argv in psdsim_command_lines(page.read_text(encoding="utf-8")):
+        try:
+            build_parser(argv).parse_args(argv)
+        except Exception as exc:
+            pytest.fail(f"{page.name}: `psdsim {shlex.join(argv)}` does not parse: {exc}")
+
+
+def _skip_calls(path: Path) -> list[ast.Call]:
+    """The pytest.mark.skipif(...) and pytest.skip(...) calls of a test file."""
+    return [node for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("skipif", "skip")]
+
+
+def test_skipped_tests_print_why():
+    """The README promises that tests without their extras skip, saying so: pytest prints the
+    reasons (-rs), and every skip gives one."""
+    pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]
+    assert "-rs" in pytest_ini["ini_options"]["addopts"].split()
+    silent = [f"{path.name}:{call.lineno}" for path in sorted((ROOT / "tests").glob("test_*.py"))
+              for call in _skip_calls(path)
+              if not any(k.arg in ("reason", "msg") for k in call.keywords)
+              and not (call.func.attr == "skip" and call.args)]
+    assert not silent, f"skips without a reason: {silent}"
