@@ -42,6 +42,9 @@ OBJECTIVES = {  # objective key in [slo] → (summary key, percentile, what it i
     "queue_p99_ms": ("queue_ms", "p99", "p99 queueing delay"),
 }
 DEFAULT_QUEUE_P99_MS = 10_000.0
+# Why each objective psdsim sets by default is there, for the report that shows it.
+DEFAULT_WHY = {"queue_p99_ms": "it fails a rate whose queue grows without limit, which a finite run's "
+                               "latency can miss"}
 # Fields a method without a draft model ignores: AR runs once whatever their values.
 DRAFT_FIELDS = ("draft", "drafter_gpu", "link", "k", "extra")
 SEARCH_KEYS = ("rate_min", "rate_max", "tolerance", "requests")

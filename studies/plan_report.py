@@ -10,7 +10,7 @@ import numpy as np
 from psdsim.sim.output.plots import figure_formats
 from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate
-from psdsim.studies.plan import OBJECTIVES, PlanSpec
+from psdsim.studies.plan import DEFAULT_WHY, OBJECTIVES, PlanSpec
 from psdsim.studies.plan_verdict import PlanResult
 
 TOP = 10
@@ -35,9 +35,8 @@ def objectives_lines(spec: PlanSpec) -> list[str]:
 
     out = ["  objectives: " + ", ".join(goal(k) for k in spec.objectives if k not in spec.defaults)]
     for key in (k for k in spec.objectives if k in spec.defaults):
-        out += [f"  default:    {goal(key)} (the plan file sets none: set [slo] {key} to change it);",
-                "              it fails a rate whose queue grows without limit, which a finite run's latency "
-                "can miss"]
+        out += [f"  default:    {goal(key)} (not set in the plan file: set [slo] {key} to change it);",
+                f"              {DEFAULT_WHY[key]}"]
     return out
 
 

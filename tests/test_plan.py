@@ -187,8 +187,8 @@ def test_a_default_objective_that_limits_a_configuration_says_it_is_a_default(
                  "--no-figures"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "  objectives: p99 end-to-end latency <= 1,000,000,000 ms"
-    assert lines[2].startswith("  default:    p99 queueing delay <= 10,000 ms (the plan file sets none: "
-                               "set [slo] queue_p99_ms to change it)")
+    assert lines[2] == ("  default:    p99 queueing delay <= 10,000 ms (not set in the plan file: "
+                        "set [slo] queue_p99_ms to change it);")
     row = next(line for line in lines if line.lstrip().startswith("1"))
     assert row.endswith(" > 10,000 ms (default)") and "p99 queueing delay" in row
 
