@@ -1,4 +1,5 @@
-"""Figures of a simulated run: sub-batch occupancy and KV use over time (`psdsim run --plots`)."""
+"""Figures of a simulated run: sub-batch occupancy and KV use over time (`psdsim run --plots`),
+and the helpers every psdsim figure shares (legends outside the data, psdsim's metadata)."""
 
 from __future__ import annotations
 
@@ -10,45 +11,94 @@ from psdsim.sim.records import DECODE
 
 
 def occupancy_png(result: Any) -> bytes:
-    """Two panels over simulated time: the decoding sub-batches (and prefilling and waiting
-    requests), then the KV pools' use with preemptions marked. Returns PNG bytes."""
+    """`occupancy_figure` as PNG bytes."""
+    return figure_bytes(occupancy_figure(result), dpi=120)
+
+
+def occupancy_figure(result: Any) -> Any:
+    """Panels over simulated time: what the running set holds, the sub-batches' imbalance (two
+    sub-batches only), the waiting queue, and the KV pools' use with preemptions marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     st, s = result.steps, result.scenario
     t = st["start_s"]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    ratios = [2.2, 1, 1, 1.6] if s.batch_managed else [2.2, 1, 1.6]
+    fig, axes = plt.subplots(len(ratios), 1, figsize=(9, 1.4 * sum(ratios) + 0.6), sharex=True,
+                             height_ratios=ratios, layout="constrained")
+    running, *middle, kv = axes
+    _running_set(running, st, s)
+    running.set_title(f"{s.name}: {s.method}, k={s.k}, m={s.m}, {s.scheduler}")
     if s.batch_managed:
-        top.step(t, st["batch0"], where="post", label="sub-batch False", lw=0.8)
-        top.step(t, st["batch1"], where="post", label="sub-batch True", lw=0.8)
+        imbalance, queue = middle
         decode = st["kind"] == DECODE
-        imbalance = np.abs(st["batch1"] - st["batch0"])
-        top.plot(t[decode], imbalance[decode], ".", ms=1.5, color="k", label="|B1 - B0|")
+        gap = np.abs(st["batch1"] - st["batch0"])
+        imbalance.plot(t[decode], gap[decode], ".", ms=1.5, color="k")
+        imbalance.set_ylabel("|sub-batch 1 − 0|\n(requests)")
     else:
-        top.step(t, st["batch0"], where="post", label="decoding", lw=0.8)
-    if st["prefilling"].any():
-        top.step(t, st["prefilling"], where="post", label="prefilling", lw=0.8)
-    top.set_ylabel("requests")
-    queue = top.twinx()
-    queue.step(t, st["waiting"], where="post", color="gray", alpha=0.5, lw=0.8)
-    queue.set_ylabel("waiting", color="gray")
-    top.legend(fontsize=8, loc="upper right")
-    top.set_title(f"{s.name}: {s.method}, k={s.k}, m={s.m}, {s.scheduler}")
+        (queue,) = middle
+    queue.step(t, st["waiting"], where="post", color="gray", lw=0.8)
+    queue.set_ylabel("waiting\n(requests)")
+    _kv_use(kv, t, st, result.kv.pools)
+    for ax in axes[:-1]:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    kv.set_xlabel("simulated time (s)")
+    return fig
 
-    kv = result.kv
-    for pool, blocks in kv.pools.items():
-        bottom.step(t, st["kv_blocks"] / blocks, where="post", lw=0.8, label=f"{pool} pool")
+
+def _running_set(ax: Any, st: Any, s: Any) -> None:
+    """The running requests stacked by what they are doing, so that each sub-batch is a band of
+    its own colour rather than a line drawn over the other. Under MineDraft's Batch Manager the
+    step table's `batch0`/`batch1` are sub-batch 0 and 1 (flag False and True); in the ring they
+    are the sub-batch verified in the step and the rest; SD and AR have one decoding batch."""
+    if s.batch_managed:
+        names = ("sub-batch 0", "sub-batch 1")
+    elif s.method in ("psd", "psd+tetris"):
+        names = ("sub-batch verified", "other sub-batches")
+    else:
+        names = ("decoding", "")
+    layers = [(names[0], st["batch0"]), (names[1], st["batch1"]), ("prefilling", st["prefilling"])]
+    low = np.zeros(len(st["start_s"]))
+    for n, (name, count) in enumerate(layers):
+        if not name or not count.any():
+            continue
+        high = low + count
+        ax.fill_between(st["start_s"], low, high, step="post", lw=0, color=f"C{n}", label=name)
+        low = high
+    ax.set_ylabel("running requests")
+    ax.set_ylim(bottom=0)
+    legend_outside(ax)
+
+
+def _kv_use(ax: Any, t: Any, st: Any, pools: dict[str, int]) -> None:
+    """Each KV pool's blocks in use as a fraction of the pool, preemptions marked at the top."""
+    for pool, blocks in pools.items():
+        ax.step(t, st["kv_blocks"] / blocks, where="post", lw=0.8, label=f"{pool} pool")
     pre = st["preempted"] > 0
     if pre.any():
-        bottom.plot(t[pre], np.ones(pre.sum()), "v", color="C3", ms=4, label="preemption")
-    bottom.set_ylim(0, 1.08)
-    bottom.set_ylabel("KV blocks in use (fraction)")
-    bottom.set_xlabel("simulated time (s)")
-    bottom.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    return figure_bytes(fig, dpi=120)
+        ax.plot(t[pre], np.ones(pre.sum()), "v", color="C3", ms=4, label="preemption")
+    ax.set_ylim(0, 1.08)
+    ax.set_ylabel("KV blocks in use\n(fraction of pool)")
+    legend_outside(ax)
+
+
+def legend_outside(ax: Any, **options: Any) -> Any:
+    """The axes' legend to the right of its plot area, where it covers no data (a constrained
+    layout or bbox_inches="tight" makes room for it)."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=8, **options)
+
+
+def figure_legend(fig: Any, **options: Any) -> Any:
+    """One legend for all panels, right of them (the figure needs layout="constrained"): each
+    label once, from whichever panel drew it first."""
+    handles: dict[str, Any] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    return fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8, **options)
 
 
 # Every figure names psdsim in its metadata (near the file's start), which is how a later run knows
