@@ -9,6 +9,7 @@ import matplotlib
 import pytest
 from psdsim.sim.output.plots import occupancy_figure, occupancy_png
 from psdsim.sim.run import simulate
+from psdsim.studies.sweep_figures import heatmap_k_m_figure, metric_unit, throughput_vs_rate_figure
 
 from tests.conftest import small
 
@@ -28,6 +29,23 @@ def legends_over_plots(fig: Any) -> list[tuple[str, str]]:
     return [(legend.get_texts()[0].get_text(), ax.get_title() or ax.get_ylabel())
             for legend in legends for ax in fig.axes
             if legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))]
+
+
+def sweep_rows() -> list[dict[str, Any]]:
+    """Two methods on a (k, m, rate) grid whose values differ between methods, as the issue's
+    sweep did (sd peaking at 380, psd at 448)."""
+    rows = []
+    for method, base in (("sd", 200.0), ("psd", 300.0)):
+        for k in (2, 3, 4):
+            for m in (8, 16):
+                for rate in (2.0, 4.0, 8.0):
+                    value = base + 10 * k + 5 * m + rate
+                    rows.append({"status": "ok", "method": method, "k": k, "m": m, "rate": rate,
+                                 "throughput_tok_s": value, "output_tok_s": 0.7 * value})
+    return rows
+
+
+SWEPT = ["method", "k", "m", "rate"]
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +73,31 @@ def test_occupancy_png_is_deterministic_and_names_psdsim(psd_result):
     first = occupancy_png(psd_result)
     assert first == occupancy_png(psd_result)
     assert first.startswith(b"\x89PNG") and b"psdsim" in first[:200]
+
+
+def test_heatmap_panels_share_one_colour_scale_with_a_unit():
+    fig = heatmap_k_m_figure(sweep_rows(), SWEPT, "throughput_tok_s")
+    images = [image for ax in fig.axes for image in ax.images]
+    assert len(images) == 2
+    assert images[0].norm.vmin == images[1].norm.vmin and images[0].norm.vmax == images[1].norm.vmax
+    mean_rate = (2 + 4 + 8) / 3   # the cells average over the rates
+    assert images[0].norm.vmin == pytest.approx(200 + 10 * 2 + 5 * 8 + mean_rate)    # sd's lowest cell
+    assert images[0].norm.vmax == pytest.approx(300 + 10 * 4 + 5 * 16 + mean_rate)   # psd's highest
+    bars = [ax for ax in fig.axes if not ax.images]
+    assert len(bars) == 1 and "(tok/s)" in bars[0].get_ylabel()
+
+
+def test_throughput_vs_rate_legend_is_outside_both_panels():
+    fig = throughput_vs_rate_figure(sweep_rows(), SWEPT)
+    assert len(legend_texts(fig)) == 12
+    assert legends_over_plots(fig) == []
+
+
+@pytest.mark.parametrize(("metric", "unit"), [
+    ("throughput_tok_s", "tok/s"), ("throughput_tok_s_trim80", "tok/s"),
+    ("throughput_tok_s_per_gpu", "tok/s per GPU"), ("latency_ms_p99", "ms"), ("e2el_ms", "ms"),
+    ("makespan_s", "s"), ("goodput_req_s", "requests/s"), ("vsr", "fraction"),
+    ("kv_peak_usage_verifier", "fraction"), ("decode_steps", ""),
+])
+def test_metric_units_follow_the_summary_names(metric, unit):
+    assert metric_unit(metric) == unit
