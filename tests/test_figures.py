@@ -101,3 +101,26 @@ def test_throughput_vs_rate_legend_is_outside_both_panels():
 ])
 def test_metric_units_follow_the_summary_names(metric, unit):
     assert metric_unit(metric) == unit
+
+
+def validate_rows() -> list[dict[str, Any]]:
+    """The reference validation's rows: AR once (k-less), SD and PSD per k, every metric."""
+    from psdsim.engine.validate.report import METRICS
+
+    def cells(scale: float) -> dict[str, dict[str, float]]:
+        return {key: {"measured": scale * (n + 1), "predicted": 1.1 * scale * (n + 1)}
+                for n, (key, _) in enumerate(METRICS)}
+
+    rows = [{"label": "ar", "k": None, "metrics": cells(1.0)}]
+    rows += [{"label": label, "k": k, "metrics": cells(scale * k)}
+             for label, scale in (("sd", 1.5), ("psd", 2.0)) for k in (1, 2, 3)]
+    return rows
+
+
+def test_validate_figure_legend_is_outside_and_axes_carry_units():
+    from psdsim.engine.validate.report import validate_figure
+
+    fig = validate_figure(validate_rows())
+    assert legends_over_plots(fig) == []
+    assert "psd predicted" in legend_texts(fig)
+    assert all("(" in ax.get_ylabel() and "k (" in ax.get_xlabel() for ax in fig.axes)

@@ -17,7 +17,7 @@ from typing import Any
 
 from psdsim.engine.validate.describe import SIM_METHOD, EngineRun
 from psdsim.sim.numbers import finite
-from psdsim.sim.output.plots import figure_bytes
+from psdsim.sim.output.plots import figure_bytes, figure_legend
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("throughput_tok_s", "tok/s"), ("e2el_ms", "E2EL ms"), ("latency_ms.p50", "p50 ms"),
@@ -26,6 +26,12 @@ METRICS: tuple[tuple[str, str], ...] = (
 # The issue's targets: PSD throughput within 5% and p50 latency within 8% after calibrating on SD
 # and AR only.
 TARGETS = {"throughput_tok_s": 0.05, "latency_ms.p50": 0.08}
+# The figures' axis labels: each metric with its unit (docs/summary.md).
+AXIS_LABELS = {"throughput_tok_s": "throughput (tok/s, decode steps)",
+               "output_tok_s": "output throughput (tok/s)", "e2el_ms": "E2EL (ms per request)",
+               "latency_ms.p50": "p50 latency (ms)", "latency_ms.p99": "p99 latency (ms)",
+               "parallelization_rate": "parallelization rate (fraction)",
+               "vsr": "VSR (fraction of drafts accepted)"}
 
 
 def metric(summary: Mapping[str, Any], key: str) -> float | None:
@@ -253,14 +259,19 @@ def _error_range(interval: Mapping[str, Any] | None) -> str:
 
 
 def figure(rows: Sequence[Mapping[str, Any]], measured_by: str = "reference engine") -> bytes:
-    """Measured (filled) against predicted (hollow, dashed) per k, one panel per metric."""
+    """`validate_figure` as PNG bytes."""
+    return figure_bytes(validate_figure(rows, measured_by))
+
+
+def validate_figure(rows: Sequence[Mapping[str, Any]], measured_by: str = "reference engine") -> Any:
+    """Measured (filled) against predicted (hollow, dashed) per k, one panel per metric, with one
+    legend right of the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7), layout="constrained")
     labels = list(dict.fromkeys(r["label"] for r in rows))
     colors = {lab: f"C{i}" for i, lab in enumerate(labels)}
     for ax, (key, title) in zip(axes.flat, METRICS, strict=True):
@@ -279,10 +290,17 @@ def figure(rows: Sequence[Mapping[str, Any]], measured_by: str = "reference engi
                 continue
             ax.plot(ks, meas, "o-", **kw, label=f"{lab} measured")
             ax.plot(ks, pred, "o--", mfc="none", **kw, label=f"{lab} predicted")
-        ax.set_title(title)
-        ax.set_xlabel("k")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # k is whole: no ticks at 1.5
-    axes.flat[0].legend(fontsize=7, ncol=2)
+        label_k_panel(ax, title, AXIS_LABELS[key])
+    figure_legend(fig)
     fig.suptitle(f"psdsim validate: {measured_by} measured (filled) vs simulated (hollow, dashed)")
-    fig.tight_layout()
-    return figure_bytes(fig)
+    return fig
+
+
+def label_k_panel(ax: Any, title: str, ylabel: str) -> None:
+    """A validation panel's title, its metric with unit up the side, and whole k along the bottom."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel("k (draft tokens per step)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # k is whole: no ticks at 1.5

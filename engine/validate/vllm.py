@@ -73,9 +73,16 @@ from psdsim.engine.validate.reference import (
     predicted_summary,
     report_json,
 )
-from psdsim.engine.validate.report import add_repeats, metric_cells, metric_table, repeat_lines
+from psdsim.engine.validate.report import (
+    AXIS_LABELS,
+    add_repeats,
+    label_k_panel,
+    metric_cells,
+    metric_table,
+    repeat_lines,
+)
 from psdsim.engine.vllm.config import TinySpec, VllmConfig
-from psdsim.sim.output.plots import figure_bytes
+from psdsim.sim.output.plots import figure_bytes, figure_legend
 from psdsim.sim.output.results import write_file
 from psdsim.sim.profile import Profile, Term
 from psdsim.sim.scenario import Scenario, scenario_from_mapping, scenario_to_toml
@@ -501,9 +508,8 @@ def figure(rows: list[dict[str, Any]]) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     sd = [r for r in rows if r["method"] == "sd"]
     ar = [r for r in rows if r["method"] == "ar"]
     for ax, (key, title) in zip(axes, (METRICS[0], METRICS[2]), strict=True):
@@ -515,12 +521,9 @@ def figure(rows: list[dict[str, Any]]) -> bytes:
             ax.axhline(r["metrics"][key]["measured"], color="C1", lw=1, label="AR measured")
             if r["metrics"][key]["predicted"] is not None:
                 ax.axhline(r["metrics"][key]["predicted"], color="C1", lw=1, ls="--", label="AR predicted")
-        ax.set_xlabel("k")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # k is whole: no ticks at 1.5
-        ax.set_title(title)
-    axes[0].legend(fontsize=8)
+        label_k_panel(ax, title, AXIS_LABELS[key])
+    figure_legend(fig)
     fig.suptitle("psdsim validate --engine vllm: measured (filled) vs simulated from AR runs (hollow)")
-    fig.tight_layout()
     return figure_bytes(fig)
 
 
