@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.catalog import Catalog
-from psdsim.sim.output.plots import figure_formats
+from psdsim.sim.output.plots import figure_formats, figure_legend, label_k_axis
 from psdsim.sim.presets import PRESETS
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, catalog_for
@@ -134,8 +134,24 @@ def improvements(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+# The paper's figures: (file name, row key, axis label).
+PAPER_FIGURES = (("throughput_vs_k", "throughput_tok_s", "throughput (tok/s, decode steps)"),
+                 ("e2el_vs_k", "e2el_ms", "E2EL (ms per request)"),
+                 ("per_gpu_vs_k", "throughput_tok_s_per_gpu", "throughput per GPU (tok/s)"))
+
+
 def figures(rows: list[dict[str, Any]], title: str) -> dict[str, bytes]:
     """Throughput vs k, E2EL vs k and the per-GPU view, one panel per dataset (PNG and SVG)."""
+    out: dict[str, bytes] = {}
+    for name, key, label in PAPER_FIGURES:
+        fig = metric_vs_k_figure(rows, key, label, title)
+        out.update({f"{name}.{fmt}": data for fmt, data in figure_formats(fig, dpi=120).items()})
+    return out
+
+
+def metric_vs_k_figure(rows: list[dict[str, Any]], key: str, label: str, title: str) -> Any:
+    """One row key against k, a panel per dataset and a line per method, with one legend right
+    of the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,32 +159,25 @@ def figures(rows: list[dict[str, Any]], title: str) -> dict[str, bytes]:
 
     datasets = sorted({r["dataset"] for r in rows})
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    out: dict[str, bytes] = {}
-    panels = (("throughput_vs_k", "throughput_tok_s", "throughput (tok/s, decode steps)"),
-              ("e2el_vs_k", "e2el_ms", "E2EL (ms per request)"),
-              ("per_gpu_vs_k", "throughput_tok_s_per_gpu", "throughput per GPU (tok/s)"))
-    for name, key, label in panels:
-        cols = min(len(datasets), 2)
-        rows_n = -(-len(datasets) // cols)
-        fig, axes = plt.subplots(rows_n, cols, figsize=(9, 3.2 * rows_n), squeeze=False)
-        for ax, dataset in zip(axes.ravel(), datasets, strict=False):
-            for method in methods:
-                series = _by(rows, dataset, method, key)
-                if series:
-                    ks = sorted(series)
-                    style = "-o" if method in PSD_VARIANTS else "--s"
-                    ax.plot(ks, [series[k] for k in ks], style, ms=3, label=method)
-            ax.set_title(dataset)
-            ax.set_xlabel("k")
-            ax.set_ylabel(label)
-        for ax in axes.ravel()[len(datasets):]:
-            ax.axis("off")
-        axes.ravel()[0].legend(fontsize=7)
-        fig.suptitle(title + ("" if key != "throughput_tok_s_per_gpu" else
-                              "  (per GPU: PSD/PEARL/sd-5gpu ÷ 5, SD/sd-2m ÷ 4)"), fontsize=9)
-        fig.tight_layout()
-        out.update({f"{name}.{fmt}": data for fmt, data in figure_formats(fig, dpi=120).items()})
-    return out
+    cols = min(len(datasets), 2)
+    rows_n = -(-len(datasets) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(10, 3.2 * rows_n), squeeze=False, layout="constrained")
+    for ax, dataset in zip(axes.ravel(), datasets, strict=False):
+        for method in methods:
+            series = _by(rows, dataset, method, key)
+            if series:
+                ks = sorted(series)
+                style = "-o" if method in PSD_VARIANTS else "--s"
+                ax.plot(ks, [series[k] for k in ks], style, ms=3, label=method)
+        ax.set_title(dataset)
+        label_k_axis(ax)
+        ax.set_ylabel(label)
+    for ax in axes.ravel()[len(datasets):]:
+        ax.axis("off")
+    figure_legend(fig)
+    fig.suptitle(title + ("" if key != "throughput_tok_s_per_gpu" else
+                          "  (per GPU: PSD/PEARL/sd-5gpu ÷ 5, SD/sd-2m ÷ 4)"), fontsize=9)
+    return fig
 
 
 def table(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:

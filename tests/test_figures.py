@@ -124,3 +124,15 @@ def test_validate_figure_legend_is_outside_and_axes_carry_units():
     assert legends_over_plots(fig) == []
     assert "psd predicted" in legend_texts(fig)
     assert all("(" in ax.get_ylabel() and "k (" in ax.get_xlabel() for ax in fig.axes)
+
+
+def test_paper_figure_legend_covers_no_panel():
+    from psdsim.studies.paper import metric_vs_k_figure
+
+    rows = [{"dataset": dataset, "method": method, "k": k, "fits": True, "e2el_ms": 500 + 100 * k + 50 * n}
+            for dataset in ("arena", "sharegpt", "spec-bench", "tough")
+            for n, method in enumerate(("sd", "psd", "psd+tetris", "pearl", "sd-2m", "sd-5gpu"))
+            for k in range(1, 6)]
+    fig = metric_vs_k_figure(rows, "e2el_ms", "E2EL (ms per request)", "setting2")
+    assert len(legend_texts(fig)) == 6
+    assert legends_over_plots(fig) == []

@@ -17,7 +17,7 @@ from typing import Any
 
 from psdsim.engine.validate.describe import SIM_METHOD, EngineRun
 from psdsim.sim.numbers import finite
-from psdsim.sim.output.plots import figure_bytes, figure_legend
+from psdsim.sim.output.plots import figure_bytes, figure_legend, label_k_axis
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("throughput_tok_s", "tok/s"), ("e2el_ms", "E2EL ms"), ("latency_ms.p50", "p50 ms"),
@@ -298,9 +298,6 @@ def validate_figure(rows: Sequence[Mapping[str, Any]], measured_by: str = "refer
 
 def label_k_panel(ax: Any, title: str, ylabel: str) -> None:
     """A validation panel's title, its metric with unit up the side, and whole k along the bottom."""
-    from matplotlib.ticker import MaxNLocator
-
     ax.set_title(title)
     ax.set_ylabel(ylabel)
-    ax.set_xlabel("k (draft tokens per step)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # k is whole: no ticks at 1.5
+    label_k_axis(ax)

@@ -9,6 +9,10 @@ from typing import Any
 import numpy as np
 from psdsim.sim.records import DECODE
 
+# The axis labels of the scenario fields figures vary (docs/summary.md says what they count).
+K_AXIS = "k (draft tokens per step)"
+M_AXIS = "m (requests per verification batch)"
+
 
 def occupancy_png(result: Any) -> bytes:
     """`occupancy_figure` as PNG bytes."""
@@ -85,6 +89,14 @@ def _kv_use(ax: Any, t: Any, st: Any, pools: dict[str, int]) -> None:
     legend_outside(ax)
 
 
+def label_k_axis(ax: Any) -> None:
+    """The x axis as k, ticked at whole numbers only (no k = 1.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel(K_AXIS)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def legend_outside(ax: Any, **options: Any) -> Any:
     """The axes' legend to the right of its plot area, where it covers no data (a constrained
     layout or bbox_inches="tight" makes room for it)."""
@@ -92,13 +104,13 @@ def legend_outside(ax: Any, **options: Any) -> Any:
 
 
 def figure_legend(fig: Any, **options: Any) -> Any:
-    """One legend for all panels, right of them (the figure needs layout="constrained"): each
-    label once, from whichever panel drew it first."""
+    """One legend for all panels, right of them and level with their middle, clear of the title
+    (the figure needs layout="constrained"): each label once, from the panel that drew it first."""
     handles: dict[str, Any] = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
-    return fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8, **options)
+    return fig.legend(handles.values(), handles.keys(), loc="outside right center", fontsize=8, **options)
 
 
 # Every figure names psdsim in its metadata (near the file's start), which is how a later run knows
