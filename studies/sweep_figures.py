@@ -10,12 +10,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from psdsim.sim.numbers import finite
-from psdsim.sim.output.plots import figure_formats, figure_legend
+from psdsim.sim.output.plots import K_AXIS, M_AXIS, figure_formats, figure_legend
 
 MAX_LINES = 12
 IGNORED = ("rate", "seed", "name")  # not a line of their own in throughput vs rate
-K_LABEL = "k (draft tokens per step)"
-M_LABEL = "m (requests per verification batch)"
 # Summary columns that are shares of something, and the unit their name does not spell.
 FRACTIONS = ("vsr", "parallelization_rate", "comm_share", "link_share", "drafter_busy", "verifier_busy",
              "slo_attainment", "kv_peak_usage")
@@ -134,11 +132,11 @@ def heatmap_k_m_figure(rows: list[dict[str, Any]], swept: Sequence[str], metric:
         image = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis", norm=norm)
         ax.set_xticks(range(len(ks)), [str(k) for k in ks])
         ax.set_yticks(range(len(ms)), [str(m) for m in ms])
-        ax.set_xlabel(K_LABEL)
+        ax.set_xlabel(K_AXIS)
         ax.set_title(method or metric, fontsize=9)
         if grid.size <= 120:
             _cell_values(ax, grid, (norm.vmin + norm.vmax) / 2)
-    axes[0][0].set_ylabel(M_LABEL)
+    axes[0][0].set_ylabel(M_AXIS)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.9, label=metric_label(metric))
     averaged = [f for f in swept if f not in ("k", "m", "method")]
     note = f" (mean over {', '.join(averaged)})" if averaged else ""
