@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from psdsim.sim.output.plots import figure_formats
+from psdsim.sim.output.plots import K_AXIS, M_AXIS, figure_formats, legend_outside
 from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate
 from psdsim.studies.plan import DEFAULT_WHY, OBJECTIVES, PlanSpec
@@ -99,66 +99,95 @@ def plan_figures(result: PlanResult) -> dict[str, bytes]:
     import matplotlib
 
     matplotlib.use("Agg")
+    figures = {"pareto": pareto_figure(result), "latency_vs_rate": latency_vs_rate_figure(result),
+               "latency_cdf": latency_cdf_figure(result), "regime_map": regime_map_figure(result)}
+    return {f"{name}.{fmt}": data for name, fig in figures.items() if fig is not None
+            for fmt, data in _save(fig).items()}
+
+
+def _method_colours(result: PlanResult) -> dict[str, Any]:
+    """One colour per method, the same in every figure of the plan."""
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
-    files: dict[str, bytes] = {}
-    rows = result.rows
-    methods = sorted({r["method"] for r in rows})
-    colors = {m: plt.cm.tab10(i % 10) for i, m in enumerate(methods)}
+    return {m: plt.cm.tab10(i % 10) for i, m in enumerate(sorted({r["method"] for r in result.rows}))}
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for i, r in enumerate(rows):
+
+def pareto_figure(result: PlanResult) -> Any:
+    """Every configuration's sustainable rate against its GPUs, the Pareto front outlined."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    colors = _method_colours(result)
+    fig, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
+    for i, r in enumerate(result.rows):
         if r["max_rate_req_s"]:
             on_front = i in result.front
             ax.scatter(r["gpus"], r["max_rate_req_s"], color=colors[r["method"]], s=60 if on_front else 18,
-                       edgecolor="black" if on_front else "none", label=r["method"])
-    handles = {h.get_label(): h for h in ax.collections}
-    ax.legend(handles.values(), handles.keys(), fontsize=8)
+                       edgecolor="black" if on_front else "none")
+    plotted = sorted({r["method"] for r in result.rows if r["max_rate_req_s"]})
+    methods = [Line2D([], [], ls="", marker="o", color=colors[m], label=m) for m in plotted]
+    front = Line2D([], [], ls="", marker="o", ms=8, mfc="none", mec="black", label="Pareto front")
+    legend_outside(ax, handles=[*methods, front])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # whole GPUs: no tick at 4.2
     ax.set_xlabel("GPUs")
-    ax.set_ylabel("max sustainable rate (req/s)")
-    ax.set_title("configurations (outlined: Pareto front)", fontsize=10)
-    files.update({f"pareto.{k}": v for k, v in _save(fig).items()})
+    ax.set_ylabel("max sustainable rate (requests/s)")
+    ax.set_title("configurations: the rate each sustains", fontsize=10)
+    return fig
 
-    best = _best_per_method(result)
+
+def latency_vs_rate_figure(result: PlanResult) -> Any:
+    """p99 latency against the rates the search tried, for each method's best configuration,
+    with the p99 objective as a line."""
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    colors, rows = _method_colours(result), result.rows
     limit = result.spec.objectives.get("latency_p99_ms")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for m, i in best.items():
+    fig, ax = plt.subplots(figsize=(6.5, 4.8), layout="constrained")
+    for m, i in _best_per_method(result).items():
         runs = sorted((rate, sm) for rate, sm in result.searches[i].runs.items() if sm.get("fits"))
         ax.plot([r for r, _ in runs], [sm["latency_ms"]["p99"] / 1e3 for _, sm in runs], "o-",
                 color=colors[m], label=_label(result, rows[i]), markersize=3)
     if limit:
-        ax.axhline(limit / 1e3, color="gray", linestyle="--", linewidth=0.8)
+        ax.axhline(limit / 1e3, color="gray", linestyle="--", linewidth=0.8,
+                   label=f"p99 objective ({limit / 1e3:g} s)")
     ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlabel("request rate (req/s)")
+    ax.set_xlabel("request rate (requests/s)")
     ax.set_ylabel("p99 latency (s)")
-    ax.legend(fontsize=7)
+    legend_outside(ax, below=True)
     ax.set_title("p99 latency against rate (each method's best configuration)", fontsize=10)
-    files.update({f"latency_vs_rate.{k}": v for k, v in _save(fig).items()})
+    return fig
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for m, i in best.items():
-        s = result.configs[i].replace(rate=result.rows[i]["max_rate_req_s"])
+
+def latency_cdf_figure(result: PlanResult) -> Any:
+    """The distribution of end-to-end latency at each method's best configuration and rate."""
+    import matplotlib.pyplot as plt
+
+    colors, rows = _method_colours(result), result.rows
+    fig, ax = plt.subplots(figsize=(6.5, 4.8), layout="constrained")
+    for m, i in _best_per_method(result).items():
+        s = result.configs[i].replace(rate=rows[i]["max_rate_req_s"])
         req = simulate(s).requests
         lat = np.sort(req["finish_s"] - req["arrival_s"])
         ax.plot(lat, np.arange(1, len(lat) + 1) / len(lat), color=colors[m], label=_label(result, rows[i]))
     ax.set_xlabel("end-to-end latency (s)")
     ax.set_ylabel("fraction of requests")
-    ax.legend(fontsize=7)
+    legend_outside(ax, below=True)
     ax.set_title("latency CDF at each method's best configuration and rate", fontsize=10)
-    files.update({f"latency_cdf.{k}": v for k, v in _save(fig).items()})
-
-    regime = _regime_map(result)
-    if regime is not None:
-        files.update({f"regime_map.{k}": v for k, v in regime.items()})
-    return files
+    return fig
 
 
-def _regime_map(result: PlanResult) -> dict[str, bytes] | None:
-    """Per-GPU gain of PSD over SD on the (k, m) grid, with each cell's first regime."""
+def regime_map_figure(result: PlanResult) -> Any:
+    """Per-GPU gain of PSD over SD on the (k, m) grid, with each cell's first regime; None unless
+    k and m both vary. The colours are the gain's logarithm, centred on 1 (break-even) so that 2x
+    and 0.5x are as strong, and reach the grid's extremes: a gain of 2 is not painted like 1.5."""
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     ks, ms = result.spec.space.get("k", []), result.spec.space.get("m", [])
     if len(ks) < 2 or len(ms) < 2 or not result.verdicts:
@@ -172,17 +201,22 @@ def _regime_map(result: PlanResult) -> dict[str, bytes] | None:
             i, j = ms.index(v["config"]["m"]), ks.index(v["config"]["k"])
             grid[i, j] = v["per_gpu_gain"] if v["per_gpu_gain"] is not None else np.nan
             names[i][j] = v["regimes"][0] if v["regimes"] else ""
-    fig, ax = plt.subplots(figsize=(1.3 * len(ks) + 2, 0.9 * len(ms) + 1.5))
-    im = ax.imshow(grid, cmap="RdYlGn", vmin=0.5, vmax=1.5, origin="lower", aspect="auto")
+    fig, ax = plt.subplots(figsize=(1.3 * len(ks) + 2.5, 0.9 * len(ms) + 1.5), layout="constrained")
+    gains = grid[grid > 0]
+    extreme = max(1.5, float(np.max(gains, initial=1.0)), 1 / float(np.min(gains, initial=1.0)))
+    norm = LogNorm(1 / extreme, extreme)
+    im = ax.imshow(grid, cmap="RdYlGn", norm=norm, origin="lower", aspect="auto")
     for i in range(len(ms)):
         for j in range(len(ks)):
             if not np.isnan(grid[i, j]):
                 ax.text(j, i, f"{grid[i, j]:.2f}\n{names[i][j]}", ha="center", va="center", fontsize=7)
     ax.set_xticks(range(len(ks)), [str(k) for k in ks])
     ax.set_yticks(range(len(ms)), [str(m) for m in ms])
-    ax.set_xlabel("k")
-    ax.set_ylabel("m")
-    fig.colorbar(im, ax=ax, label="PSD / SD rate per GPU")
+    ax.set_xlabel(K_AXIS)
+    ax.set_ylabel(M_AXIS)
+    bar = fig.colorbar(im, ax=ax, label="PSD / SD max rate per GPU (×)")
+    bar.ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    bar.ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))   # 0.5, 1, 2: not 5 × 10^-1
+    bar.ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_title("where PSD's extra GPU pays off (> 1)", fontsize=10)
-    fig.tight_layout()
-    return _save(fig)
+    return fig

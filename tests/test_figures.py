@@ -136,3 +136,36 @@ def test_paper_figure_legend_covers_no_panel():
     fig = metric_vs_k_figure(rows, "e2el_ms", "E2EL (ms per request)", "setting2")
     assert len(legend_texts(fig)) == 6
     assert legends_over_plots(fig) == []
+
+
+@pytest.fixture(scope="module")
+def plan_result(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A small plan over method, k and m, so that every plan figure (the regime map too) is drawn."""
+    from psdsim.studies.plan import load_plan
+    from psdsim.studies.plan_verdict import run_plan
+
+    path = tmp_path_factory.mktemp("plan") / "plan.toml"
+    path.write_text('[base]\nrequests = 40\noutput_len = 32\n[space]\nmethod = ["sd", "psd"]\nk = [2, 3]\n'
+                    'm = [4, 8]\n[slo]\nlatency_p99_ms = 20000\n[search]\ntolerance = 0.1\n')
+    return run_plan(load_plan(path))
+
+
+def test_plan_legends_cover_no_data_and_gpus_are_whole(plan_result):
+    from psdsim.studies.plan_report import latency_cdf_figure, latency_vs_rate_figure, pareto_figure
+
+    for figure in (pareto_figure, latency_vs_rate_figure, latency_cdf_figure):
+        assert legends_over_plots(figure(plan_result)) == [], figure.__name__
+    pareto = pareto_figure(plan_result)
+    assert all(tick == int(tick) for tick in pareto.axes[0].get_xticks())
+    assert "p99 objective (20 s)" in legend_texts(latency_vs_rate_figure(plan_result))
+
+
+def test_regime_map_colours_reach_the_largest_gain(plan_result):
+    from psdsim.studies.plan_report import regime_map_figure
+
+    fig = regime_map_figure(plan_result)
+    (image,) = fig.axes[0].images
+    gains = [v["per_gpu_gain"] for v in plan_result.verdicts if v["per_gpu_gain"] is not None]
+    assert image.norm.vmax >= max(gains) and image.norm.vmin <= min(gains)
+    assert image.norm(1.0) == pytest.approx(0.5)   # break-even is the middle colour
+    assert "(×)" in fig.axes[1].get_ylabel()

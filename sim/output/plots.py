@@ -97,10 +97,12 @@ def label_k_axis(ax: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def legend_outside(ax: Any, **options: Any) -> Any:
-    """The axes' legend to the right of its plot area, where it covers no data (a constrained
-    layout or bbox_inches="tight" makes room for it)."""
-    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=8, **options)
+def legend_outside(ax: Any, below: bool = False, **options: Any) -> Any:
+    """The axes' legend right of its plot area, or under its x label (`below`: for labels too
+    long to sit beside it), where it covers no data; a constrained layout makes room for it."""
+    where = ({"loc": "upper center", "bbox_to_anchor": (0.5, -0.16)} if below
+             else {"loc": "upper left", "bbox_to_anchor": (1.01, 1)})
+    return ax.legend(**where, borderaxespad=0, fontsize=8, **options)
 
 
 def figure_legend(fig: Any, **options: Any) -> Any:
