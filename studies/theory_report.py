@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from psdsim.sim.output.plots import FIGURE_METADATA
+from psdsim.sim.output.plots import FIGURE_METADATA, legend_outside
 from psdsim.sim.output.results import write_file
 from psdsim.studies.theory_bridge import BridgeReport
 from psdsim.theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
@@ -118,6 +118,22 @@ def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for names, fig in ((THEORY_FIGURES[:2], per_token_figure(m)), (THEORY_FIGURES[2:], ratio_figure(m))):
+        for name in names:
+            _save(fig, out_dir / name)
+            paths.append(out_dir / name)
+        plt.close(fig)
+    return paths
+
+
+TIME_UNIT = "model time units"   # the unit V and t are given in; alpha is per that unit
+
+
+def per_token_figure(m: FrontierModel) -> Any:
+    """Time per token of SD and PSD against the drafting time per step, their optima marked."""
+    import matplotlib.pyplot as plt
+
     sd, psd = optimum_sd(m), optimum_psd(m)
     t = np.linspace(m.V * 0.02, max(3 * m.V, 2 * sd.t, 2 * psd.t), 600)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -127,16 +143,17 @@ def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
     ax.plot([psd.t], [psd.T], "o", color="C1")
     ax.annotate(f"t*={sd.t:.3g}", (sd.t, sd.T), textcoords="offset points", xytext=(5, 8))
     ax.annotate(f"t*={psd.t:.3g}", (psd.t, psd.T), textcoords="offset points", xytext=(5, -14))
-    ax.set_xlabel("drafting time per step t")
-    ax.set_ylabel("time per token")
+    ax.set_xlabel(f"drafting time per step t ({TIME_UNIT})")
+    ax.set_ylabel(f"time per token ({TIME_UNIT})")
     ax.set_ylim(0, float(np.percentile(m.per_token_sd(t), 90)) * 1.2)
     ax.set_title(f"alpha*V = {m.alpha * m.V:.3g}, R = {ratio(m):.3f}")
-    ax.legend()
-    paths = []
-    for name in THEORY_FIGURES[:2]:
-        _save(fig, out_dir / name)
-        paths.append(out_dir / name)
-    plt.close(fig)
+    legend_outside(ax, below=True, ncol=2)
+    return fig
+
+
+def ratio_figure(m: FrontierModel) -> Any:
+    """R against alpha V with the published bound, ceiling, threshold and peak, and this model."""
+    import matplotlib.pyplot as plt
 
     a = np.geomspace(0.02, 20, 500)
     r = np.array([paper_ratio(x) for x in a])
@@ -148,18 +165,14 @@ def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
     ax.axvline(A0, color="C3", label=f"published threshold a0 = {A0:.4f}")
     ax.axvspan(lo, hi, color="C2", alpha=0.12, label=f"R >= {PUBLISHED_RATIO}: [{lo:.3f}, {hi:.3f}]")
     pk = peak()
-    ax.plot([pk.a], [pk.ratio], "o", color="k")
+    ax.plot([pk.a], [pk.ratio], "o", color="k", label=f"peak R = {pk.ratio:.3f} at alpha V = {pk.a:.3g}")
     if m.bonus == 0 and m.scale == 1 and not (m.comm or m.comm_drafter or m.serial_psd or m.serial_sd):
         ax.plot([m.alpha * m.V], [ratio(m)], "s", color="C1", label="this model")
-    ax.set_xlabel("alpha * V")
-    ax.set_ylabel("R = T_SD* / T_PSD*")
+    ax.set_xlabel("alpha * V (dimensionless)")
+    ax.set_ylabel("R = T_SD* / T_PSD* (×)")
     ax.set_ylim(1.0, 2.1)
-    ax.legend(fontsize=8, loc="lower center")
-    for name in THEORY_FIGURES[2:]:
-        _save(fig, out_dir / name)
-        paths.append(out_dir / name)
-    plt.close(fig)
-    return paths
+    legend_outside(ax)
+    return fig
 
 
 def theory_json(m: FrontierModel, t_token: float | None, k_max: int) -> dict[str, Any]:

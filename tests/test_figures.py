@@ -169,3 +169,14 @@ def test_regime_map_colours_reach_the_largest_gain(plan_result):
     assert image.norm.vmax >= max(gains) and image.norm.vmin <= min(gains)
     assert image.norm(1.0) == pytest.approx(0.5)   # break-even is the middle colour
     assert "(×)" in fig.axes[1].get_ylabel()
+
+
+def test_theory_legends_cover_no_data_and_axes_say_their_units():
+    from psdsim.studies.theory_report import per_token_figure, ratio_figure
+    from psdsim.theory.model import FrontierModel
+
+    model = FrontierModel(alpha=1.0, V=1.6783)
+    for fig in (per_token_figure(model), ratio_figure(model)):
+        assert legends_over_plots(fig) == []
+        (ax,) = fig.axes
+        assert "(" in ax.get_xlabel() and "(" in ax.get_ylabel()
