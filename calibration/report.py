@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from psdsim.calibration.calibrate import Calibration
 from psdsim.sim.output.plots import figure_bytes
@@ -84,7 +85,13 @@ def _kinds(c: Calibration) -> dict[str, int]:
 
 
 def fit_figure(c: Calibration, fmt: str = "png") -> bytes:
-    """Measured against fitted time, one panel per fitted term, with the y = x line."""
+    """`measured_vs_fitted_figure` as `fmt` bytes."""
+    return figure_bytes(measured_vs_fitted_figure(c), fmt, dpi=110)
+
+
+def measured_vs_fitted_figure(c: Calibration) -> Any:
+    """Measured against fitted time, one panel per fitted term, with the y = x line (named in
+    the title: a point on it is a sample the profile prices exactly)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,10 +100,11 @@ def fit_figure(c: Calibration, fmt: str = "png") -> bytes:
     names = [n for n in TERMS if n in c.fits]
     cols = min(4, len(names))
     rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.2 * rows + 0.4), squeeze=False,
+                             layout="constrained")
+    timing = c.profile.source.get("timing", "busy")
     for ax, name in zip(axes.flat, names, strict=False):
         fit = c.fits[name]
-        timing = c.profile.source.get("timing", "busy")
         measured = [1e3 * (s.span_s if timing == "span" else s.duration_s) for s in fit.kept]
         fitted = 1e3 * fit.predicted
         ax.scatter(measured, fitted, s=4, alpha=0.5)
@@ -107,5 +115,6 @@ def fit_figure(c: Calibration, fmt: str = "png") -> bytes:
         ax.set_ylabel("fitted (ms)", fontsize=8)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
-    fig.tight_layout()
-    return figure_bytes(fig, fmt, dpi=110)
+    fig.suptitle(f"measured against fitted time per sample, {_timing(c)}; black line: fitted = measured",
+                 fontsize=9)
+    return fig

@@ -180,3 +180,23 @@ def test_theory_legends_cover_no_data_and_axes_say_their_units():
         assert legends_over_plots(fig) == []
         (ax,) = fig.axes
         assert "(" in ax.get_xlabel() and "(" in ax.get_ylabel()
+
+
+def test_calibration_figure_says_what_its_line_is(tmp_path):
+    import numpy as np
+    from psdsim.calibration.calibrate import calibrate
+    from psdsim.calibration.report import measured_vs_fitted_figure
+    from psdsim.calibration.synthetic import CostLog, write_cost_trace
+    from psdsim.sim.costs import AnalyticCost
+    from psdsim.sim.scenario import catalog_for
+
+    s = small(method="psd", requests=60)
+    log = CostLog(AnalyticCost(s, catalog_for(s)))
+    simulate(s, cost=log)
+    trace = tmp_path / "run.sqlite"
+    write_cost_trace(log.calls, trace, rng=np.random.default_rng(7), noise=0.02)
+    fig = measured_vs_fitted_figure(calibrate([trace], source={"gpu": "l40s"}))
+    assert "fitted = measured" in fig.get_suptitle()
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert panels and all(ax.get_xlabel() == "measured (ms)" and ax.get_ylabel() == "fitted (ms)"
+                          for ax in panels)
