@@ -59,6 +59,16 @@ def test_occupancy_legends_name_the_sub_batches(psd_result):
     assert not any(word in text for text in texts for word in ("False", "True"))
 
 
+def test_occupancy_of_the_ring_shows_every_decoding_request():
+    """In the ring the step table's batch0 is only the sub-batch verified in the step: drawn alone
+    as "decoding" it hid the others."""
+    result = simulate(small(method="psd", requests=60, sub_batches=3, drafters=2))
+    fig = occupancy_figure(result)
+    assert {"sub-batch verified", "other sub-batches"} <= set(legend_texts(fig))
+    top = max(band.get_paths()[0].vertices[:, 1].max() for band in fig.axes[0].collections)
+    assert top == (result.steps["batch0"] + result.steps["batch1"] + result.steps["prefilling"]).max()
+
+
 def test_occupancy_legends_cover_no_panel(psd_result):
     assert legends_over_plots(occupancy_figure(psd_result)) == []
 

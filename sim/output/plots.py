@@ -58,19 +58,20 @@ def _running_set(ax: Any, st: Any, s: Any) -> None:
     its own colour rather than a line drawn over the other. Under MineDraft's Batch Manager the
     step table's `batch0`/`batch1` are sub-batch 0 and 1 (flag False and True); in the ring they
     are the sub-batch verified in the step and the rest; SD and AR have one decoding batch."""
+    b0, b1 = st["batch0"], st["batch1"]
     if s.batch_managed:
-        names = ("sub-batch 0", "sub-batch 1")
+        layers = [("sub-batch 0", b0), ("sub-batch 1", b1)]
     elif s.method in ("psd", "psd+tetris"):
-        names = ("sub-batch verified", "other sub-batches")
+        layers = [("sub-batch verified", b0), ("other sub-batches", b1)]
     else:
-        names = ("decoding", "")
-    layers = [(names[0], st["batch0"]), (names[1], st["batch1"]), ("prefilling", st["prefilling"])]
+        layers = [("decoding", b0 + b1)]
     low = np.zeros(len(st["start_s"]))
-    for n, (name, count) in enumerate(layers):
-        if not name or not count.any():
+    for n, (name, count) in enumerate([*layers, ("prefilling", st["prefilling"])]):
+        if not count.any():
             continue
         high = low + count
-        ax.fill_between(st["start_s"], low, high, step="post", lw=0, color=f"C{n}", label=name)
+        colour = "C2" if name == "prefilling" else f"C{n}"   # prefilling is green in every run
+        ax.fill_between(st["start_s"], low, high, step="post", lw=0, color=colour, label=name)
         low = high
     ax.set_ylabel("running requests")
     ax.set_ylim(bottom=0)
