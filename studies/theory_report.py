@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from psdsim.sim.output.plots import FIGURE_METADATA, legend_outside
+from psdsim.sim.output.plots import figure_file, legend_outside
 from psdsim.sim.output.results import write_file
 from psdsim.studies.theory_bridge import BridgeReport
 from psdsim.theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
@@ -86,10 +85,7 @@ def bridge_json(rep: BridgeReport) -> dict[str, Any]:
 
 def _save(fig: Any, path: Path) -> None:
     """Write a figure atomically, in the format its suffix names, with psdsim's metadata."""
-    fmt = path.suffix.lstrip(".").lower()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=130, bbox_inches="tight", metadata=FIGURE_METADATA.get(fmt))
-    write_file(path, buffer.getvalue())
+    write_file(path, figure_file(fig, path.suffix.lstrip(".").lower(), dpi=130, bbox_inches="tight"))
 
 
 # The files plot_theory writes into its folder (which may hold a user's other files).

@@ -210,3 +210,14 @@ def test_calibration_figure_says_what_its_line_is(tmp_path):
     panels = [ax for ax in fig.axes if ax.axison]
     assert panels and all(ax.get_xlabel() == "measured (ms)" and ax.get_ylabel() == "fitted (ms)"
                           for ax in panels)
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg", "pdf"])
+def test_the_same_figure_gives_the_same_bytes(fmt):
+    """SVG ids are salted at random and PDFs dated unless psdsim fixes both."""
+    from psdsim.sim.output.plots import figure_bytes
+    from psdsim.studies.sweep_figures import heatmap_k_m_figure
+
+    first, second = (figure_bytes(heatmap_k_m_figure(sweep_rows(), SWEPT, "throughput_tok_s"), fmt)
+                     for _ in range(2))
+    assert first == second and b"psdsim" in first

@@ -117,21 +117,29 @@ def figure_legend(fig: Any, **options: Any) -> Any:
 
 
 # Every figure names psdsim in its metadata (near the file's start), which is how a later run knows
-# the file is its own to replace (sim.results.check_output_file); SVGs carry no date, so that the
-# same figure always gives the same bytes.
+# the file is its own to replace (sim.results.check_output_file); SVGs and PDFs carry no date, and
+# SVG ids are salted with a fixed string (matplotlib salts them at random), so that the same
+# figure always gives the same bytes.
 FIGURE_METADATA = {"png": {"Software": "psdsim"}, "svg": {"Date": None, "Creator": "psdsim"},
-                   "pdf": {"Creator": "psdsim"}}
+                   "pdf": {"Creator": "psdsim", "CreationDate": None}}
+FIGURE_SETTINGS = {"svg.hashsalt": "psdsim"}
+
+
+def figure_file(fig: Any, fmt: str, dpi: int = 110, **options: Any) -> bytes:
+    """The figure as `fmt` bytes with psdsim's metadata, the same bytes for the same figure."""
+    import matplotlib
+
+    buffer = io.BytesIO()
+    with matplotlib.rc_context(FIGURE_SETTINGS):
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=FIGURE_METADATA[fmt], **options)
+    return buffer.getvalue()
 
 
 def figure_formats(fig: Any, formats: tuple[str, ...] = ("png", "svg"), dpi: int = 110) -> dict[str, bytes]:
     """The figure as bytes in each format, closed afterwards."""
     import matplotlib.pyplot as plt
 
-    out = {}
-    for fmt in formats:
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=FIGURE_METADATA[fmt])
-        out[fmt] = buffer.getvalue()
+    out = {fmt: figure_file(fig, fmt, dpi) for fmt in formats}
     plt.close(fig)
     return out
 
