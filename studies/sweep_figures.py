@@ -133,7 +133,7 @@ def heatmap_k_m_figure(rows: list[dict[str, Any]], swept: Sequence[str], metric:
         ax.set_xticks(range(len(ks)), [str(k) for k in ks])
         ax.set_yticks(range(len(ms)), [str(m) for m in ms])
         ax.set_xlabel(K_AXIS)
-        ax.set_title(method or metric, fontsize=9)
+        ax.set_title(method or "", fontsize=9)
         if grid.size <= 120:
             _cell_values(ax, grid, (norm.vmin + norm.vmax) / 2)
     axes[0][0].set_ylabel(M_AXIS)
@@ -159,13 +159,14 @@ def _grid(ok: list[dict[str, Any]], method: str | None, metric: str, ks: list[An
 
 
 def _cell_values(ax: Any, grid: Any, middle: float) -> None:
-    """Each cell's value written on it, dark on the bright half of the scale."""
+    """Each cell's value written on it (whole numbers from 1,000: 4,050, not 4.05e+03), dark on
+    the bright half of the scale."""
     import numpy as np
 
     for (i, j), value in np.ndenumerate(grid):
         if not math.isnan(value):
-            ax.text(j, i, f"{value:.3g}", ha="center", va="center", fontsize=7,
-                    color="k" if value > middle else "w")
+            text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=7, color="k" if value > middle else "w")
 
 
 def sweep_figures(rows: list[dict[str, Any]], swept: Sequence[str],

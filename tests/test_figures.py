@@ -221,3 +221,11 @@ def test_the_same_figure_gives_the_same_bytes(fmt):
     first, second = (figure_bytes(heatmap_k_m_figure(sweep_rows(), SWEPT, "throughput_tok_s"), fmt)
                      for _ in range(2))
     assert first == second and b"psdsim" in first
+
+
+def test_heatmap_cells_write_large_values_in_full():
+    rows = [dict(r, latency_ms_p99=10 * r["throughput_tok_s"]) for r in sweep_rows() if r["method"] == "psd"]
+    fig = heatmap_k_m_figure(rows, ["k", "m"], "latency_ms_p99")
+    cells = [text.get_text() for text in fig.axes[0].texts]
+    assert "4,247" in cells and not any("e+" in cell for cell in cells)
+    assert fig.axes[0].get_title() == "" and "(ms)" in fig.axes[1].get_ylabel()
