@@ -38,6 +38,9 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "cat_zero_link.toml": (b'[links.slow]\nname = "L"\nnvlink = false\np2p_latency_us = 10.0\n'
                            b'p2p_bandwidth_gbps = 0.0\nallreduce_latency_us = 30.0\n'
                            b'allreduce_busbw_gbps = 20.0\nsource = "x"\n'),
+    "cat_slow_link.toml": (b'[links.slow]\nname = "L"\nnvlink = false\np2p_latency_us = 10.0\n'
+                           b'p2p_bandwidth_gbps = 1e-300\nallreduce_latency_us = 30.0\n'
+                           b'allreduce_busbw_gbps = 20.0\nsource = "x"\n'),
     "cat_huge_gpu.toml": (b'[gpus.big]\nname = "B"\nmemory_gb = 1e300\nmemory_bandwidth_gbps = 864.0\n'
                           b'bf16_tflops = 181.0\nnvlink = false\nhost_link = "pcie4"\nsource = "x"\n'),
     "cat_zero_weight.toml": (b'[datasets.mine]\nmax_requests = 0\nmin_prompt = 16\nmax_prompt = 512\n'
@@ -106,6 +109,7 @@ CASES = [
     ["sweep", "typo.toml", "--workers", "0"],
     *[["run", "--no-write", *FAST, "--set", f"catalog={name}"]
       for name in ("cat_scalar.toml", "cat_entry_scalar.toml", "cat_prior_scalar.toml", "cat_zero_link.toml",
+                   "cat_slow_link.toml",
                    "cat_huge_gpu.toml", "cat_zero_weight.toml", "cat_nan_mu.toml")],
     *[["plan", name, "--workers", "2"] for name in ("plan_base_scalar.toml", "plan_text_number.toml",
                                                     "plan_huge_space.toml",

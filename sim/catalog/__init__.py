@@ -24,6 +24,11 @@ from psdsim.sim.numbers import finite
 # tokens): far beyond any real value, and small enough that the model's arithmetic stays finite
 # (a GPU of 1e300 GB made its KV capacity NaN).
 MAX_NUMBER = 1e12
+# The smallest memory, bandwidth or TFLOPS a GPU or link may have (GB, GB/s, TFLOPS): a thousandth,
+# i.e. 1 MB/s or 1 GFLOPS, far below any accelerator or interconnect. These are divisors of every
+# step time; a link of 1e-300 GB/s made a makespan of 1e301 s (the summary refuses such figures,
+# but the value is refused here first, where it is named).
+MIN_RATE = 1e-3
 BYTES_PER_KV_ELEMENT = 2  # KV cache in bf16/fp16, vLLM's default kv_cache_dtype="auto"
 
 
@@ -374,12 +379,13 @@ def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance:
     for key, gpu in gpus.items():
         if gpu.host_link not in links:
             raise CatalogError(f"{filename}: GPU {key!r}: host_link {gpu.host_link!r} is not a known link")
-        if gpu.memory_gb <= 0 or gpu.memory_bandwidth_gbps <= 0 or gpu.bf16_tflops <= 0:
-            raise CatalogError(f"{filename}: GPU {key!r}: memory, bandwidth and TFLOPS must be > 0")
+        if min(gpu.memory_gb, gpu.memory_bandwidth_gbps, gpu.bf16_tflops) < MIN_RATE:
+            raise CatalogError(f"{filename}: GPU {key!r}: memory, bandwidth and TFLOPS must be at least "
+                               f"{MIN_RATE:g} (GB, GB/s, TFLOPS)")
     for key, link in links.items():
-        if link.p2p_bandwidth_gbps <= 0 or link.allreduce_busbw_gbps <= 0:
+        if min(link.p2p_bandwidth_gbps, link.allreduce_busbw_gbps) < MIN_RATE:
             raise CatalogError(f"{filename}: link {key!r}: p2p_bandwidth_gbps and allreduce_busbw_gbps "
-                               "must be > 0")
+                               f"must be at least {MIN_RATE:g} GB/s")
     for key, m in models.items():
         if m.compute not in ("bf16", "fp8"):
             raise CatalogError(f"{filename}: model {key!r}: compute must be 'bf16' or 'fp8'")
