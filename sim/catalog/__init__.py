@@ -102,6 +102,7 @@ class Model:
     experts: int = 0           # MoE: routed experts per layer (0 = dense MLP)
     experts_per_token: int = 0
     moe_intermediate: int = 0
+    shared_intermediate: int = 0  # MoE: one always-active shared expert of this size, sigmoid-gated
     eagle: bool = False        # EAGLE head: fc(2h -> h) + one layer; the target's embedding/head
 
     @property
@@ -119,9 +120,17 @@ class Model:
         return 3 * self.hidden * self.moe_intermediate
 
     @property
+    def shared_expert_params(self) -> int:
+        """The shared expert of one layer (gate, up, down) and its h -> 1 gate (Qwen2-MoE)."""
+        if not self.shared_intermediate:
+            return 0
+        return 3 * self.hidden * self.shared_intermediate + self.hidden
+
+    @property
     def params_per_layer(self) -> int:
         if self.moe:
             mlp = self.experts * self.expert_params + self.hidden * self.experts  # + router
+            mlp += self.shared_expert_params
         else:
             mlp = 3 * self.hidden * self.intermediate
         return self.attention_params + mlp + 2 * self.hidden  # + two norms
@@ -393,6 +402,9 @@ def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance:
             raise CatalogError(f"{filename}: model {key!r}: layers, heads, hidden and vocab must be >= 1")
         if m.moe and not 0 < m.experts_per_token <= m.experts:
             raise CatalogError(f"{filename}: model {key!r}: experts_per_token must be in 1..experts")
+        if m.shared_intermediate and not m.moe:
+            raise CatalogError(f"{filename}: model {key!r}: shared_intermediate is for MoE models "
+                               "(experts > 0)")
     for key, e in engines.items():
         if e.kind not in ENGINE_KINDS:
             raise CatalogError(f"{filename}: engine {key!r}: kind must be one of {', '.join(ENGINE_KINDS)}")
