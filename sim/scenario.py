@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.catalog import Catalog, CatalogError, load_catalog
+from psdsim.sim.catalog.hf_config import ConfigError, derive_model, display_name, is_config_path
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.presets import preset_fields
 
@@ -78,8 +79,9 @@ class Scenario:
     catalog: str = _field("", "run", str,
                           "a TOML file of extra or overriding GPUs, links, models, datasets, priors")
     # [models]
-    target: str = _field("qwen3-32b", "models", str, "target (verifier) model, a catalog key")
-    draft: str = _field("qwen3-1.7b", "models", str, "draft model, a catalog key")
+    target: str = _field("qwen3-32b", "models", str, "target (verifier) model: a catalog key, or a "
+                         "Hugging Face config.json (or ./folder holding one)")
+    draft: str = _field("qwen3-1.7b", "models", str, "draft model: a catalog key or a config.json")
     acceptance: float | None = _field(None, "models", float,
                                       "mean per-token acceptance; absent = catalog prior",
                                       optional=True)
@@ -198,15 +200,33 @@ class Scenario:
 
 FIELDS = {f.name: f for f in fields(Scenario)}
 PATH_FIELDS = ("trace", "catalog", "profile")
+MODEL_FIELDS = ("target", "draft")   # a catalog key, or the path of a Hugging Face config.json
 
 
 def catalog_for(s: Scenario) -> Catalog:
-    """The catalog a scenario runs with: built-in, or with its `catalog` file merged over it."""
+    """The catalog a scenario runs with: built-in, or with its `catalog` file merged over it, plus
+    the models its target and draft name by a config.json path (keyed by that path)."""
     try:
-        return load_catalog(s.catalog or None)
+        cat = load_catalog(s.catalog or None)
     except CatalogError as exc:
         raise ScenarioError("catalog", str(exc), "correct that entry; the built-in sim/catalog/*.toml "
                             "show every field with its unit") from None
+    return _with_config_models(cat, s)
+
+
+def _with_config_models(cat: Catalog, s: Scenario) -> Catalog:
+    paths = {name: getattr(s, name) for name in MODEL_FIELDS}
+    paths = {name: path for name, path in paths.items() if is_config_path(path) and path not in cat.models}
+    if not paths:
+        return cat
+    models = dict(cat.models)
+    for name, path in paths.items():
+        try:
+            models[path] = derive_model(path).model
+        except ConfigError as exc:
+            where = f"{name}={display_name(path)}" + (f": {exc.key}" if exc.key else "")
+            raise ScenarioError(where, exc.problem, exc.fix) from None
+    return replace(cat, models=models)
 
 
 def field_section(name: str) -> str:
@@ -362,17 +382,24 @@ def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
                                p.name))
         if "name" not in values or preset:
             values["name"] = plain_label(p.stem)
-        for name in PATH_FIELDS:  # relative to the scenario file
-            if isinstance(values.get(name), str) and values[name]:
+        for name in PATH_FIELDS + MODEL_FIELDS:  # relative to the scenario file
+            if _is_path(name, values.get(name)):
                 values[name] = str((p.parent / values[name]).resolve())
     for text in overrides:
         name, value = parse_override(text)
-        if name in PATH_FIELDS and value:
+        if _is_path(name, value):
             value = str(Path(value).resolve())
         values[name] = value
     if method is not None:
         values["method"] = method
     return scenario_from_mapping(values, str(path) if path else "scenario")
+
+
+def _is_path(name: str, value: Any) -> bool:
+    """Whether a field's value is a path to resolve (a model field only if it names a config.json)."""
+    if name in MODEL_FIELDS:
+        return is_config_path(value)
+    return name in PATH_FIELDS and isinstance(value, str) and bool(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,8 +412,9 @@ def _need(ok: bool, name: str, problem: str, fix: str) -> None:
 
 
 def _in_catalog(name: str, value: str, table: Mapping[str, Any], what: str) -> None:
+    also = ", or the path of a Hugging Face config.json" if name in MODEL_FIELDS else ""
     _need(value in table, name, f"unknown {what} {value!r}",
-          f"use one of: {', '.join(table)} (see `psdsim catalog`)")
+          f"use one of: {', '.join(table)} (see `psdsim catalog`){also}")
 
 
 def _positive(s: Scenario, *names: str) -> None:

@@ -1,0 +1,221 @@
+"""Models from a local Hugging Face config.json: the derived entry of each catalog family equals its
+hand-written catalog entry and simulates bit-identically; a config psdsim cannot price is one
+line naming the key.
+
+The configs are written here from the catalog's own values (each catalog entry was read from the
+model's published config.json), in the shape Hugging Face writes them, realistic irrelevant keys
+included.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psdsim.sim.catalog import Model, builtin_catalog, load_catalog
+from psdsim.sim.catalog.hf_config import ConfigError, derive_model, entry_toml
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import catalog_for, load_scenario
+
+from psdsim.cli import main
+from tests.conftest import small
+
+CAT = builtin_catalog()
+DERIVABLE = sorted(k for k, m in CAT.models.items() if not m.eagle)
+AWQ = {"bits": 4, "group_size": 128, "modules_to_not_convert": None, "quant_method": "awq",
+       "version": "gemm", "zero_point": True}
+FP8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+
+
+def _common(m: Model) -> dict[str, Any]:
+    return {"_name_or_path": m.hf_id, "hidden_size": m.hidden, "intermediate_size": m.intermediate,
+            "num_attention_heads": m.heads, "num_hidden_layers": m.layers, "vocab_size": m.vocab,
+            "tie_word_embeddings": m.tie_embeddings, "attention_dropout": 0.0, "hidden_act": "silu",
+            "initializer_range": 0.02, "transformers_version": "4.51.0", "use_cache": True}
+
+
+def _qwen3(m: Model) -> dict[str, Any]:
+    cfg = {**_common(m), "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+           "attention_bias": False, "bos_token_id": 151643, "eos_token_id": 151645,
+           "head_dim": m.head_dim, "num_key_value_heads": m.kv_heads, "max_position_embeddings": 40960,
+           "max_window_layers": m.layers, "rms_norm_eps": 1e-06, "rope_scaling": None,
+           "rope_theta": 1000000, "sliding_window": None, "use_sliding_window": False,
+           "torch_dtype": "bfloat16"}
+    if m.moe:
+        cfg.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", decoder_sparse_step=1,
+                   moe_intermediate_size=m.moe_intermediate, mlp_only_layers=[], norm_topk_prob=True,
+                   num_experts=m.experts, num_experts_per_tok=m.experts_per_token,
+                   output_router_logits=False, router_aux_loss_coef=0.001)
+    return cfg
+
+
+def _llama(m: Model) -> dict[str, Any]:
+    cfg = {**_common(m), "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+           "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "head_dim": m.head_dim,
+           "attention_bias": False, "mlp_bias": False, "max_position_embeddings": 131072,
+           "num_key_value_heads": m.kv_heads, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+           "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+           "rope_theta": 500000.0, "torch_dtype": "bfloat16"}
+    if m.kv_heads == m.heads:   # LLaMA-1-era (Vicuna v1.3): MHA, no num_key_value_heads, no head_dim
+        for key in ("num_key_value_heads", "head_dim", "attention_bias", "mlp_bias", "rope_scaling"):
+            del cfg[key]
+        cfg.update(bos_token_id=1, eos_token_id=2, pad_token_id=0, max_position_embeddings=2048,
+                   max_sequence_length=2048, torch_dtype="float16", transformers_version="4.28.1")
+    return cfg
+
+
+def config_of(key: str) -> dict[str, Any]:
+    """The config.json of a catalog model, from its catalog values."""
+    m = CAT.models[key]
+    cfg = _qwen3(m) if m.qk_norm else _llama(m)
+    if m.compute == "fp8":
+        cfg["quantization_config"] = FP8
+    elif m.bytes_per_param < 2:
+        cfg.update(quantization_config=AWQ, torch_dtype="float16")
+    return cfg
+
+
+def write(folder: Path, cfg: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+@pytest.mark.parametrize("key", DERIVABLE)
+def test_derived_entry_equals_the_catalog_entry(tmp_path, key):
+    derived = derive_model(write(tmp_path / key, config_of(key)), key=key).model
+    assert replace(derived, source=CAT.models[key].source) == CAT.models[key]
+
+
+@pytest.mark.parametrize("key", ["qwen3-8b", "llama-3.1-8b", "vicuna-7b", "llama-3.3-70b-awq",
+                                 "qwen3-235b-a22b-fp8"])
+def test_a_config_path_simulates_as_the_catalog_entry(tmp_path, key):
+    path = str(write(tmp_path / key, config_of(key)))
+    draft = str(write(tmp_path / "draft", config_of("qwen3-1.7b")))
+    hardware = {"gpu": "h200"} if key == "qwen3-235b-a22b-fp8" else {}
+    by_name = simulate(small(target=key, draft="qwen3-1.7b", acceptance=0.6, **hardware)).summary
+    by_path = simulate(small(target=path, draft=draft, acceptance=0.6, **hardware)).summary
+    assert by_name["fits"] is True
+    assert json.dumps(by_path) == json.dumps(by_name)
+
+
+def test_provenance_names_the_key_of_each_field(tmp_path):
+    vicuna = derive_model(write(tmp_path / "v", config_of("vicuna-7b")))
+    assert vicuna.provenance["kv_heads"] == "num_attention_heads (no num_key_value_heads: MHA)"
+    assert vicuna.provenance["head_dim"] == "hidden_size / num_attention_heads (no head_dim)"
+    assert vicuna.provenance["layers"] == "num_hidden_layers"
+    awq = derive_model(write(tmp_path / "a", config_of("llama-3.3-70b-awq")))
+    assert "(4 + 20/128) / 8 = 0.5195" in awq.provenance["bytes_per_param"]
+    assert "W4A16" in awq.provenance["compute"]
+    moe = derive_model(write(tmp_path / "m", config_of("qwen3-235b-a22b-fp8")))
+    assert moe.provenance["experts"] == "num_experts"
+    assert "activation_scheme dynamic: W8A8" in moe.provenance["compute"]
+
+
+def test_catalog_add_prints_an_entry_that_loads_back_equal(tmp_path, capsys):
+    path = write(tmp_path / "Qwen3-14B", config_of("qwen3-14b"))
+    assert main(["catalog", "add", str(path.parent)]) == 0
+    printed = capsys.readouterr().out
+    assert '[models."qwen3-14b"]' in printed and "intermediate = 17408  # intermediate_size" in printed
+    user = tmp_path / "mine.toml"
+    user.write_text(printed)
+    loaded = load_catalog(user).models["qwen3-14b"]
+    assert replace(loaded, source=CAT.models["qwen3-14b"].source) == CAT.models["qwen3-14b"]
+    assert entry_toml(derive_model(path), "qwen3-14b") == printed
+
+
+def test_the_header_names_the_model_and_the_scenario_keeps_the_path(tmp_path, monkeypatch, capsys):
+    cfg = config_of("qwen3-8b")
+    del cfg["_name_or_path"]
+    write(tmp_path / "my-finetune", cfg)
+    (tmp_path / "run.toml").write_text('target = "my-finetune"\nacceptance = 0.6\n'
+                                       'requests = 8\noutput_len = 8\nprompt_len = 16\n')
+    # A bare word is a catalog key, not a folder: only a value with a / or ending in .json is a path.
+    with pytest.raises(Exception, match="unknown model 'my-finetune'"):
+        load_scenario(tmp_path / "run.toml")
+    (tmp_path / "run.toml").write_text('target = "./my-finetune"\nacceptance = 0.6\n'
+                                       'requests = 8\noutput_len = 8\nprompt_len = 16\n')
+    monkeypatch.chdir(tmp_path.parent)   # relative to the scenario file, not to where psdsim runs
+    s = load_scenario(tmp_path / "run.toml")
+    assert s.target == str((tmp_path / "my-finetune").resolve())
+    assert catalog_for(s).models[s.target].hf_id == "my-finetune"
+    assert main(["run", str(tmp_path / "run.toml"), "--no-write"]) == 0
+    assert "my-finetune on 4×l40s" in capsys.readouterr().out
+
+
+def test_shared_expert_moe_counts_match_the_model_cards(tmp_path):
+    # Qwen1.5-MoE-A2.7B config.json; model card: 14.3B parameters in total.
+    qwen2_moe = {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
+                 "intermediate_size": 5632, "moe_intermediate_size": 1408, "num_experts": 60,
+                 "num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632,
+                 "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 24,
+                 "vocab_size": 151936, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                 "decoder_sparse_step": 1, "use_sliding_window": False, "sliding_window": 32768,
+                 "max_window_layers": 21, "norm_topk_prob": False, "rope_theta": 1000000.0}
+    model = derive_model(write(tmp_path / "q", qwen2_moe)).model
+    assert model.shared_intermediate == 5632
+    assert model.total_params == pytest.approx(14.3e9, rel=0.01)
+    # Mixtral-8x7B config.json; model card: 46.7B parameters, experts of intermediate_size each.
+    mixtral = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+               "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+               "vocab_size": 32000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+               "sliding_window": None, "router_aux_loss_coef": 0.02, "rope_theta": 1e6}
+    model = derive_model(write(tmp_path / "x", mixtral)).model
+    assert (model.experts, model.moe_intermediate) == (8, 14336)
+    assert model.total_params == pytest.approx(46.7e9, rel=0.01)
+
+
+DROP = object()
+
+
+def _qwen8(**changes: Any) -> dict[str, Any]:
+    """Qwen3-8B's config with keys changed (DROP: removed)."""
+    cfg = config_of("qwen3-8b")
+    cfg.update(changes)
+    return {k: v for k, v in cfg.items() if v is not DROP}
+
+
+BAD = {
+    "unknown architecture": (_qwen8(architectures=["GemmaForCausalLM"]), "architectures"),
+    "unknown quant_method": (_qwen8(quantization_config={"quant_method": "bitsandbytes"}),
+                             "quantization_config.quant_method"),
+    "missing key": (_qwen8(hidden_size=DROP), "hidden_size"),
+    "DeepSeek MLA": (_qwen8(architectures=["DeepseekV3ForCausalLM"], kv_lora_rank=512), "kv_lora_rank"),
+    "unknown key": (_qwen8(num_nextn_predict_layers=1), "num_nextn_predict_layers"),
+    "sliding window": (_qwen8(use_sliding_window=True), "use_sliding_window"),
+    "3-bit GPTQ": (_qwen8(quantization_config={"quant_method": "gptq", "bits": 3, "group_size": 128}),
+                   "quantization_config.bits"),
+    "unknown quantization key": (_qwen8(quantization_config={**AWQ, "modules_in_block_to_quantize": []}),
+                                 "quantization_config.modules_in_block_to_quantize"),
+    "MoE on some layers": (config_of("qwen3-235b-a22b-fp8") | {"decoder_sparse_step": 2},
+                           "decoder_sparse_step"),
+    "wrong type": (_qwen8(num_hidden_layers="36"), "num_hidden_layers"),
+    "no dtype": (_qwen8(torch_dtype=DROP), "torch_dtype"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_config_psdsim_cannot_price_is_one_line_naming_the_key(tmp_path, capsys, case):
+    cfg, key = BAD[case]
+    path = write(tmp_path / "m", cfg)
+    with pytest.raises(ConfigError) as info:
+        derive_model(path)
+    assert info.value.key == key
+    assert main(["run", "--set", f"target={path}", "--set", "acceptance=0.6", "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"psdsim: error: target=m/config.json: {key}: ")
+    assert "Traceback" not in err and "; fix: " in err
+    assert main(["catalog", "add", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"psdsim: error: m/config.json: {key}: ")
+
+
+def test_a_missing_config_is_one_line(tmp_path, capsys):
+    assert main(["run", "--set", f"draft={tmp_path}/none.json", "--set", "acceptance=0.6", "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("psdsim: error: draft=") and "file not found" in err
