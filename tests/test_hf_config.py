@@ -174,6 +174,35 @@ def test_shared_expert_moe_counts_match_the_model_cards(tmp_path):
 DROP = object()
 
 
+def tensors(weights: dict[str, Any], inputs: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A compressed-tensors quantization_config (llm-compressor) with one scheme over every Linear."""
+    args = {"dynamic": False, "observer": "minmax", "observer_kwargs": {}, "symmetric": True,
+            "block_structure": None, "group_size": None}
+    group = {"targets": ["Linear"], "output_activations": None, "weights": {**args, **weights},
+             "input_activations": inputs and {**args, "dynamic": True, "observer": None, **inputs}}
+    return {"quant_method": "compressed-tensors", "config_groups": {"group_0": group},
+            "format": "pack-quantized", "global_compression_ratio": 1.5, "ignore": ["lm_head"],
+            "kv_cache_scheme": None, "quantization_status": "compressed", **extra}
+
+
+W4A16 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}
+FP8_BLOCK = {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}
+FP8_TOKENS = {"num_bits": 8, "type": "float", "strategy": "token"}
+
+
+@pytest.mark.parametrize(("key", "qc"), [
+    ("llama-3.3-70b-awq", tensors(W4A16)),
+    ("qwen3-235b-a22b-fp8", tensors(FP8_BLOCK, FP8_TOKENS, ignore=["lm_head", "re:.*mlp.gate$"])),
+    ("qwen3-235b-a22b-fp8", tensors({**FP8_BLOCK, "strategy": "channel", "block_structure": None},
+                                    FP8_TOKENS)),
+])
+def test_compressed_tensors_gives_the_catalog_entry_of_that_format(tmp_path, key, qc):
+    cfg = config_of(key) | {"quantization_config": qc}
+    derived = derive_model(write(tmp_path / "m", cfg), key=key).model
+    expected = CAT.models[key]
+    assert replace(derived, source=expected.source) == expected
+
+
 def _qwen8(**changes: Any) -> dict[str, Any]:
     """Qwen3-8B's config with keys changed (DROP: removed)."""
     cfg = config_of("qwen3-8b")
@@ -195,6 +224,11 @@ BAD = {
                                  "quantization_config.modules_in_block_to_quantize"),
     "MoE on some layers": (config_of("qwen3-235b-a22b-fp8") | {"decoder_sparse_step": 2},
                            "decoder_sparse_step"),
+    "INT8 activations": (_qwen8(quantization_config=tensors({**W4A16, "num_bits": 8},
+                                                            {"num_bits": 8, "type": "int"})),
+                         "quantization_config.config_groups.group_0.input_activations"),
+    "FP8 KV cache": (_qwen8(quantization_config=tensors(W4A16, kv_cache_scheme={"num_bits": 8})),
+                     "quantization_config.kv_cache_scheme"),
     "wrong type": (_qwen8(num_hidden_layers="36"), "num_hidden_layers"),
     "no dtype": (_qwen8(torch_dtype=DROP), "torch_dtype"),
 }
