@@ -127,6 +127,8 @@ def test_catalog_add_prints_an_entry_that_loads_back_equal(tmp_path, capsys):
     loaded = load_catalog(user).models["qwen3-14b"]
     assert replace(loaded, source=CAT.models["qwen3-14b"].source) == CAT.models["qwen3-14b"]
     assert entry_toml(derive_model(path), "qwen3-14b") == printed
+    # Never a silent default: every key of the file is named, as a field's source or as left out.
+    assert all(key in printed for key in config_of("qwen3-14b"))
 
 
 def test_the_header_names_the_model_and_the_scenario_keeps_the_path(tmp_path, monkeypatch, capsys):

@@ -67,7 +67,8 @@ def _add(args: argparse.Namespace) -> int:
                          "give a key without / and not ending in .json, e.g. --key my-model")
     if args.json:
         entry = {name: getattr(derived.model, name) for name in (*derived.provenance, "source")}
-        print(json.dumps({"key": key, "entry": entry, "provenance": derived.provenance}, indent=2))
+        print(json.dumps({"key": key, "entry": entry, "provenance": derived.provenance,
+                          "not_priced": derived.ignored}, indent=2))
     else:
         print(entry_toml(derived, key), end="")
     return 0

@@ -26,16 +26,17 @@ CONFIG_NAME = "config.json"
 # hardware_models_workloads.md §1.1: AWQ "about 0.52"); a derived one is rounded alike so that a
 # config.json gives the very entry the catalog holds for that checkpoint.
 BYTES_DECIMALS = 2
-SCALE_BITS = 16   # AWQ/GPTQ group scales are fp16
+SCALE_BITS = 16   # AWQ, GPTQ and compressed-tensors scales are 16-bit
 FP8_SCALE_BITS = 32   # block-wise FP8 scales are fp32
 
 # Keys read by no family that are known not to change what the cost model prices, with why.
 IRRELEVANT_KEYS: dict[str, str] = {
     **dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
                      "decoder_start_token_id"), "token ids"),
-    **dict.fromkeys(("transformers_version", "auto_map", "_attn_implementation_autoset",
-                     "use_cache", "return_dict", "output_attentions", "output_hidden_states",
-                     "output_router_logits", "torchscript", "is_decoder", "is_encoder_decoder",
+    **dict.fromkeys(("transformers_version", "auto_map", "_attn_implementation",
+                     "_attn_implementation_autoset", "use_cache", "return_dict", "output_attentions",
+                     "output_hidden_states", "output_router_logits", "torchscript", "is_decoder",
+                     "is_encoder_decoder",
                      "id2label", "label2id", "problem_type", "finetuning_task", "tokenizer_class",
                      "task_specific_params", "prefix", "pruned_heads", "chunk_size_feed_forward"),
                     "library and training bookkeeping"),
@@ -46,6 +47,15 @@ IRRELEVANT_KEYS: dict[str, str] = {
                      "pretraining_tp"), "numerics and training settings: the same matrices"),
     **dict.fromkeys(("norm_topk_prob", "router_aux_loss_coef", "router_jitter_noise"),
                     "MoE routing numerics and training loss: the same experts read"),
+}
+# Keys the checks below read to refuse what the catalog cannot price; when they pass, the entry
+# has no field for them.
+CHECKED_KEYS: dict[str, str] = {
+    **dict.fromkeys(("use_sliding_window", "sliding_window", "max_window_layers", "layer_types"),
+                    "checked: full attention on every layer"),
+    **dict.fromkeys(("attention_bias", "mlp_bias"), "checked: biases, if any, named in source"),
+    **dict.fromkeys(("decoder_sparse_step", "mlp_only_layers"), "checked: MoE on every layer"),
+    "model_type": "checked: matches architectures",
 }
 # DeepSeek-V2/V3 multi-head latent attention: low-rank K/V the catalog's attention shape cannot hold.
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
@@ -109,6 +119,7 @@ class DerivedModel:
     model: Model
     provenance: dict[str, str]
     path: Path
+    ignored: dict[str, str]   # keys of the file that set no field, and why that is safe
 
 
 def is_config_path(value: object) -> bool:
@@ -120,6 +131,8 @@ def is_config_path(value: object) -> bool:
 def display_name(path: str | Path) -> str:
     """The config's path shortened for an error line: its folder and its name."""
     p = Path(path)
+    if p.is_dir():
+        p = p / CONFIG_NAME
     return str(Path(p.parent.name) / p.name) if p.parent.name else p.name
 
 
@@ -156,12 +169,17 @@ def _read(p: Path) -> dict[str, Any]:
     return doc
 
 
-def _from_config(cfg: dict[str, Any], p: Path, key: str) -> DerivedModel:
+def _no_latent_attention(cfg: dict[str, Any]) -> None:
+    """Named before the architecture: "MLA is not expressible" says more than "unknown family"."""
     for mla in MLA_KEYS:
         if mla in cfg:
             raise ConfigError(mla, "multi-head latent attention (DeepSeek MLA) has low-rank K/V the "
                               "catalog's attention shape cannot express",
                               "no config-derived entry exists for MLA models; pick another model")
+
+
+def _from_config(cfg: dict[str, Any], p: Path, key: str) -> DerivedModel:
+    _no_latent_attention(cfg)
     arch, family = _family(cfg)
     _known_keys(cfg, family)
     _no_window(cfg, family)
@@ -191,7 +209,9 @@ def _from_config(cfg: dict[str, Any], p: Path, key: str) -> DerivedModel:
     source = f"derived by psdsim from {p}" + "".join(f"; {n}" for n in notes)
     model = Model(key=key, source=source, **values)
     _consistent(model)
-    return DerivedModel(model, prov, p)
+    left_out = {**IRRELEVANT_KEYS, **CHECKED_KEYS}
+    ignored = {name: left_out[name] for name in cfg if name in left_out}
+    return DerivedModel(model, prov, p, ignored)
 
 
 def _family(cfg: dict[str, Any]) -> tuple[str, Family]:
@@ -212,7 +232,7 @@ def _family(cfg: dict[str, Any]) -> tuple[str, Family]:
     arch = archs[0]
     if arch not in FAMILIES:
         raise ConfigError("architectures", f"{arch!r} is not a family psdsim can price",
-                          f"use one of {supported}, or write a catalog entry by hand (docs/scenario.md, "
+                          f"use one of {supported}, or write a catalog entry by hand (docs/methods.md, "
                           "Your own model)")
     family = FAMILIES[arch]
     if cfg.get("model_type", family.model_type) != family.model_type:
@@ -229,7 +249,7 @@ def _known_keys(cfg: dict[str, Any], family: Family) -> None:
             raise ConfigError(name, "not a key psdsim knows for this architecture, so it cannot tell "
                               "whether it changes the weights, KV cache or FLOPs",
                               "if it does not, delete it from a copy of the file; if it does, write a "
-                              "catalog entry by hand (docs/scenario.md, Your own model)")
+                              "catalog entry by hand (docs/methods.md, Your own model)")
 
 
 def _no_window(cfg: dict[str, Any], family: Family) -> None:
@@ -321,7 +341,7 @@ def _weight_format(cfg: dict[str, Any], hidden: int) -> tuple[Provenanced, Prove
         raise ConfigError("quantization_config", f"must be an object, got {qc!r}",
                           "give the quantization_config your quantizer wrote")
     method = qc.get("quant_method")
-    readers = {"awq": _int4_groups, "gptq": _int4_groups, "fp8": _fp8,
+    readers = {"awq": _awq_gptq, "gptq": _awq_gptq, "fp8": _fp8,
                "compressed-tensors": _compressed_tensors}
     if method not in readers:
         raise ConfigError("quantization_config.quant_method", f"{method!r} is not a weight format "
@@ -389,7 +409,7 @@ def _group_span(where: str, group: Any, hidden: int) -> tuple[int, str]:
     return (hidden, f"hidden_size {hidden} (per channel)") if group == -1 else (group, str(group))
 
 
-def _int4_groups(qc: dict[str, Any], hidden: int) -> tuple[Provenanced, Provenanced]:
+def _awq_gptq(qc: dict[str, Any], hidden: int) -> tuple[Provenanced, Provenanced]:
     """AWQ/GPTQ: `bits`-bit weights with, per group of `group_size`, a 16-bit scale and a
     `bits`-bit zero point (AWQ without zero_point: no zero), computed at the 16-bit rate (W4A16)."""
     method = qc["quant_method"]
@@ -550,13 +570,18 @@ def _consistent(model: Model) -> None:
 
 def entry_toml(derived: DerivedModel, key: str) -> str:
     """The derived entry as a `[models.KEY]` table of a user catalog file, each field commented with
-    the config key it came from (a JSON string, number or bool is also a TOML one)."""
+    the config key it came from, then the keys left out and why (a JSON string, number or bool is
+    also a TOML one)."""
     m = derived.model
     lines = [f"# Derived from {derived.path} by `psdsim catalog add`: review it, then put it in a",
-             "# catalog file named in a scenario's `catalog` field (docs/scenario.md, Your own model).",
+             "# catalog file named in a scenario's `catalog` field (docs/methods.md, Your own model).",
              f"[models.{json.dumps(key)}]"]
     for f in fields(Model):
         if f.name in derived.provenance:
             lines.append(f"{f.name} = {json.dumps(getattr(m, f.name))}  # {derived.provenance[f.name]}")
     lines.append(f"source = {json.dumps(m.source)}")
+    reasons: dict[str, list[str]] = {}
+    for name, why in derived.ignored.items():
+        reasons.setdefault(why, []).append(name)
+    lines += [f"# not priced ({why}): {', '.join(names)}" for why, names in reasons.items()]
     return "\n".join(lines) + "\n"
