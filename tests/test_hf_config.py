@@ -150,6 +150,27 @@ def test_the_header_names_the_model_and_the_scenario_keeps_the_path(tmp_path, mo
     assert "my-finetune on 4×l40s" in capsys.readouterr().out
 
 
+def test_dense_families_without_a_catalog_entry_match_their_model_cards(tmp_path):
+    # Qwen2.5-7B config.json; model card: 7.61B parameters, 6.53B non-embedding.
+    qwen2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+             "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
+             "num_hidden_layers": 28, "vocab_size": 152064, "tie_word_embeddings": False,
+             "torch_dtype": "bfloat16", "use_sliding_window": False, "sliding_window": 131072,
+             "max_window_layers": 28, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06}
+    model = derive_model(write(tmp_path / "q", qwen2)).model
+    assert model.total_params == pytest.approx(7.61e9, rel=0.01)
+    assert model.non_embedding_params == pytest.approx(6.53e9, rel=0.01)
+    assert "q/k/v projection biases not counted" in model.source
+    # Mistral-7B-v0.3 config.json (no sliding window); 7.25B parameters.
+    mistral = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+               "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+               "head_dim": 128, "num_hidden_layers": 32, "vocab_size": 32768, "sliding_window": None,
+               "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 1000000.0}
+    assert derive_model(write(tmp_path / "m", mistral)).model.total_params == pytest.approx(7.25e9, rel=0.01)
+    with pytest.raises(ConfigError, match="sliding-window"):
+        derive_model(write(tmp_path / "w", mistral | {"sliding_window": 4096}))
+
+
 def test_shared_expert_moe_counts_match_the_model_cards(tmp_path):
     # Qwen1.5-MoE-A2.7B config.json; model card: 14.3B parameters in total.
     qwen2_moe = {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
