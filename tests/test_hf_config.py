@@ -254,6 +254,7 @@ BAD = {
                      "quantization_config.kv_cache_scheme"),
     "wrong type": (_qwen8(num_hidden_layers="36"), "num_hidden_layers"),
     "no dtype": (_qwen8(torch_dtype=DROP), "torch_dtype"),
+    "two dtypes": (_qwen8(dtype="float32"), "dtype"),
 }
 
 

@@ -13,7 +13,7 @@ HELP = "list the built-in GPUs, links, models and datasets; `add CONFIG.json` de
 
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    p.add_argument("action", nargs="?", choices=["add"],
+    p.add_argument("action", nargs="?", choices=["add"], metavar="add",
                    help="add: print the catalog entry derived from CONFIG (a Hugging Face config.json, "
                         "or a folder holding one), each field commented with its config key")
     p.add_argument("config", nargs="?", metavar="CONFIG", help="the config.json (or its folder) to add")

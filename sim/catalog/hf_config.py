@@ -327,6 +327,9 @@ def _weight_format(cfg: dict[str, Any], hidden: int) -> tuple[Provenanced, Prove
     """(bytes_per_param, compute) of the non-embedding weights, each with where it came from."""
     dtype_key = "torch_dtype" if "torch_dtype" in cfg else "dtype"
     dtype = cfg.get(dtype_key)
+    if "dtype" in cfg and cfg["dtype"] != dtype:
+        raise ConfigError("dtype", f"{cfg['dtype']!r} differs from torch_dtype {dtype!r}",
+                          "keep the one dtype the weights are stored in")
     if dtype is not None and dtype not in DTYPE_BYTES:
         raise ConfigError(dtype_key, f"unknown weight dtype {dtype!r}",
                           f"use one of {', '.join(DTYPE_BYTES)}, or a quantization_config")
