@@ -215,6 +215,8 @@ def catalog_for(s: Scenario) -> Catalog:
 
 
 def _with_config_models(cat: Catalog, s: Scenario) -> Catalog:
+    """`cat` plus the model of each of target and draft naming a config.json (a catalog key that
+    looks like a path still wins); a config psdsim cannot price is an error naming the key."""
     paths = {name: getattr(s, name) for name in MODEL_FIELDS}
     paths = {name: path for name, path in paths.items() if is_config_path(path) and path not in cat.models}
     if not paths:
