@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from psdsim.sim.catalog import Model, builtin_catalog, load_catalog
 from psdsim.sim.catalog.hf_config import ConfigError, derive_model, entry_toml
+from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
 
@@ -138,7 +139,7 @@ def test_the_header_names_the_model_and_the_scenario_keeps_the_path(tmp_path, mo
     (tmp_path / "run.toml").write_text('target = "my-finetune"\nacceptance = 0.6\n'
                                        'requests = 8\noutput_len = 8\nprompt_len = 16\n')
     # A bare word is a catalog key, not a folder: only a value with a / or ending in .json is a path.
-    with pytest.raises(Exception, match="unknown model 'my-finetune'"):
+    with pytest.raises(ScenarioError, match="unknown model 'my-finetune'"):
         load_scenario(tmp_path / "run.toml")
     (tmp_path / "run.toml").write_text('target = "./my-finetune"\nacceptance = 0.6\n'
                                        'requests = 8\noutput_len = 8\nprompt_len = 16\n')
