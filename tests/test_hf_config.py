@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from psdsim.sim.catalog import Model, builtin_catalog, load_catalog
+from psdsim.sim.catalog import CatalogError, Model, builtin_catalog, load_catalog
 from psdsim.sim.catalog.hf_config import ConfigError, derive_model, entry_toml
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
@@ -225,6 +225,15 @@ def test_compressed_tensors_gives_the_catalog_entry_of_that_format(tmp_path, key
     derived = derive_model(write(tmp_path / "m", cfg), key=key).model
     expected = CAT.models[key]
     assert replace(derived, source=expected.source) == expected
+
+
+def test_a_shared_expert_on_a_dense_catalog_model_is_refused(tmp_path):
+    user = tmp_path / "mine.toml"
+    user.write_text("[models.m]\nhf_id='a'\nlayers=1\nhidden=8\nintermediate=8\nheads=1\nkv_heads=1\n"
+                    "head_dim=8\nvocab=8\ntie_embeddings=false\nqk_norm=false\nbytes_per_param=2.0\n"
+                    "source='a hand-written entry for this test'\nshared_intermediate=8\n")
+    with pytest.raises(CatalogError, match="shared_intermediate is for MoE models"):
+        load_catalog(user)
 
 
 def _qwen8(**changes: Any) -> dict[str, Any]:
