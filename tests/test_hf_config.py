@@ -195,9 +195,6 @@ def test_shared_expert_moe_counts_match_the_model_cards(tmp_path):
     assert model.total_params == pytest.approx(46.7e9, rel=0.01)
 
 
-DROP = object()
-
-
 def tensors(weights: dict[str, Any], inputs: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     """A compressed-tensors quantization_config (llm-compressor) with one scheme over every Linear."""
     args = {"dynamic": False, "observer": "minmax", "observer_kwargs": {}, "symmetric": True,
@@ -234,6 +231,9 @@ def test_a_shared_expert_on_a_dense_catalog_model_is_refused(tmp_path):
                     "source='a hand-written entry for this test'\nshared_intermediate=8\n")
     with pytest.raises(CatalogError, match="shared_intermediate is for MoE models"):
         load_catalog(user)
+
+
+DROP = object()
 
 
 def _qwen8(**changes: Any) -> dict[str, Any]:
