@@ -4,19 +4,30 @@ Everything is written into a temporary folder beside the destination and renamed
 so a results folder is either complete or absent: an interrupted run leaves nothing half-written.
 
 psdsim never deletes or overwrites what it did not write. A results folder carries a marker file
-(MARKER: the command that wrote it and the files it holds); a later run of the same command may
-replace that folder, and nothing else: an existing file, a folder holding anything the marker does
-not list, the working directory or a folder above it are refused before any work is written.
+(MARKER: the command that wrote it and the size and sha256 of each file it holds); a later run of
+the same command may replace that folder only while every file in it is one the marker lists, byte
+for byte, and every folder in it holds one of them: an existing file, a file or folder the user
+added or a file the user edited, the working directory or a folder above it are refused before any
+work is written.
+
+Each write holds a lock on its destination (output_lock) from its checks to its last rename, so
+that two psdsim processes never write one place at once; the lock file records the holder's pid
+and the mark on its staging names, which is how the next writer knows what a killed one left.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
 import os
+import re
+import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +36,11 @@ from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.plots import occupancy_png
 from psdsim.sim.scenario import scenario_to_toml
 from psdsim.sim.spill import blocks
+
+try:
+    import fcntl
+except ImportError:   # not POSIX: writes are not locked
+    fcntl = None  # type: ignore[assignment]
 
 MARKER = ".psdsim-results.json"
 # The bytes by which psdsim recognises a single file it wrote, near its start: a profile's format
@@ -115,17 +131,18 @@ def csv_parts(columns: Mapping[str, np.ndarray]) -> Iterator[str]:
         yield "\r\n".join(rows) + "\r\n"
 
 
-def write_file(path: Path, content: str | bytes) -> Path:
-    """Write one file atomically: a temporary file beside it, then a rename. Returns `path` as
-    given."""
+def write_file(path: Path, content: str | bytes, option: str = "--out") -> Path:
+    """Write one file atomically: a temporary file beside it, then a rename, under its lock
+    (output_lock; a no-op where the caller holds it). Returns `path` as given."""
     path = Path(path)
-    real = _placed(path)
-    tmp = _stage(real, content)
-    try:
-        os.replace(tmp, real)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with output_lock(path, option):
+        real = _placed(path)
+        tmp = _stage(real, content)
+        try:
+            os.replace(tmp, real)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     return path
 
 
@@ -134,22 +151,23 @@ def write_files(files: Sequence[tuple[str, Path, str | bytes]]) -> None:
     first and renamed into place only once every one is staged, so a file that cannot be written
     (a --plot folder that is a file) leaves none of them written. An OSError names its option."""
     staged: list[tuple[Path, Path]] = []
-    try:
-        for option, path, content in files:
-            if Path(path).is_dir():   # a rename over a folder fails only once others are in place
-                raise _refuse(option, Path(path), "is a folder")
-            try:
-                real = _placed(Path(path))
-                staged.append((_stage(real, content), real))
-            except OSError as exc:
-                raise ScenarioError(option, f"cannot write {str(path)!r} ({exc.strerror or exc})",
-                                    f"choose a writable file with {option} FILE") from None
-        for tmp, path in staged:
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)   # a temporary already renamed into place is gone: a no-op
-        raise
+    with output_locks([(option, Path(path)) for option, path, _ in files]):
+        try:
+            for option, path, content in files:
+                if Path(path).is_dir():   # a rename over a folder fails only once others are in place
+                    raise _refuse(option, Path(path), "is a folder")
+                try:
+                    real = _placed(Path(path))
+                    staged.append((_stage(real, content), real))
+                except OSError as exc:
+                    raise ScenarioError(option, f"cannot write {str(path)!r} ({exc.strerror or exc})",
+                                        f"choose a writable file with {option} FILE") from None
+            for tmp, path in staged:
+                os.replace(tmp, path)
+        except BaseException:
+            for tmp, _ in staged:
+                tmp.unlink(missing_ok=True)   # a temporary already renamed into place is gone: a no-op
+            raise
 
 
 def _placed(path: Path) -> Path:
@@ -161,7 +179,7 @@ def _placed(path: Path) -> Path:
 def _stage(path: Path, content: str | bytes) -> Path:
     """`content` in a temporary file beside `path` (its folder made if missing), to rename over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_staging_prefix(path), dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(content.encode("utf-8") if isinstance(content, str) else content)
@@ -170,6 +188,175 @@ def _stage(path: Path, content: str | bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(tmp)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lock on a destination, and what a killed writer left beside it
+
+# The lock of a destination NAME is the file .NAME.psdsim-lock beside it: a folder that does not
+# exist yet can hold nothing, and a lock inside a folder would go with it when it is replaced.
+LOCK_SUFFIX = ".psdsim-lock"
+# This process's mark in the names of its staging files and folders (.NAME.psdsim-MARK-XXXX). The
+# lock file records it, so the next holder of the lock knows, beyond a name that a user's file
+# could share, which entries a writer killed before it cleaned up (SIGKILL cannot be caught).
+_MARK = secrets.token_hex(6)
+
+
+@dataclass
+class _Lock:
+    """A lock this process holds: the open lock file (flock is released by the kernel when the
+    process dies, so a killed writer never blocks the next) and the folders made to hold it."""
+
+    fd: int
+    path: Path
+    made: list[Path] = field(default_factory=list)
+
+
+_HELD: dict[Path, _Lock] = {}
+
+
+def lock_file(real: Path) -> Path:
+    """The lock file of the destination `real` (a resolved path)."""
+    return real.parent / f".{real.name}{LOCK_SUFFIX}"
+
+
+def _staging_prefix(real: Path) -> str:
+    """The start of the name of a staging file or folder for `real`, beside it."""
+    return f".{real.name}.psdsim-{_MARK}-"
+
+
+@contextlib.contextmanager
+def output_lock(path: Path, option: str = "--out") -> Iterator[Path]:
+    """Hold the lock of the destination `path` (where it lands) for the block: a second psdsim
+    writing there is refused at once, naming this process. Taken before the checks and the work,
+    so that what was checked is what is replaced; held already (here or on a folder above), it is
+    not taken twice. On entry, what a killed writer of the same place left is removed."""
+    real = landing(Path(path), option)
+    if fcntl is None or any(p in _HELD for p in (real, *real.parents)):
+        yield real
+        return
+    lock = _acquire(real, Path(path), option)
+    _HELD[real] = lock
+    try:
+        yield real
+    finally:
+        del _HELD[real]
+        _release(lock)
+
+
+@contextlib.contextmanager
+def output_locks(outputs: Sequence[tuple[str, Path | None]]) -> Iterator[None]:
+    """output_lock on each (option, path) whose path is given."""
+    with contextlib.ExitStack() as stack:
+        for option, path in outputs:
+            if path is not None:
+                stack.enter_context(output_lock(path, option))
+        yield
+
+
+def _acquire(real: Path, given: Path, option: str) -> _Lock:
+    made = _make_folders(real.parent, given, option)
+    try:
+        fd = _locked_fd(lock_file(real), given, option)
+    except BaseException:
+        _remove_empty(made)
+        raise
+    try:
+        _clear_stale(real, _holder(fd).get("mark"))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "mark": _MARK}).encode() + b"\n", 0)
+    except BaseException:
+        _release(_Lock(fd, lock_file(real), made))
+        raise
+    return _Lock(fd, lock_file(real), made)
+
+
+def _locked_fd(path: Path, given: Path, option: str) -> int:
+    """The lock file opened and locked. A holder removes its lock file before letting go, so a
+    lock taken on a file no longer at `path` is dropped and taken again on the new one."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise ScenarioError(option, f"cannot write {str(given)!r} ({exc.strerror or exc})",
+                                f"choose a writable place with {option}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pid = _holder(fd).get("pid", "unknown")
+            os.close(fd)
+            raise ScenarioError(option, f"{str(given)!r} is being written by another psdsim (pid {pid})",
+                                f"wait for it to finish, or choose another {option}") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def _holder(fd: int) -> dict[str, Any]:
+    """What the lock file says of its last holder ({} for a new or unreadable one)."""
+    try:
+        doc = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _release(lock: _Lock) -> None:
+    """Remove the lock file, then let go of it (so no one locks a file about to vanish unseen),
+    and the folders made for it if nothing was written into them."""
+    with contextlib.suppress(OSError):
+        lock.path.unlink()
+    os.close(lock.fd)
+    _remove_empty(lock.made)
+
+
+def _make_folders(folder: Path, given: Path, option: str) -> list[Path]:
+    """Make `folder` and its missing parents; return those made, deepest first."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(missing)
+        raise ScenarioError(option, f"cannot write {str(given)!r} ({exc.strerror or exc})",
+                            f"choose a writable place with {option}") from None
+    return missing
+
+
+def _remove_empty(folders: Iterable[Path]) -> None:
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _clear_stale(real: Path, mark: Any) -> None:
+    """Remove the staging files and folders of the writer whose mark the lock file held: it is
+    gone (the lock was free) and left them only if it was killed. Only entries that carry its
+    mark are touched, beside `real` and, for a folder written file by file, inside it."""
+    if not isinstance(mark, str) or not re.fullmatch(r"[0-9a-f]{12}", mark):
+        return
+    stale = re.compile(rf"^\..+\.psdsim-{mark}-")
+    beside = [e for e in real.parent.iterdir() if e.name.startswith(f".{real.name}.psdsim-{mark}-")]
+    inside = [Path(top) / name for top, dirs, files in os.walk(real) for name in (*dirs, *files)
+              if stale.match(name)] if real.is_dir() and not real.is_symlink() else []
+    for entry in (*beside, *inside):
+        _remove(entry)
+
+
+def _remove(entry: Path) -> None:
+    """Remove a staging file or folder of psdsim's, whatever permissions it was left with."""
+    if entry.is_dir() and not entry.is_symlink():
+        with contextlib.suppress(OSError):
+            entry.chmod(0o700)
+        for top, dirs, _ in os.walk(entry):   # top-down: each folder opened before it is entered
+            for name in dirs:
+                with contextlib.suppress(OSError):
+                    os.chmod(os.path.join(top, name), 0o700)
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        entry.unlink(missing_ok=True)
 
 
 def summary_json(summary: Mapping[str, Any]) -> str:
@@ -191,7 +378,7 @@ def _marker(out: Path) -> dict[str, Any] | None:
         doc = json.loads((out / MARKER).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("files"), list | str) else None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("files"), list | str | dict) else None
 
 
 def landing(path: Path, option: str) -> Path:
@@ -215,7 +402,9 @@ def landing(path: Path, option: str) -> Path:
 
 def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> None:
     """Refuse (ScenarioError) unless `out_dir` is new, an empty folder, or a folder that `command`
-    wrote itself and that holds nothing else. Called before any work, so a refusal costs nothing."""
+    wrote itself and that holds nothing else: every file one its marker lists, with the size and
+    sha256 recorded when it was written, and every folder one that holds such a file. Called before
+    any work (under the destination's lock), so a refusal costs nothing."""
     given = Path(out_dir)
     out = landing(given, option)
     if _holds_working_directory(out):
@@ -224,8 +413,8 @@ def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> 
         raise _refuse(option, given, "is an existing file")
     if not out.exists():
         return
-    present = {p.relative_to(out).as_posix() for p in out.rglob("*") if not p.is_dir()}
-    if not present:
+    files, folders = _contents(out)
+    if not files and not folders:
         return
     marker = _marker(out)
     if marker is None:
@@ -235,9 +424,43 @@ def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> 
                       f"holds the results of `psdsim {marker.get('command')}`, not `{command}`")
     if marker["files"] == INCREMENTAL:
         return
-    foreign = sorted(present - set(marker["files"]) - {MARKER})
-    if foreign:
-        raise _refuse(option, given, f"holds files psdsim did not write ({', '.join(foreign[:3])})")
+    listed = marker["files"]
+    if not isinstance(listed, dict):
+        raise _refuse(option, given, "was written by an earlier psdsim whose marker records no sizes or "
+                                     "hashes, so nothing proves which of its files are psdsim's")
+    holding = {parent.as_posix() for name in listed for parent in Path(name).parents}
+    for why, names in (("files psdsim did not write", files - set(listed) - {MARKER}),
+                       ("files changed since psdsim wrote them",
+                        {n for n in files & set(listed) if not _matches(out / n, listed[n])}),
+                       ("folders psdsim did not make", {f"{n}/" for n in folders - holding})):
+        if names:
+            raise _refuse(option, given, f"holds {why} ({', '.join(sorted(names)[:3])})")
+
+
+def _contents(out: Path) -> tuple[set[str], set[str]]:
+    """The files (anything but a folder: a link to one included) and the folders under `out`, as
+    names relative to it."""
+    files: set[str] = set()
+    folders: set[str] = set()
+    for top, dirs, names in os.walk(out):
+        here = Path(top)
+        for name in dirs:
+            (files if (here / name).is_symlink() else folders).add((here / name).relative_to(out).as_posix())
+        files.update((here / name).relative_to(out).as_posix() for name in names)
+    return files, folders
+
+
+def _matches(path: Path, entry: Any) -> bool:
+    """Whether `path` is a regular file holding what the marker's `entry` recorded."""
+    if not (isinstance(entry, dict) and path.is_file() and not path.is_symlink()):
+        return False
+    if path.stat().st_size != entry.get("size"):
+        return False
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest() == entry.get("sha256")
 
 
 def check_no_clash(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path | str] = ()) -> None:
@@ -288,13 +511,14 @@ def claim_folder(out_dir: Path, command: str, option: str = "--out") -> Path:
     """Make `out_dir` a folder that `command` fills file by file (under check_results_folder's rule),
     marked so that the same command may write into it again."""
     out_dir = Path(out_dir)
-    check_results_folder(out_dir, command, option)
-    try:
-        landing(out_dir, option).mkdir(parents=True, exist_ok=True)   # no stray new/ for new/../dir
-    except OSError as exc:
-        raise ScenarioError(option, f"cannot write {str(out_dir)!r} ({exc.strerror or exc})",
-                            "choose a writable folder") from None
-    write_file(out_dir / MARKER, json.dumps({"command": command, "files": INCREMENTAL}, indent=1) + "\n")
+    with output_lock(out_dir, option) as real:
+        check_results_folder(out_dir, command, option)
+        try:
+            real.mkdir(parents=True, exist_ok=True)   # no stray new/ for new/../dir
+        except OSError as exc:
+            raise ScenarioError(option, f"cannot write {str(out_dir)!r} ({exc.strerror or exc})",
+                                "choose a writable folder") from None
+        write_file(out_dir / MARKER, json.dumps({"command": command, "files": INCREMENTAL}, indent=1) + "\n")
     return out_dir
 
 
@@ -302,35 +526,58 @@ def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, n
                  command: str, option: str = "--out") -> Path:
     """Atomically create (or replace, under check_results_folder's rule) `out_dir` holding `files`:
     text, bytes, or a table (CSV); names may have folders (`figures/a.png`). The marker file
-    records `command` and the names, so that the same command may replace the folder later."""
-    check_results_folder(out_dir, command, option)
-    out_dir = landing(out_dir, option)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    records `command` and each file's size and sha256, so that the same command may replace the
+    folder later, as long as nobody has changed it."""
+    with output_lock(out_dir, option) as out:
+        check_results_folder(out_dir, command, option)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=_staging_prefix(out), dir=out.parent))
+        try:
+            written = {name: _write_recorded(tmp / name, content) for name, content in sorted(files.items())}
+            marker = {"command": command, "files": written}
+            (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+            _follow_umask(tmp)
+            _swap_in(tmp, out)
+        except BaseException:
+            _remove(tmp)
+            raise
+    return out
+
+
+def _write_recorded(path: Path, content: str | bytes | Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Write `content` (text, bytes or a table as CSV) to `path`; return its size and sha256."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pieces: Iterable[str | bytes] = (content,) if isinstance(content, str | bytes) else csv_parts(content)
+    digest, size = hashlib.sha256(), 0
+    with path.open("wb") as fh:
+        for piece in pieces:
+            data = piece.encode("utf-8") if isinstance(piece, str) else piece
+            fh.write(data)
+            digest.update(data)
+            size += len(data)
+    return {"size": size, "sha256": digest.hexdigest()}
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Rename the staged folder `tmp` to `out`, setting aside the folder it replaces until the new
+    one is in place: a rename that fails (a read-only folder) puts the old one back and leaves
+    nothing beside it."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=_staging_prefix(out), dir=out.parent))
     try:
-        for name, content in files.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, str):
-                (tmp / name).write_text(content, encoding="utf-8")
-            elif isinstance(content, bytes):
-                (tmp / name).write_bytes(content)
-            else:
-                with (tmp / name).open("w", encoding="utf-8") as fh:
-                    fh.writelines(csv_parts(content))
-        marker = {"command": command, "files": sorted(files)}
-        (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
-        _follow_umask(tmp)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-            os.replace(out_dir, old / out_dir.name)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out_dir)
+        os.replace(out, aside / out.name)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        aside.rmdir()
         raise
-    return out_dir
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        os.replace(aside / out.name, out)
+        aside.rmdir()
+        raise
+    _remove(aside)
 
 
 def _umask() -> int:
