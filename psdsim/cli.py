@@ -17,11 +17,10 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, NoReturn
 
-from psdsim.commands.common import EXIT_BAD_INPUT, user_error
+from psdsim.commands.common import EXIT_BAD_INPUT, interrupted_exit, user_error
 
 COMMANDS = ("run", "compare", "scenario", "catalog", "theory", "paper", "calibrate", "plan", "sweep",
             "validate", "engine")
-EXIT_INTERRUPTED = 130
 _ARGPARSE_FIELD = re.compile(r"^argument ([^:]+): (.*)$")
 
 
@@ -95,9 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(_module(args.command).run(args))
     except SystemExit as exc:   # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM while writing (exit 143)
         print("psdsim: interrupted; nothing was written", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted_exit(exc)
     except BrokenPipeError:  # the reader went away (`psdsim catalog | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import check_memory
-from psdsim.sim.output.results import landing, table_csv, write_file
+from psdsim.sim.output.results import landing, output_lock, table_csv, write_file
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario
 from psdsim.studies.executors import run_local, run_ray
@@ -74,11 +74,11 @@ class Store:
     def __init__(self, out: Path) -> None:
         self.out = Path(out)
         self.runs = self.out / RUNS
-        self._lock: Any = None
 
     def claim(self, design: Design, force: bool) -> None:
-        """Check that DIR is this sweep's (or new, or `force`), take its lock, record the design.
-        The checks look where the writes land (`new/../mine` is `mine`, though `new/` is missing)."""
+        """Check that DIR is this sweep's (or new, or `force`) and record the design; the caller
+        holds DIR's lock (output_lock). The checks look where the writes land (`new/../mine` is
+        `mine`, though `new/` is missing)."""
         real = landing(self.out, "--out")
         state = real / STATE
         if state.exists():
@@ -101,29 +101,20 @@ class Store:
                 raise ScenarioError("--out", f"{str(self.out)!r} holds {', '.join(taken)}, which psdsim "
                                     "did not write and the sweep would replace",
                                     "move them, or use a new --out DIR")
+        made = [p for p in (real / RUNS, real) if not p.exists()]
         try:
             self.runs.mkdir(parents=True, exist_ok=True)
-            self._take_lock()
             write_file(state, _state_json(design, {"state": "running"}))
-        except OSError as exc:
+        except OSError as exc:   # a full disk, a read-only folder: leave no empty DIR behind
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise ScenarioError("--out", f"cannot write {str(self.out)!r} ({exc.strerror or exc})",
                                 "choose a writable folder with --out DIR") from None
         wanted = {p.run_id for p in design.runs}
         for path in self.runs.iterdir():  # temp files of a killed sweep; runs of an older design
             if path.name.startswith(".") or (_RUN_FILE.match(path.name) and path.stem not in wanted):
                 path.unlink(missing_ok=True)
-
-    def _take_lock(self) -> None:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: no lock
-            return
-        self._lock = open(self.out / ".lock", "w")  # noqa: SIM115 (held until the process ends)
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise ScenarioError("--out", f"{str(self.out)!r} is in use by another psdsim sweep",
-                                "wait for it to finish, or use another --out DIR") from None
 
     def load(self) -> dict[str, dict[str, Any]]:
         """Every finished run on disk (a damaged file is dropped and its run done again)."""
@@ -271,32 +262,33 @@ def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "l
     the table's rows (also written to out/results.csv)."""
     began = time.perf_counter()
     store = Store(out)
-    store.claim(design, force)
-    for stale in TABLES:
-        with contextlib.suppress(FileNotFoundError):
-            (store.out / stale).unlink()
-    records = store.load()
-    if retry_errors:
-        records = {k: r for k, r in records.items() if r["status"] != "error"}
-    todo = [p for p in design.runs if p.run_id not in records]
-    report = Report(store.out, len(design.points), len(design.runs), reused=len(design.runs) - len(todo))
-    done = report.reused
-    failed = sum(records[p.run_id]["status"] != "ok" for p in design.runs if p.run_id in records)
-    if progress is not None:
-        progress(done, len(design.runs), failed)
-    for i, record in _results([p.scenario for p in todo], executor, workers, ray_address):
-        record = {"run_id": todo[i].run_id, **record}
-        store.save(todo[i].run_id, record)
-        records[todo[i].run_id] = record
-        done, report.ran = done + 1, report.ran + 1
-        failed += record["status"] != "ok"
+    with output_lock(out, "--out"):   # held from the checks to the last write (a no-op if held already)
+        store.claim(design, force)
+        for stale in TABLES:
+            with contextlib.suppress(FileNotFoundError):
+                (store.out / stale).unlink()
+        records = store.load()
+        if retry_errors:
+            records = {k: r for k, r in records.items() if r["status"] != "error"}
+        todo = [p for p in design.runs if p.run_id not in records]
+        report = Report(store.out, len(design.points), len(design.runs), reused=len(design.runs) - len(todo))
+        done = report.reused
+        failed = sum(records[p.run_id]["status"] != "ok" for p in design.runs if p.run_id in records)
         if progress is not None:
             progress(done, len(design.runs), failed)
-    rows = rows_of(design, records)
-    for row in rows:
-        report.counts[row["status"]] += 1
-    report.files = write_tables(store.out, rows)
-    report.wall_s = time.perf_counter() - began
-    write_file(store.out / STATE, _state_json(design, {
-        "state": "done", "executor": executor, "workers": workers, **report.as_json()}))
-    return report, rows
+        for i, record in _results([p.scenario for p in todo], executor, workers, ray_address):
+            record = {"run_id": todo[i].run_id, **record}
+            store.save(todo[i].run_id, record)
+            records[todo[i].run_id] = record
+            done, report.ran = done + 1, report.ran + 1
+            failed += record["status"] != "ok"
+            if progress is not None:
+                progress(done, len(design.runs), failed)
+        rows = rows_of(design, records)
+        for row in rows:
+            report.counts[row["status"]] += 1
+        report.files = write_tables(store.out, rows)
+        report.wall_s = time.perf_counter() - began
+        write_file(store.out / STATE, _state_json(design, {
+            "state": "done", "executor": executor, "workers": workers, **report.as_json()}))
+        return report, rows

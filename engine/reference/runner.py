@@ -34,13 +34,19 @@ from psdsim.engine.reference.workers import (
 )
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import available_bytes
-from psdsim.sim.output.results import check_output_file, landing
+from psdsim.sim.output.results import check_output_file, landing, output_locks
 
 
 def run(cfg: EngineConfig) -> EngineResult:
     """Run the configured method over its workload; see EngineResult for what comes back."""
     cfg.check()
     check_machine(cfg)   # before any folder or process exists
+    with output_locks([("--trace-dir", cfg.trace_dir)]):   # from the check to the trace's rename
+        return _run_traced(cfg)
+
+
+def _run_traced(cfg: EngineConfig) -> EngineResult:
+    """run(), under the lock of its trace folder."""
     check_trace_dir(cfg)
     cores = sorted(os.sched_getaffinity(0))
     threads = torch.get_num_threads()

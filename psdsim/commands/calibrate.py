@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         OWN_FILE_SIGNATURES,
         check_no_clash,
         check_output_file,
+        output_locks,
         table_csv,
         write_files,
     )
@@ -80,20 +81,22 @@ def run(args: argparse.Namespace) -> int:
                          f"name it {', '.join('FILE' + t for t in PLOT_TYPES)}")
     outputs = [(option, path) for option, path in (("--out", args.out), ("--plot", args.plot),
                                                    ("--samples", args.samples)) if path is not None]
-    check_no_clash(outputs, args.traces)
-    for option, path in outputs:
-        check_output_file(path, option, (samples_header,) if option == "--samples" else OWN_FILE_SIGNATURES)
-    source = {"engine": args.engine, "engine_version": args.engine_version, "gpu": args.gpu,
-              "drafter_gpu": args.drafter_gpu, "target": args.target, "draft": args.draft,
-              "tensor_parallel_size": args.tp}
-    cal = calibrate(args.traces, preset=args.ranges, ranges=args.range_rules, timing=args.timing,
-                    source=source)
-    files: list[tuple[str, Path, str | bytes]] = [("--out", args.out, cal.profile.to_json())]
-    if args.plot:
-        files.append(("--plot", args.plot, fit_figure(cal, args.plot.suffix.lower()[1:])))
-    if args.samples:
-        files.append(("--samples", args.samples, table_csv(sample_columns(cal.samples))))
-    write_files(files)   # all or none: a --plot that cannot be written leaves no profile either
+    with output_locks(outputs):   # from the checks to the last rename
+        check_no_clash(outputs, args.traces)
+        for option, path in outputs:
+            ours = (samples_header,) if option == "--samples" else OWN_FILE_SIGNATURES
+            check_output_file(path, option, ours)
+        source = {"engine": args.engine, "engine_version": args.engine_version, "gpu": args.gpu,
+                  "drafter_gpu": args.drafter_gpu, "target": args.target, "draft": args.draft,
+                  "tensor_parallel_size": args.tp}
+        cal = calibrate(args.traces, preset=args.ranges, ranges=args.range_rules, timing=args.timing,
+                        source=source)
+        files: list[tuple[str, Path, str | bytes]] = [("--out", args.out, cal.profile.to_json())]
+        if args.plot:
+            files.append(("--plot", args.plot, fit_figure(cal, args.plot.suffix.lower()[1:])))
+        if args.samples:
+            files.append(("--samples", args.samples, table_csv(sample_columns(cal.samples))))
+        write_files(files)   # all or none: a --plot that cannot be written leaves no profile either
     if args.json:
         sys.stdout.write(cal.profile.to_json())
     else:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 # How long a run goes before the progress bar appears: shorter runs print nothing on stderr.
 PROGRESS_AFTER_S = 2.0
 BAR_WIDTH = 30
@@ -29,6 +30,12 @@ def user_error(field: str, problem: str, fix: str) -> Exception:
     from psdsim.sim.errors import ScenarioError
 
     return ScenarioError(field, problem, fix)
+
+
+def interrupted_exit(exc: KeyboardInterrupt) -> int:
+    """The exit code of an interrupted command: 130 for Ctrl-C; a SIGTERM that a write turned into
+    an exception (sim.output.results.Terminated) carries its own, 143."""
+    return int(getattr(exc, "exit_code", EXIT_INTERRUPTED))
 
 
 def add_set(p: argparse.ArgumentParser, help_text: str = SET_HELP) -> None:

@@ -60,7 +60,7 @@ def _check_each_method(s: Any, methods: Sequence[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_memory
     from psdsim.sim.output.report import format_compare, nothing_fits, ratios
-    from psdsim.sim.output.results import check_results_folder, result_files, write_folder
+    from psdsim.sim.output.results import check_results_folder, output_locks, result_files, write_folder
     from psdsim.sim.run import compare_methods
     from psdsim.sim.scenario import load_scenario, scenario_to_toml
 
@@ -69,27 +69,28 @@ def run(args: argparse.Namespace) -> int:
     _check_each_method(s, methods)
     check_memory([s] * len(methods), f"{len(methods)} methods' results kept")   # every result is kept
     out = None if args.no_write else args.out or default_out(s, "compare")
-    if out is not None:
-        check_results_folder(out, "compare")
-    progress = Progress(not args.json)
-    results = compare_methods(s, methods, progress=progress)
-    if not any(r.fits for r in results.values()):   # nothing ran: no folder, no table
-        print(f"psdsim: error: {nothing_fits(results, s)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    summaries = {m: r.summary for m, r in results.items()}
-    pairs = [(a, b) for a, b in COMPARE_PAIRS if a in methods and b in methods]
-    report = {"scenario": s.name, "summaries": summaries, "ratios": ratios(summaries, pairs)}
-    report_dir = None
-    if out is not None:
-        files: dict[str, Any] = {"compare.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
-                                 "scenario.toml": scenario_to_toml(s)}
-        for m, r in results.items():
-            files.update({f"{m}/{name}": content for name, content in result_files(r).items()})
-        report_dir = guarded_write(out, lambda: write_folder(out, files, "compare"))
-    if args.json:
-        sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
-    else:
-        print(format_compare(summaries, s, pairs))
-        if report_dir is not None:
-            print(f"\n  results: {report_dir}/")
-    return 0
+    with output_locks([("--out", out)]):   # from the check to the last rename
+        if out is not None:
+            check_results_folder(out, "compare")
+        progress = Progress(not args.json)
+        results = compare_methods(s, methods, progress=progress)
+        if not any(r.fits for r in results.values()):   # nothing ran: no folder, no table
+            print(f"psdsim: error: {nothing_fits(results, s)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        summaries = {m: r.summary for m, r in results.items()}
+        pairs = [(a, b) for a, b in COMPARE_PAIRS if a in methods and b in methods]
+        report = {"scenario": s.name, "summaries": summaries, "ratios": ratios(summaries, pairs)}
+        report_dir = None
+        if out is not None:
+            files: dict[str, Any] = {"compare.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
+                                     "scenario.toml": scenario_to_toml(s)}
+            for m, r in results.items():
+                files.update({f"{m}/{name}": content for name, content in result_files(r).items()})
+            report_dir = guarded_write(out, lambda: write_folder(out, files, "compare"))
+        if args.json:
+            sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
+        else:
+            print(format_compare(summaries, s, pairs))
+            if report_dir is not None:
+                print(f"\n  results: {report_dir}/")
+        return 0

@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_memory, estimate_bytes
     from psdsim.sim.output.report import format_paper
-    from psdsim.sim.output.results import check_results_folder, write_folder
+    from psdsim.sim.output.results import check_results_folder, output_lock, write_folder
     from psdsim.sim.presets import PRESETS
     from psdsim.sim.scenario import load_scenario, parse_override, scenario_to_toml
     from psdsim.studies.paper import figures, grid, improvements, run_grid, table
@@ -62,29 +62,30 @@ def run(args: argparse.Namespace) -> int:
                              "runs one point)")
     preset = PRESETS[args.preset]
     out = args.out or default_out(base, "paper" + ("-quick" if args.quick else ""))
-    check_results_folder(out, "paper")
-    runs = grid(args.preset, base, args.quick)
-    largest = max(runs, key=estimate_bytes)
-    check_memory([largest] * min(args.workers, len(runs)), f"{args.workers} runs at once")
-    progress = Progress(not args.json)
-    rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f),
-                    repeats=args.repeats)
-    if not any(r["fits"] for r in rows):   # nothing to show: no folder, as run and plan
-        first = rows[0]
-        raise user_error("paper", f"no run of the grid fits ({len(rows)} runs; the first, {first['method']}: "
-                                  f"{first['infeasible_reason']})",
-                         "change the field the reason names with --set (give the GPUs more KV room)")
-    gains = improvements(rows)
-    infeasible = sorted({f"{r['method']}: {r['infeasible_reason']}" for r in rows if not r["fits"]})
-    title = f"{args.preset}: {preset.title}" + (" (quick)" if args.quick else "")
-    report = {"preset": args.preset, "title": preset.title, "quick": args.quick, "repeats": args.repeats,
-              "note": preset.note, "improvements": gains, "infeasible": infeasible}
-    files: dict[str, Any] = {"paper.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
-                             "results.csv": table(rows), "scenario.toml": scenario_to_toml(base),
-                             **figures(rows, title)}
-    folder = guarded_write(out, lambda: write_folder(out, files, "paper"))
-    if args.json:
-        print(json.dumps(report, indent=2, allow_nan=False))
-    else:
-        print(format_paper(title, len(runs), preset.note, gains, infeasible, folder, args.repeats))
-    return 0
+    with output_lock(out):   # from the check to the last rename
+        check_results_folder(out, "paper")
+        runs = grid(args.preset, base, args.quick)
+        largest = max(runs, key=estimate_bytes)
+        check_memory([largest] * min(args.workers, len(runs)), f"{args.workers} runs at once")
+        progress = Progress(not args.json)
+        rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f),
+                        repeats=args.repeats)
+        if not any(r["fits"] for r in rows):   # nothing to show: no folder, as run and plan
+            first = rows[0]
+            raise user_error("paper", f"no run of the grid fits ({len(rows)} runs; the first, "
+                                      f"{first['method']}: {first['infeasible_reason']})",
+                             "change the field the reason names with --set (give the GPUs more KV room)")
+        gains = improvements(rows)
+        infeasible = sorted({f"{r['method']}: {r['infeasible_reason']}" for r in rows if not r["fits"]})
+        title = f"{args.preset}: {preset.title}" + (" (quick)" if args.quick else "")
+        report = {"preset": args.preset, "title": preset.title, "quick": args.quick, "repeats": args.repeats,
+                  "note": preset.note, "improvements": gains, "infeasible": infeasible}
+        files: dict[str, Any] = {"paper.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
+                                 "results.csv": table(rows), "scenario.toml": scenario_to_toml(base),
+                                 **figures(rows, title)}
+        folder = guarded_write(out, lambda: write_folder(out, files, "paper"))
+        if args.json:
+            print(json.dumps(report, indent=2, allow_nan=False))
+        else:
+            print(format_paper(title, len(runs), preset.note, gains, infeasible, folder, args.repeats))
+        return 0

@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.output.results import check_results_folder, write_folder
+    from psdsim.sim.output.results import check_results_folder, output_lock, write_folder
     from psdsim.studies.plan import load_plan
     from psdsim.studies.plan_report import plan_figures, plan_lines, plan_table
     from psdsim.studies.plan_verdict import run_plan
@@ -38,26 +38,27 @@ def run(args: argparse.Namespace) -> int:
     check_workers(args.workers)
     spec = load_plan(args.plan, args.overrides)
     out = args.out or study_out("plan", args.plan, spec.base.digest())
-    check_results_folder(out, "plan")
-    progress = Progress(not args.json)
-    result = run_plan(spec, args.workers, lambda f: progress("plan", f))
-    if not any(r["max_rate_req_s"] for r in result.rows):   # nothing sustains a rate: no folder
-        first = result.rows[0]["limit"] if result.rows else "every configuration is invalid"
-        raise user_error("plan", f"no configuration meets the objectives at any rate tried "
-                                 f"({len(result.rows)} tried; the first: {first})",
-                         "relax the [slo] objectives, or widen the [space] (GPUs with more memory, "
-                         "tensor_parallel_size, smaller models)")
-    report = {"rows": result.rows, "pareto": result.front, "verdicts": result.verdicts,
-              "invalid": [{"config": c, "error": e} for c, e in result.invalid]}
-    text = json.dumps(report, indent=2, allow_nan=False) + "\n"
-    files: dict[str, Any] = {"plan.json": text, "plan.csv": plan_table(result.rows),
-                             "plan.toml": args.plan.read_text(encoding="utf-8")}
-    if not args.no_figures:
-        files.update({f"figures/{name}": data for name, data in plan_figures(result).items()})
-    folder = guarded_write(out, lambda: write_folder(out, files, "plan"))
-    if args.json:
-        sys.stdout.write(text)
-    else:
-        print("\n".join(plan_lines(result)))
-        print(f"\n  results: {folder}/")
-    return 0
+    with output_lock(out):   # from the check to the last rename
+        check_results_folder(out, "plan")
+        progress = Progress(not args.json)
+        result = run_plan(spec, args.workers, lambda f: progress("plan", f))
+        if not any(r["max_rate_req_s"] for r in result.rows):   # nothing sustains a rate: no folder
+            first = result.rows[0]["limit"] if result.rows else "every configuration is invalid"
+            raise user_error("plan", f"no configuration meets the objectives at any rate tried "
+                                     f"({len(result.rows)} tried; the first: {first})",
+                             "relax the [slo] objectives, or widen the [space] (GPUs with more memory, "
+                             "tensor_parallel_size, smaller models)")
+        report = {"rows": result.rows, "pareto": result.front, "verdicts": result.verdicts,
+                  "invalid": [{"config": c, "error": e} for c, e in result.invalid]}
+        text = json.dumps(report, indent=2, allow_nan=False) + "\n"
+        files: dict[str, Any] = {"plan.json": text, "plan.csv": plan_table(result.rows),
+                                 "plan.toml": args.plan.read_text(encoding="utf-8")}
+        if not args.no_figures:
+            files.update({f"figures/{name}": data for name, data in plan_figures(result).items()})
+        folder = guarded_write(out, lambda: write_folder(out, files, "plan"))
+        if args.json:
+            sys.stdout.write(text)
+        else:
+            print("\n".join(plan_lines(result)))
+            print(f"\n  results: {folder}/")
+        return 0

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from psdsim.commands.common import (
     EXIT_BAD_INPUT,
@@ -35,6 +36,22 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_memory
+    from psdsim.sim.output.results import output_locks
+    from psdsim.sim.scenario import load_scenario
+
+    s = load_scenario(args.scenario, overrides(args), args.method, args.preset)
+    # before anything is allocated: refuse what the machine cannot hold (a trace keeps every slice)
+    check_memory([s], traced=args.trace is not None)
+    trace = args.trace
+    if trace is not None and not trace.parent.is_dir():  # checked first: a typo costs no run
+        raise user_error("--trace", f"cannot write {str(trace)!r} (no folder {str(trace.parent)!r})",
+                         "choose a file in an existing folder with --trace FILE")
+    out = None if args.no_write else args.out or default_out(s, s.method)
+    with output_locks([("--trace", trace), ("--out", out)]):   # from the checks to the last rename
+        return _simulate_and_write(args, s, trace, out)
+
+
+def _simulate_and_write(args: argparse.Namespace, s: Any, trace: Path | None, out: Path | None) -> int:
     from psdsim.sim.output.report import format_run, nothing_fits
     from psdsim.sim.output.results import (
         check_no_clash,
@@ -45,18 +62,10 @@ def run(args: argparse.Namespace) -> int:
     )
     from psdsim.sim.output.timeline import write_trace
     from psdsim.sim.run import simulate
-    from psdsim.sim.scenario import PATH_FIELDS, load_scenario
+    from psdsim.sim.scenario import PATH_FIELDS
 
-    s = load_scenario(args.scenario, overrides(args), args.method, args.preset)
-    # before anything is allocated: refuse what the machine cannot hold (a trace keeps every slice)
-    check_memory([s], traced=args.trace is not None)
-    trace = args.trace
-    if trace is not None and not trace.parent.is_dir():  # checked first: a typo costs no run
-        raise user_error("--trace", f"cannot write {str(trace)!r} (no folder {str(trace.parent)!r})",
-                         "choose a file in an existing folder with --trace FILE")
     if trace is not None:
         check_output_file(trace, "--trace")
-    out = None if args.no_write else args.out or default_out(s, s.method)
     if out is not None:
         check_results_folder(out, "run")
     check_no_clash([(flag, path) for flag, path in (("--trace", trace), ("--out", out)) if path is not None])

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsim.commands.common import check_workers, study_out, user_error
+from psdsim.commands.common import check_workers, guarded_write, interrupted_exit, study_out, user_error
 
 HELP = "run a grid or sampled design of scenarios into one table (parallel, resumable)"
 EXIT_ALL_FAILED = 1
@@ -90,7 +90,7 @@ def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: st
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.output.results import landing
+    from psdsim.sim.output.results import landing, output_lock
     from psdsim.studies.executors import WorkerDied, require_ray
     from psdsim.studies.sweep import RUNS, run_sweep
     from psdsim.studies.sweep_design import load_design
@@ -116,18 +116,19 @@ def run(args: argparse.Namespace) -> int:
                   f"distinct runs over {', '.join(design.swept) or 'nothing'} (dry run: nothing written)")
         return 0
     progress = _Progress(not args.json)
-    try:
-        report, rows = run_sweep(design, out, workers=args.workers, executor=args.executor,
-                                 ray_address=args.ray_address, force=args.force,
-                                 retry_errors=args.retry_errors, progress=progress)
-    except (KeyboardInterrupt, WorkerDied) as exc:
-        kept = len(list((out / RUNS).glob("*.json")))
-        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
-        print(f"\npsdsim: {why}; {kept} finished runs are kept in {out / RUNS}/ — run the same command "
-              "to resume", file=sys.stderr)
-        return 130 if isinstance(exc, KeyboardInterrupt) else EXIT_ALL_FAILED
-    if not args.no_figures:
-        report.files += _figures(out, rows, design.swept, args.metric)
+    with output_lock(out):   # the figures too: no other psdsim writes DIR until they are in place
+        try:
+            report, rows = guarded_write(out, lambda: run_sweep(
+                design, out, workers=args.workers, executor=args.executor, ray_address=args.ray_address,
+                force=args.force, retry_errors=args.retry_errors, progress=progress))
+        except (KeyboardInterrupt, WorkerDied) as exc:
+            kept = len(list((out / RUNS).glob("*.json")))
+            why = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
+            print(f"\npsdsim: {why}; {kept} finished runs are kept in {out / RUNS}/ — run the same "
+                  "command to resume", file=sys.stderr)
+            return interrupted_exit(exc) if isinstance(exc, KeyboardInterrupt) else EXIT_ALL_FAILED
+        if not args.no_figures:
+            report.files += guarded_write(out, lambda: _figures(out, rows, design.swept, args.metric))
     doc = report.as_json()
     if args.json:
         print(json.dumps(doc, indent=2))

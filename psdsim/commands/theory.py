@@ -92,7 +92,7 @@ def theory_model(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.output.results import check_output_file
+    from psdsim.sim.output.results import check_output_file, output_locks
     from psdsim.sim.scenario import load_scenario
     from psdsim.studies.theory_bridge import bridge, scenario_tail
     from psdsim.studies.theory_report import (
@@ -146,10 +146,12 @@ def run(args: argparse.Namespace) -> int:
             if args.plot.exists() and not args.plot.is_dir():
                 raise user_error("--plot", f"{str(args.plot)!r} is a file; --plot takes a folder",
                                  "give a folder (new or existing) with --plot DIR")
-            for name in THEORY_FIGURES:   # the folder may be the user's: replace only our own figures
-                check_output_file(args.plot / name, "--plot")
-            paths = guarded_write(args.plot, lambda: plot_theory(m, args.plot), "--plot",
-                                  "choose a writable folder with --plot DIR")
+            figures = [("--plot", args.plot / name) for name in THEORY_FIGURES]
+            with output_locks(figures):   # from the checks to the last rename
+                for _, path in figures:   # the folder may be the user's: replace only our own figures
+                    check_output_file(path, "--plot")
+                paths = guarded_write(args.plot, lambda: plot_theory(m, args.plot), "--plot",
+                                      "choose a writable folder with --plot DIR")
             doc["figures"] = [str(p) for p in paths]
             lines += ["", "figures: " + ", ".join(str(p) for p in paths)]
     if args.json:

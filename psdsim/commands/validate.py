@@ -197,19 +197,22 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
     except VllmUnavailable as exc:
         raise user_error("--engine", str(exc),
                          "install vLLM as described, or use --engine reference") from None
-    from psdsim.sim.output.results import claim_folder
+    from psdsim.sim.output.results import claim_folder, output_lock
 
-    claim_folder(cfg.out, "validate")
+    with output_lock(cfg.out):   # from the check to the last file written
+        claim_folder(cfg.out, "validate")
+        from psdsim.engine.validate.vllm import run_validate
+        from psdsim.engine.vllm.__main__ import stdout_to_stderr
+        from psdsim.engine.vllm.config import EngineConfigError, TinySpec, VllmConfig
+
+        try:
+            with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report's place
+                report = run_validate(cfg, log=_logger(args.json))
+        except EngineConfigError as exc:   # a model it cannot load or build
+            raise engine_error(exc, _names(VllmConfig), _names(TinySpec)) from None
     from psdsim.engine.validate.reference import report_json
-    from psdsim.engine.validate.vllm import run_validate, table_lines
-    from psdsim.engine.vllm.__main__ import stdout_to_stderr
-    from psdsim.engine.vllm.config import EngineConfigError, TinySpec, VllmConfig
+    from psdsim.engine.validate.vllm import table_lines
 
-    try:
-        with stdout_to_stderr(True):   # vLLM's engine processes log to stdout: the report goes there alone
-            report = run_validate(cfg, log=_logger(args.json))
-    except EngineConfigError as exc:   # a model it cannot load or build
-        raise engine_error(exc, _names(VllmConfig), _names(TinySpec)) from None
     if args.json:
         sys.stdout.write(report_json(report))
         return 0
@@ -256,23 +259,25 @@ def run_traces(args: argparse.Namespace) -> int:
         check_output_file,
         check_results_folder,
         claim_folder,
+        output_locks,
         write_files,
     )
 
     bounds = parse_max_errors(args.max_error)
     out = args.out or Path("results") / "validate-traces"
-    check_results_folder(out, "validate")
-    # neither output over a trace folder, nor the JUnit file inside the results folder (over its report)
-    check_no_clash([("--out", out), *([("--junit", args.junit)] if args.junit is not None else [])],
-                   args.traces)
-    if args.junit is not None:
-        check_output_file(args.junit, "--junit")
-    report, files = validate_traces(args.traces, out, log=_logger(args.json))
-    report["gate"] = check(report["rows"], bounds)
-    files["validate.json"] = report_json(report)
-    claim_folder(out, "validate")
-    write_files([*(("--out", out / name, content) for name, content in files.items()),
-                 *([("--junit", args.junit, junit_xml(report))] if args.junit is not None else [])])
+    with output_locks([("--out", out), ("--junit", args.junit)]):   # from the checks to the last rename
+        check_results_folder(out, "validate")
+        # neither output over a trace folder, nor the JUnit file inside the results folder (over its report)
+        check_no_clash([("--out", out), *([("--junit", args.junit)] if args.junit is not None else [])],
+                       args.traces)
+        if args.junit is not None:
+            check_output_file(args.junit, "--junit")
+        report, files = validate_traces(args.traces, out, log=_logger(args.json))
+        report["gate"] = check(report["rows"], bounds)
+        files["validate.json"] = report_json(report)
+        claim_folder(out, "validate")
+        write_files([*(("--out", out / name, content) for name, content in files.items()),
+                     *([("--junit", args.junit, junit_xml(report))] if args.junit is not None else [])])
     if args.json:
         sys.stdout.write(report_json(report))
     else:
@@ -297,19 +302,19 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         return cmd_validate_vllm(args)
     cfg = validate_config(args)
-    from psdsim.sim.output.results import check_results_folder
+    from psdsim.sim.output.results import check_results_folder, claim_folder, output_lock
 
-    check_results_folder(cfg.out, "validate")  # before anything else: a refusal costs nothing
-    if importlib.util.find_spec("torch") is None:
-        raise user_error("--engine", "the reference engine needs PyTorch",
-                         "pip install 'psdsim[engine]' (CPU only: pip install torch==2.13.0)")
-    from psdsim.sim.output.results import claim_folder
+    with output_lock(cfg.out):   # from the check to the last file written
+        check_results_folder(cfg.out, "validate")  # before anything else: a refusal costs nothing
+        if importlib.util.find_spec("torch") is None:
+            raise user_error("--engine", "the reference engine needs PyTorch",
+                             "pip install 'psdsim[engine]' (CPU only: pip install torch==2.13.0)")
+        claim_folder(cfg.out, "validate")
+        from psdsim.engine.validate.reference import report_json, run_validate
 
-    claim_folder(cfg.out, "validate")
-    from psdsim.engine.validate.reference import report_json, run_validate
+        report = run_validate(cfg, log=_logger(args.json))
     from psdsim.engine.validate.report import table_lines
 
-    report = run_validate(cfg, log=_logger(args.json))
     if args.json:
         sys.stdout.write(report_json(report))
         return 0

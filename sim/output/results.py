@@ -25,7 +25,9 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,23 +237,59 @@ def output_lock(path: Path, option: str = "--out") -> Iterator[Path]:
     if fcntl is None or any(p in _HELD for p in (real, *real.parents)):
         yield real
         return
-    lock = _acquire(real, Path(path), option)
-    _HELD[real] = lock
-    try:
-        yield real
-    finally:
-        del _HELD[real]
-        _release(lock)
+    with _sigterm_raises():
+        lock = _acquire(real, Path(path), option)
+        _HELD[real] = lock
+        try:
+            yield real
+        finally:
+            del _HELD[real]
+            _release(lock)
 
 
 @contextlib.contextmanager
 def output_locks(outputs: Sequence[tuple[str, Path | None]]) -> Iterator[None]:
-    """output_lock on each (option, path) whose path is given."""
+    """output_lock on each (option, path) whose path is given, outermost first: an output inside
+    another's folder is then covered by that folder's lock, and no lock file lands in a results
+    folder."""
+    given = [(option, Path(path)) for option, path in outputs if path is not None]
+    depth = {path: len(landing(path, option).parts) for option, path in given}
     with contextlib.ExitStack() as stack:
-        for option, path in outputs:
-            if path is not None:
-                stack.enter_context(output_lock(path, option))
+        for option, path in sorted(given, key=lambda item: depth[item[1]]):
+            stack.enter_context(output_lock(path, option))
         yield
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while psdsim writes, raised where the process is, as Ctrl-C raises
+    KeyboardInterrupt: the staging is removed and the lock let go on the way out, and the CLI
+    exits with SIGTERM's conventional code."""
+
+    exit_code = 143
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the first lock is held, SIGTERM raises Terminated in this process (only the main
+    thread may set a handler; a lock taken inside another one leaves it as it is)."""
+    if _HELD or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+
+    def terminate(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:   # a worker forked meanwhile: die as SIGTERM would have it
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _acquire(real: Path, given: Path, option: str) -> _Lock:
