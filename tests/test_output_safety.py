@@ -7,9 +7,15 @@ A results folder a command wrote itself may be replaced by the same command, and
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -346,3 +352,146 @@ def test_a_path_through_a_missing_folder_leaves_no_stray_folder(capsys, tmp_path
     write_trace(tmp_path / "m.jsonl", bundles=3)
     assert main(argv) == 0
     assert not (tmp_path / "new").exists() and (tmp_path / argv[-1].removeprefix("new/../")).exists()
+
+
+# Two writers, killed writers, forged markers: every write holds its destination's lock from its
+# checks to its last rename, and replaces only what the marker proves psdsim wrote.
+
+HOLD = """
+import sys, tempfile
+from pathlib import Path
+from psdsim.sim.output.results import _staging_prefix, output_lock
+with output_lock(Path(sys.argv[1])) as real:
+    if len(sys.argv) > 2:   # leave what a writer killed in the middle of its rename would
+        staged = Path(tempfile.mkdtemp(prefix=_staging_prefix(real), dir=real.parent))
+        (staged / "summary.json").write_text("half")
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def _held_elsewhere(path: str, *extra: str) -> Iterator[subprocess.Popen]:
+    """The lock of `path` held by another process (which may leave staging behind)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, path, *extra], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("argv", [["run", *FAST, "--out", "SAME"],
+                                  ["calibrate", "m.jsonl", "--out", "SAME"],
+                                  ["sweep", str(PLAN.with_name("sweep.toml")), "--out", "SAME"]])
+def test_a_second_writer_is_refused_at_once_naming_the_first(capsys, tmp_path, monkeypatch, argv):
+    from tests.test_calibration_minedraft import write_trace
+
+    write_trace(tmp_path / "m.jsonl", bundles=3)
+    monkeypatch.setattr("psdsim.sim.run.simulate", lambda *a, **k: pytest.fail("worked before refusing"))
+    with _held_elsewhere("SAME") as holder:
+        err = _refused(capsys, argv)
+        assert f"'SAME' is being written by another psdsim (pid {holder.pid})" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.jsonl"]   # its lock file gone with it
+
+
+def test_a_lock_left_by_a_killed_writer_is_taken_and_its_staging_removed(capsys, tmp_path):
+    decoys = [tmp_path / ".R.psdsim-0123456789ab-mine", tmp_path / ".R.backup"]   # the user's
+    for decoy in decoys:
+        decoy.mkdir()
+    with _held_elsewhere("R", "stage") as holder:
+        assert len(list(tmp_path.glob(".R.psdsim-*-*"))) == 2
+        holder.kill()
+        holder.wait()
+    assert (tmp_path / ".R.psdsim-lock").exists()   # SIGKILL: nothing could clean up
+    assert main(["run", *FAST, "--out", "R"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["R", *(d.name for d in decoys)])
+
+
+SIGTERMED = """
+import sys, time
+from psdsim.sim.output import results
+from psdsim.cli import main
+def staged(folder):   # the files are in the staging folder; the rename is next
+    print("staged", flush=True)
+    time.sleep(60)
+results._follow_umask = staged
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name != "posix", reason="POSIX signals")
+def test_sigterm_while_writing_leaves_nothing(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERMED, "run", *FAST, "--out", "R"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "staged"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.strip() == "psdsim: interrupted; nothing was written"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("files", "why"), [
+    (["important.txt"], "records no sizes or hashes"),   # an earlier psdsim's marker, or a forged one
+    ({"important.txt": {"size": 5, "sha256": "0" * 64}}, "changed since psdsim wrote them (important.txt)")])
+def test_a_forged_marker_deletes_nothing(capsys, tmp_path, files, why):
+    (tmp_path / "F").mkdir()
+    (tmp_path / "F" / "important.txt").write_text("mine\n")
+    (tmp_path / "F" / MARKER).write_text(json.dumps({"command": "run", "files": files}))
+    before = _snapshot(tmp_path)
+    assert why in _refused(capsys, ["run", *FAST, "--out", "F"])
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_results_file_the_user_edited_is_kept(capsys, tmp_path):
+    assert main(["run", *FAST, "--out", "res"]) == 0
+    summary = tmp_path / "res" / "summary.json"
+    summary.write_text(summary.read_text().replace('"k": 3', '"k": 3, "note": "mine"'))
+    before = _snapshot(tmp_path)
+    capsys.readouterr()
+    err = _refused(capsys, ["run", *FAST, "--out", "res"])
+    assert "changed since psdsim wrote them (summary.json)" in err
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_folder_the_user_made_in_a_results_folder_is_kept(capsys, tmp_path):
+    assert main(["compare", *FAST, "--out", "res"]) == 0   # its own sub-folders (psd/, sd/) are fine
+    (tmp_path / "res" / "notes").mkdir()
+    capsys.readouterr()
+    err = _refused(capsys, ["compare", *FAST, "--out", "res"])
+    assert "folders psdsim did not make (notes/)" in err and (tmp_path / "res" / "notes").is_dir()
+
+
+@pytest.mark.parametrize("failing", [1, 2])   # setting the old folder aside; putting the new one in
+def test_a_failed_swap_keeps_the_old_results_and_leaves_nothing(capsys, tmp_path, monkeypatch, failing):
+    from psdsim.sim.output import results
+
+    assert main(["run", *FAST, "--out", "R"]) == 0
+    before = _snapshot(tmp_path)
+    calls, replace = [], os.replace
+
+    def read_only(src, dst):   # what a read-only --out or a umask of 777 gives a rename
+        calls.append(src)
+        if len(calls) == failing:
+            raise PermissionError(13, "Permission denied")
+        return replace(src, dst)
+
+    monkeypatch.setattr(results.os, "replace", read_only)
+    capsys.readouterr()
+    err = _refused(capsys, ["run", *FAST, "--set", "k=2", "--out", "R"])
+    assert "cannot write 'R' (Permission denied)" in err
+    assert _snapshot(tmp_path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["R"]   # no .R.old.XXXX, no staging
+
+
+def test_sweep_on_a_full_disk_leaves_no_empty_folder(capsys, tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("psdsim.studies.sweep.write_file", full)
+    err = _refused(capsys, ["sweep", str(PLAN.with_name("sweep.toml")), "--out", "new/sw"])
+    assert "No space left on device" in err
+    assert list(tmp_path.iterdir()) == []

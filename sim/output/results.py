@@ -314,7 +314,8 @@ def _locked_fd(path: Path, given: Path, option: str) -> int:
     lock taken on a file no longer at `path` is dropped and taken again on the new one."""
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            # O_NOFOLLOW: a link put in its place never makes psdsim write over what it points to
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
         except OSError as exc:
             raise ScenarioError(option, f"cannot write {str(given)!r} ({exc.strerror or exc})",
                                 f"choose a writable place with {option}") from None
@@ -326,7 +327,7 @@ def _locked_fd(path: Path, given: Path, option: str) -> int:
             raise ScenarioError(option, f"{str(given)!r} is being written by another psdsim (pid {pid})",
                                 f"wait for it to finish, or choose another {option}") from None
         try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
                 return fd
         except FileNotFoundError:
             pass
@@ -394,7 +395,8 @@ def _remove(entry: Path) -> None:
                     os.chmod(os.path.join(top, name), 0o700)
         shutil.rmtree(entry, ignore_errors=True)
     else:
-        entry.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            entry.unlink()
 
 
 def summary_json(summary: Mapping[str, Any]) -> str:
@@ -495,9 +497,12 @@ def _matches(path: Path, entry: Any) -> bool:
     if path.stat().st_size != entry.get("size"):
         return False
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
+    try:
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:   # unreadable: nothing proves it is psdsim's
+        return False
     return digest.hexdigest() == entry.get("sha256")
 
 
