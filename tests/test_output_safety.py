@@ -362,9 +362,12 @@ import sys, tempfile
 from pathlib import Path
 from psdsim.sim.output.results import _staging_prefix, output_lock
 with output_lock(Path(sys.argv[1])) as real:
-    if len(sys.argv) > 2:   # leave what a writer killed in the middle of its rename would
+    if sys.argv[2:] == ["beside"]:   # what a writer killed in the middle of its rename leaves
         staged = Path(tempfile.mkdtemp(prefix=_staging_prefix(real), dir=real.parent))
         (staged / "summary.json").write_text("half")
+    elif sys.argv[2:] == ["inside"]:   # ... and one filling its folder file by file (validate)
+        real.mkdir()
+        tempfile.mkstemp(prefix=_staging_prefix(real / "validate.json"), dir=real)
     print("held", flush=True)
     sys.stdin.read()
 """
@@ -402,13 +405,24 @@ def test_a_lock_left_by_a_killed_writer_is_taken_and_its_staging_removed(capsys,
     decoys = [tmp_path / ".R.psdsim-0123456789ab-mine", tmp_path / ".R.backup"]   # the user's
     for decoy in decoys:
         decoy.mkdir()
-    with _held_elsewhere("R", "stage") as holder:
+    with _held_elsewhere("R", "beside") as holder:
         assert len(list(tmp_path.glob(".R.psdsim-*-*"))) == 2
         holder.kill()
         holder.wait()
     assert (tmp_path / ".R.psdsim-lock").exists()   # SIGKILL: nothing could clean up
     assert main(["run", *FAST, "--out", "R"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["R", *(d.name for d in decoys)])
+
+
+def test_a_killed_writers_staging_inside_its_folder_is_removed(tmp_path):
+    from psdsim.sim.output.results import claim_folder
+
+    with _held_elsewhere("V", "inside") as holder:
+        assert [p.name.startswith(".validate.json.psdsim-") for p in (tmp_path / "V").iterdir()] == [True]
+        holder.kill()
+        holder.wait()
+    claim_folder(Path("V"), "validate")   # refused, were the staged file taken for the user's
+    assert sorted(p.name for p in (tmp_path / "V").iterdir()) == [MARKER]
 
 
 SIGTERMED = """

@@ -299,14 +299,15 @@ def _acquire(real: Path, given: Path, option: str) -> _Lock:
     except BaseException:
         _remove_empty(made)
         raise
+    lock = _Lock(fd, lock_file(real), made)
     try:
         _clear_stale(real, _holder(fd).get("mark"))
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "mark": _MARK}).encode() + b"\n", 0)
     except BaseException:
-        _release(_Lock(fd, lock_file(real), made))
+        _release(lock)
         raise
-    return _Lock(fd, lock_file(real), made)
+    return lock
 
 
 def _locked_fd(path: Path, given: Path, option: str) -> int:
@@ -373,7 +374,8 @@ def _remove_empty(folders: Iterable[Path]) -> None:
 def _clear_stale(real: Path, mark: Any) -> None:
     """Remove the staging files and folders of the writer whose mark the lock file held: it is
     gone (the lock was free) and left them only if it was killed. Only entries that carry its
-    mark are touched, beside `real` and, for a folder written file by file, inside it."""
+    mark are touched: beside `real`, and inside it (where a folder written file by file, as
+    validate's and sweep's are, stages its files)."""
     if not isinstance(mark, str) or not re.fullmatch(r"[0-9a-f]{12}", mark):
         return
     stale = re.compile(rf"^\..+\.psdsim-{mark}-")
