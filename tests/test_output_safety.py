@@ -509,3 +509,19 @@ def test_sweep_on_a_full_disk_leaves_no_empty_folder(capsys, tmp_path, monkeypat
     err = _refused(capsys, ["sweep", str(PLAN.with_name("sweep.toml")), "--out", "new/sw"])
     assert "No space left on device" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_validate_wrote_and_the_user_edited_is_kept(tmp_path):
+    from psdsim.sim.errors import ScenarioError
+    from psdsim.sim.output.results import claim_folder, output_lock, write_file
+
+    with output_lock(Path("V")):   # as validate runs: its folder claimed, then filled file by file
+        claim_folder(Path("V"), "validate")
+        write_file(Path("V/scenarios/sd_k1.toml"), "[run]\n")
+    claim_folder(Path("V"), "validate")   # its own files, as it wrote them: written into again
+    (tmp_path / "V" / "notes.txt").write_text("mine")   # beside them: never touched
+    (tmp_path / "V" / "scenarios" / "sd_k1.toml").write_text("[run]\nk = 2\n")
+    before = _snapshot(tmp_path)
+    with pytest.raises(ScenarioError, match=r"changed since psdsim wrote them \(scenarios/sd_k1.toml\)"):
+        claim_folder(Path("V"), "validate")
+    assert _snapshot(tmp_path) == before

@@ -53,7 +53,8 @@ OWN_FILE_SIGNATURES = (b'"format": "psdsim-profile"', b'{"otherData":{"psdsim_ve
                        b"Software\x00psdsim", b"<dc:title>psdsim</dc:title>", b"/Creator (psdsim)",
                        b'<testsuite name="psdsim validate"')
 # The marker's file list of a folder a command fills file by file and never empties (validate):
-# the same command may write into it again, overwriting only the names it writes.
+# the same command may write into it again, overwriting only the names it writes, as long as each
+# file the marker's `written` records (size and sha256, noted as it was written) is unchanged.
 INCREMENTAL = "written file by file; never emptied"
 
 
@@ -145,6 +146,7 @@ def write_file(path: Path, content: str | bytes, option: str = "--out") -> Path:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+        _record(real, content)
     return path
 
 
@@ -164,8 +166,9 @@ def write_files(files: Sequence[tuple[str, Path, str | bytes]]) -> None:
                 except OSError as exc:
                     raise ScenarioError(option, f"cannot write {str(path)!r} ({exc.strerror or exc})",
                                         f"choose a writable file with {option} FILE") from None
-            for tmp, path in staged:
-                os.replace(tmp, path)
+            for (tmp, real), (_, _, content) in zip(staged, files, strict=True):
+                os.replace(tmp, real)
+                _record(real, content)
         except BaseException:
             for tmp, _ in staged:
                 tmp.unlink(missing_ok=True)   # a temporary already renamed into place is gone: a no-op
@@ -212,9 +215,17 @@ class _Lock:
     fd: int
     path: Path
     made: list[Path] = field(default_factory=list)
+    # folders under this lock that a command fills file by file (claim_folder): the command, and
+    # the size and sha256 of each file it has written there, by name
+    claimed: dict[Path, tuple[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 _HELD: dict[Path, _Lock] = {}
+
+
+def _covering(real: Path) -> _Lock | None:
+    """The lock this process holds on `real` or on a folder above it."""
+    return next((_HELD[p] for p in (real, *real.parents) if p in _HELD), None)
 
 
 def lock_file(real: Path) -> Path:
@@ -234,7 +245,7 @@ def output_lock(path: Path, option: str = "--out") -> Iterator[Path]:
     so that what was checked is what is replaced; held already (here or on a folder above), it is
     not taken twice. On entry, what a killed writer of the same place left is removed."""
     real = landing(Path(path), option)
-    if fcntl is None or any(p in _HELD for p in (real, *real.parents)):
+    if fcntl is None or _covering(real) is not None:
         yield real
         return
     with _sigterm_raises():
@@ -464,19 +475,28 @@ def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> 
     if marker.get("command") != command:
         raise _refuse(option, given,
                       f"holds the results of `psdsim {marker.get('command')}`, not `{command}`")
-    if marker["files"] == INCREMENTAL:
-        return
     listed = marker["files"]
+    if listed == INCREMENTAL:   # never emptied: only what it wrote, and may write again, must be intact
+        written = marker.get("written") if isinstance(marker.get("written"), dict) else {}
+        _refuse_any(option, given, "files changed since psdsim wrote them", _changed(out, files, written))
+        return
     if not isinstance(listed, dict):
         raise _refuse(option, given, "was written by an earlier psdsim whose marker records no sizes or "
                                      "hashes, so nothing proves which of its files are psdsim's")
     holding = {parent.as_posix() for name in listed for parent in Path(name).parents}
-    for why, names in (("files psdsim did not write", files - set(listed) - {MARKER}),
-                       ("files changed since psdsim wrote them",
-                        {n for n in files & set(listed) if not _matches(out / n, listed[n])}),
-                       ("folders psdsim did not make", {f"{n}/" for n in folders - holding})):
-        if names:
-            raise _refuse(option, given, f"holds {why} ({', '.join(sorted(names)[:3])})")
+    _refuse_any(option, given, "files psdsim did not write", files - set(listed) - {MARKER})
+    _refuse_any(option, given, "files changed since psdsim wrote them", _changed(out, files, listed))
+    _refuse_any(option, given, "folders psdsim did not make", {f"{n}/" for n in folders - holding})
+
+
+def _refuse_any(option: str, out: Path, why: str, names: set[str]) -> None:
+    if names:
+        raise _refuse(option, out, f"holds {why} ({', '.join(sorted(names)[:3])})")
+
+
+def _changed(out: Path, files: set[str], record: Mapping[str, Any]) -> set[str]:
+    """The files present that `record` lists but that no longer hold what it recorded."""
+    return {name for name in files & set(record) if not _matches(out / name, record[name])}
 
 
 def _contents(out: Path) -> tuple[set[str], set[str]]:
@@ -563,8 +583,33 @@ def claim_folder(out_dir: Path, command: str, option: str = "--out") -> Path:
         except OSError as exc:
             raise ScenarioError(option, f"cannot write {str(out_dir)!r} ({exc.strerror or exc})",
                                 "choose a writable folder") from None
-        write_file(out_dir / MARKER, json.dumps({"command": command, "files": INCREMENTAL}, indent=1) + "\n")
+        marker = _marker(real) or {}
+        written = marker.get("written") if isinstance(marker.get("written"), dict) else {}
+        lock = _covering(real)
+        if lock is not None:
+            lock.claimed[real] = (command, written)
+        _write_claim(real, command, written)
     return out_dir
+
+
+def _record(real: Path, content: str | bytes) -> None:
+    """Note in the marker of a claimed folder holding `real` (just written) what it holds, so
+    that a later run can tell it from a file the user has edited since."""
+    lock = _covering(real)
+    for folder, (command, written) in (lock.claimed.items() if lock is not None else ()):
+        if folder in real.parents and real != folder / MARKER:
+            written[real.relative_to(folder).as_posix()] = _entry(content)
+            _write_claim(folder, command, written)
+
+
+def _entry(content: str | bytes) -> dict[str, Any]:
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _write_claim(folder: Path, command: str, written: Mapping[str, Any]) -> None:
+    doc = {"command": command, "files": INCREMENTAL, "written": dict(sorted(written.items()))}
+    os.replace(_stage(folder / MARKER, json.dumps(doc, indent=1) + "\n"), folder / MARKER)
 
 
 def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, np.ndarray]],
