@@ -103,18 +103,27 @@ class Store:
                                     "move them, or use a new --out DIR")
         made = [p for p in (real / RUNS, real) if not p.exists()]
         try:
-            self.runs.mkdir(parents=True, exist_ok=True)
-            write_file(state, _state_json(design, {"state": "running"}))
-        except OSError as exc:   # a full disk, a read-only folder: leave no empty DIR behind
+            with self.writing():
+                self.runs.mkdir(parents=True, exist_ok=True)
+                write_file(state, _state_json(design, {"state": "running"}))
+        except ScenarioError:   # a full disk, a read-only folder: leave no empty DIR behind
             for folder in made:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
-            raise ScenarioError("--out", f"cannot write {str(self.out)!r} ({exc.strerror or exc})",
-                                "choose a writable folder with --out DIR") from None
+            raise
         wanted = {p.run_id for p in design.runs}
         for path in self.runs.iterdir():  # temp files of a killed sweep; runs of an older design
             if path.name.startswith(".") or (_RUN_FILE.match(path.name) and path.stem not in wanted):
                 path.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """An OSError while writing DIR (a full disk, a read-only folder) as one line naming --out."""
+        try:
+            yield
+        except OSError as exc:
+            raise ScenarioError("--out", f"cannot write {str(self.out)!r} ({exc.strerror or exc})",
+                                "free some space, or choose a writable folder with --out DIR") from None
 
     def load(self) -> dict[str, dict[str, Any]]:
         """Every finished run on disk (a damaged file is dropped and its run done again)."""
@@ -134,7 +143,8 @@ class Store:
         return records
 
     def save(self, run_id: str, record: dict[str, Any]) -> None:
-        write_file(self.runs / f"{run_id}.json", json.dumps(record, indent=1) + "\n")
+        with self.writing():
+            write_file(self.runs / f"{run_id}.json", json.dumps(record, indent=1) + "\n")
 
 
 def _state_json(design: Design, extra: Mapping[str, Any]) -> str:
@@ -287,8 +297,9 @@ def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "l
         rows = rows_of(design, records)
         for row in rows:
             report.counts[row["status"]] += 1
-        report.files = write_tables(store.out, rows)
-        report.wall_s = time.perf_counter() - began
-        write_file(store.out / STATE, _state_json(design, {
-            "state": "done", "executor": executor, "workers": workers, **report.as_json()}))
+        with store.writing():
+            report.files = write_tables(store.out, rows)
+            report.wall_s = time.perf_counter() - began
+            write_file(store.out / STATE, _state_json(design, {
+                "state": "done", "executor": executor, "workers": workers, **report.as_json()}))
         return report, rows

@@ -511,6 +511,21 @@ def test_sweep_on_a_full_disk_leaves_no_empty_folder(capsys, tmp_path, monkeypat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_disk_that_fills_during_a_sweep_is_one_line(capsys, tmp_path, monkeypatch):
+    from psdsim.studies import sweep
+
+    def full_once_running(path, content, *args, **kwargs):
+        if sweep.RUNS in Path(path).parts:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_file(path, content, *args, **kwargs)
+
+    write_file = sweep.write_file
+    monkeypatch.setattr(sweep, "write_file", full_once_running)
+    err = _refused(capsys, ["sweep", str(PLAN.with_name("sweep.toml")), "--out", "sw", "--workers", "1"])
+    assert err.startswith("psdsim: error: --out: cannot write 'sw' (No space left on device)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sw"]   # its lock let go, the sweep resumable
+
+
 def test_a_file_validate_wrote_and_the_user_edited_is_kept(tmp_path):
     from psdsim.sim.errors import ScenarioError
     from psdsim.sim.output.results import claim_folder, output_lock, write_file

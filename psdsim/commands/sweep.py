@@ -118,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
     progress = _Progress(not args.json)
     with output_lock(out):   # the figures too: no other psdsim writes DIR until they are in place
         try:
-            report, rows = guarded_write(out, lambda: run_sweep(
-                design, out, workers=args.workers, executor=args.executor, ray_address=args.ray_address,
-                force=args.force, retry_errors=args.retry_errors, progress=progress))
+            report, rows = run_sweep(design, out, workers=args.workers, executor=args.executor,
+                                     ray_address=args.ray_address, force=args.force,
+                                     retry_errors=args.retry_errors, progress=progress)
         except (KeyboardInterrupt, WorkerDied) as exc:
             kept = len(list((out / RUNS).glob("*.json")))
             why = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
