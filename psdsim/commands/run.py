@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _simulate_and_write(args: argparse.Namespace, s: Any, trace: Path | None, out: Path | None) -> int:
+    """The checks of where run writes, the simulation and the writes, all under the outputs' locks."""
     from psdsim.sim.output.report import format_run, nothing_fits
     from psdsim.sim.output.results import (
         check_no_clash,
