@@ -274,6 +274,8 @@ def test_calibrate_writes_the_figure_type_its_name_says(capsys, tmp_path, name, 
     write_trace(tmp_path / "m.jsonl", bundles=3)
     assert main(["calibrate", "m.jsonl", "--out", "p.json", "--plot", name]) == 0
     assert (tmp_path / name).read_bytes().startswith(magic)
+    # and the figure is its own to replace on a re-run (a PDF names psdsim in its trailer, at its end)
+    assert main(["calibrate", "m.jsonl", "--out", "p.json", "--plot", name]) == 0
     capsys.readouterr()
     err = _refused(capsys, ["calibrate", "m.jsonl", "--out", "p.json", "--plot", "fit.gif"])
     assert "--plot" in err and "FILE.pdf" in err

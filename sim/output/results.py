@@ -553,8 +553,9 @@ def check_no_clash(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path | 
 def check_output_file(path: Path, option: str, signatures: tuple[bytes, ...] = OWN_FILE_SIGNATURES,
                       head: int | None = 4096) -> None:
     """Refuse (ScenarioError) to overwrite an existing file that psdsim did not write (its first
-    `head` bytes hold none of `signatures`: by default psdsim's own; a CSV passes its header row),
-    a folder, a link, or what is not a regular file."""
+    and last `head` bytes hold none of `signatures`: by default psdsim's own; a CSV passes its
+    header row; a PDF names its creator in the trailer at its end), a folder, a link, or what is
+    not a regular file."""
     path = Path(path)
     real = landing(path, option)
     if path.is_symlink() or real.is_dir():
@@ -565,6 +566,9 @@ def check_output_file(path: Path, option: str, signatures: tuple[bytes, ...] = O
         try:
             with real.open("rb") as fh:   # head=None: the whole file (a signature written late)
                 start = fh.read(-1 if head is None else head)
+                if head is not None and fh.seek(0, os.SEEK_END) > head:
+                    fh.seek(max(head, fh.tell() - head))
+                    start += fh.read()
         except OSError as exc:
             raise ScenarioError(option, f"cannot read {str(path)!r} ({exc.strerror or exc})",
                                 "choose another file") from None
