@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.costs import NO_CHUNKS, Chunks, StepCost
+from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.execution import driver_prep, framework
 from psdsim.sim.numbers import finite
@@ -310,7 +311,7 @@ def profile_from_json(text: str, path: str = "profile") -> Profile:
     outside its term's sign or magnitude (see MAX_COEF_S and FACTOR_BOUNDS) or an unknown key is
     an error naming its JSON path (`terms.verify.coef[1]`), never clamped or ignored."""
     try:
-        doc = json.loads(text)
+        doc = parse_document(json.loads, text, "profile", path)
     except json.JSONDecodeError as exc:
         raise _bad(f"not JSON ({exc.msg} at line {exc.lineno})", path) from None
     if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:

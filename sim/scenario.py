@@ -21,6 +21,7 @@ from typing import Any
 
 from psdsim.sim.catalog import Catalog, CatalogError, load_catalog
 from psdsim.sim.catalog.hf_config import ConfigError, derive_model, display_name, is_config_path
+from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.presets import preset_fields
 
@@ -363,7 +364,7 @@ def read_toml(p: Path, field_name: str, what: str) -> tuple[str, dict[str, Any]]
         if p.exists() and not p.is_file():   # a folder, or a pipe that would be read forever
             raise ScenarioError(field_name, f"{str(p)!r} is not a regular file", f"give the path of {what}")
         text = p.read_text(encoding="utf-8")
-        return text, tomllib.loads(text)
+        return text, parse_document(tomllib.loads, text, field_name, p.name)
     except FileNotFoundError:
         raise ScenarioError(field_name, f"file {str(p)!r} not found", f"give the path of {what}") from None
     except tomllib.TOMLDecodeError as exc:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
+from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.scenario import MAX_SPAN_S
 
@@ -92,7 +93,7 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = parse_document(json.loads, line, "trace", f"{path.name} line {i}")
         except json.JSONDecodeError as exc:
             raise ScenarioError("trace", f"{path.name} line {i}: not valid JSON ({exc.msg})",
                                 "write one JSON object per line") from None

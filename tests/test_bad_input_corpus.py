@@ -17,6 +17,7 @@ from psdsim.sim.scenario import FIELDS
 from psdsim.cli import main
 
 RANDOM = bytes(range(256)) * 4 + b"\xff\xfe\x00garbage"   # not UTF-8, not JSON, not SQLite
+DEEP = b"[" * 5000 + b"]" * 5000   # deeper than tomllib and json can recurse
 FILES: dict[str, bytes | None] = {   # None: a folder
     "random.csv": RANDOM, "random.toml": RANDOM, "random.jsonl": RANDOM, "random.json": RANDOM,
     "folder": None,
@@ -65,7 +66,16 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "sweep_preset_list.toml": b'[base]\npreset = ["setting2"]\n[grid]\nk = [2]\n',
     "sweep_log_text.toml": (b'[base]\nrequests = 8\n[sample]\nn = 2\n'
                             b'rate = { range = [1.0, 8.0], log = "false" }\n'),
+    # nesting deeper than Python's parsers recurse, in each reader of a user's file
+    "deep.toml": b"[run]\nk = " + DEEP + b"\n", "deep_sweep.toml": b"[grid]\nk = " + DEEP + b"\n",
+    "deep_catalog.toml": b"[gpus]\nx = " + DEEP + b"\n", "deep.json": DEEP,
+    "deep.jsonl": b'{"arrival_s": ' + DEEP + b"}\n", "deep_run/manifest.toml": b"k = " + DEEP + b"\n",
 }
+DEEP_CASES = [["run", "deep.toml"], ["sweep", "deep_sweep.toml"], ["plan", "deep.toml"],
+              ["catalog", "--catalog", "deep_catalog.toml"], ["validate", "--traces", "deep_run"],
+              ["run", "--no-write", "--set", "trace=deep.jsonl"],
+              ["run", "--no-write", "--profile", "deep.json"],
+              ["calibrate", "deep.json"], ["scenario", "deep.toml"]]
 FAST = ["--set", "requests=8", "--set", "output_len=8", "--set", "prompt_len=16", "--set", "m=4"]
 
 CASES = [
@@ -143,6 +153,7 @@ CASES = [
     ["engine"], ["engine", "stop"], ["nosuchcommand"], [],
     ["run", "--no-wr"], ["engine", "run", "--out", "8"],   # no abbreviations: --out is not --output-len
     ["validate", "--traces", "folder", "--max-error", "p50=5", "--max-error", "p50=50"],
+    *DEEP_CASES,
 ]
 
 
@@ -161,6 +172,7 @@ def workdir(tmp_path: Path, monkeypatch) -> Path:
         if content is None:
             (tmp_path / name).mkdir()
         else:
+            (tmp_path / name).parent.mkdir(exist_ok=True)
             (tmp_path / name).write_bytes(content)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -219,6 +231,8 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert lines["validate --engine vllm --models-dir missing"].startswith(
         "psdsim: error: --models-dir: 'missing' not found")
     assert "is a file" in lines["validate --engine vllm --models-dir existing.txt"]
+    for argv in DEEP_CASES[:-2]:   # calibrate says "not JSON"; scenario reads as run does
+        assert "nests lists or tables too deeply" in lines[" ".join(argv)], argv
 
 
 # -- generated input ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from psdsim.sim.documents import parse_document
 from psdsim.sim.numbers import finite
 
 # The largest number a catalog field may hold, in whatever unit it uses (GB, GB/s, TFLOPS, µs,
@@ -438,7 +439,7 @@ def _user_catalog(path: str, mtime: float) -> Catalog:
     p = Path(path)
     name = p.name
     try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+        doc = parse_document(tomllib.loads, p.read_text(encoding="utf-8"), "catalog", name)
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError(f"{name}: cannot read ({exc.__class__.__name__})") from None
     except tomllib.TOMLDecodeError as exc:
