@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from psdsim.commands.common import EXIT_BAD_INPUT, interrupted_exit, user_error
+from psdsim.terminal import guard_output
 
 COMMANDS = ("run", "compare", "scenario", "catalog", "theory", "paper", "calibrate", "plan", "sweep",
             "validate", "engine")
@@ -87,6 +87,7 @@ def _user_error_line(exc: BaseException) -> str | None:
     return None
 
 
+@guard_output
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -97,9 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM while writing (exit 143)
         print("psdsim: interrupted; nothing was written", file=sys.stderr)
         return interrupted_exit(exc)
-    except BrokenPipeError:  # the reader went away (`psdsim catalog | head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     except Exception as exc:
         line = _user_error_line(exc)
         if line is None:
