@@ -1,4 +1,5 @@
-"""Small numeric helpers: one test of "is this a number", and a fast exact sum of small arrays.
+"""Small numeric helpers: one test of "is this a number", reading a number a user typed, and a
+fast exact sum of small arrays.
 
 `finite`: profiles, trace readers, reports and figures all take values from documents where NaN,
 infinities, booleans (a bool is an int in Python) and strings must not pass as numbers; five
@@ -7,6 +8,9 @@ private copies of that test had grown apart in what they let through.
 `isum`: the simulator sums arrays of a batch's size (tens of requests) many times per simulated
 step; numpy's per-call cost (~1.5-3 us a reduction here) is most of such a sum, while Python
 sums a list of a few dozen integers in a fraction of that (benchmarks/sim_speed.py).
+
+`integer`, `number`: every number typed as text (flags, --set, CSV cells) is read by these, so a
+full-width '３' is refused everywhere alike instead of passing as 3 where int() happens to be used.
 """
 
 from __future__ import annotations
@@ -36,3 +40,23 @@ def isum(values: np.ndarray) -> int:
     if len(values) <= SMALL:
         return sum(values.tolist())
     return int(values.sum())
+
+
+
+def integer(text: str) -> int:
+    """int(text) for a number a user typed (a --set value, a flag, a CSV cell). Python's int()
+    also reads other scripts' digits ('３', '٣' as 3), which nobody means to type as a count:
+    only ASCII text is a number. (argparse names a flag's type in its errors: "invalid integer
+    value".)"""
+    return int(_ascii(text))
+
+
+def number(text: str) -> float:
+    """float(text) for a number a user typed, ASCII only (see `integer`)."""
+    return float(_ascii(text))
+
+
+def _ascii(text: str) -> str:
+    if not text.isascii():
+        raise ValueError(f"not a number in ASCII digits: {text!r}")
+    return text

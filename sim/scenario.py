@@ -23,6 +23,7 @@ from psdsim.sim.catalog import Catalog, CatalogError, load_catalog
 from psdsim.sim.catalog.hf_config import ConfigError, derive_model, display_name, is_config_path
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.numbers import integer, number
 from psdsim.sim.presets import preset_fields
 
 METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
@@ -309,9 +310,9 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ScenarioError(name, f"must be true or false, got {raw!r}", f"write --set {name}=true")
     try:
         if kind is int:
-            return name, int(raw)
+            return name, integer(raw)
         if kind is float:
-            return name, float(raw)
+            return name, number(raw)
     except ValueError:
         raise ScenarioError(name, f"must be {_kind_name(kind)}, got {raw!r}",
                             f"write --set {name}={_example(name).strip(chr(34))}") from None

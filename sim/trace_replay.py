@@ -23,6 +23,7 @@ from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.scenario import MAX_SPAN_S
+from psdsim.sim.numbers import number
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 
@@ -46,7 +47,7 @@ def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: 
         raise _fail(path, line, field, "missing", f"give {field} on every row")
     raw = row[field]
     try:
-        value = float(raw) if not isinstance(raw, bool) else math.nan
+        value = math.nan if isinstance(raw, bool) else number(raw) if isinstance(raw, str) else float(raw)
     except (TypeError, ValueError):
         raise _fail(path, line, field, f"not a number: {raw!r}") from None
     if not math.isfinite(value) or (integer and value != int(value)):

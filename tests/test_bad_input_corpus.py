@@ -70,12 +70,28 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "deep.toml": b"[run]\nk = " + DEEP + b"\n", "deep_sweep.toml": b"[grid]\nk = " + DEEP + b"\n",
     "deep_catalog.toml": b"[gpus]\nx = " + DEEP + b"\n", "deep.json": DEEP,
     "deep.jsonl": b'{"arrival_s": ' + DEEP + b"}\n", "deep_run/manifest.toml": b"k = " + DEEP + b"\n",
+    "fullwidth.csv": "arrival_s,prompt_tokens,output_tokens\n0,１6,8\n".encode(),
 }
 DEEP_CASES = [["run", "deep.toml"], ["sweep", "deep_sweep.toml"], ["plan", "deep.toml"],
               ["catalog", "--catalog", "deep_catalog.toml"], ["validate", "--traces", "deep_run"],
               ["run", "--no-write", "--set", "trace=deep.jsonl"],
               ["run", "--no-write", "--profile", "deep.json"],
               ["calibrate", "deep.json"], ["scenario", "deep.toml"]]
+# Python's int() and float() read '３' as 3: no number a user types may be taken that way. Each
+# line must name the field with the digit (some of these files are refused for more than that).
+WIDE_DIGITS = [("k", ["run", "--no-write", "--set", "k=３"]),
+               ("acceptance", ["run", "--no-write", "--set", "acceptance=０.5"]),
+               ("trace", ["run", "--no-write", "--set", "trace=fullwidth.csv"]),
+               ("--alpha", ["theory", "--alpha", "１"]), ("--k-max", ["theory", "--k-max", "３"]),
+               ("--ks", ["theory", "--bridge", "--ks", "１-3"]),
+               ("--workers", ["plan", "nothing_fits.toml", "--workers", "２"]),
+               ("--workers", ["sweep", "typo.toml", "--workers", "２"]),
+               ("--repeats", ["paper", "--repeats", "２"]),
+               ("--tp", ["calibrate", "random.json", "--tp", "２"]),
+               ("--requests", ["validate", "--requests", "３"]), ("--k", ["validate", "--k", "１,3"]),
+               ("--max-error", ["validate", "--traces", "folder", "--max-error", "p50=５"]),
+               ("--k", ["engine", "run", "--k", "３"]),
+               ("engine.k", ["engine", "run", "--set", "engine.k=３"])]
 FAST = ["--set", "requests=8", "--set", "output_len=8", "--set", "prompt_len=16", "--set", "m=4"]
 
 CASES = [
@@ -154,6 +170,7 @@ CASES = [
     ["run", "--no-wr"], ["engine", "run", "--out", "8"],   # no abbreviations: --out is not --output-len
     ["validate", "--traces", "folder", "--max-error", "p50=5", "--max-error", "p50=50"],
     *DEEP_CASES,
+    *(argv for _, argv in WIDE_DIGITS),
 ]
 
 
@@ -233,6 +250,8 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert "is a file" in lines["validate --engine vllm --models-dir existing.txt"]
     for argv in DEEP_CASES[:-2]:   # calibrate says "not JSON"; scenario reads as run does
         assert "nests lists or tables too deeply" in lines[" ".join(argv)], argv
+    for field, argv in WIDE_DIGITS:
+        assert lines[" ".join(argv)].startswith(f"psdsim: error: {field}: "), argv
 
 
 # -- generated input ----------------------------------------------------------------------------

@@ -17,16 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.engine.reference.config import EngineConfig, EngineConfigError, ModelConfig, parse_field
+from psdsim.sim.numbers import integer
 
 
 def add_arguments(p: argparse.ArgumentParser, with_set: bool = True) -> None:
     """The reference engine's flags (also `psdsim engine run`'s, which adds its own --set).
     The defaults are EngineConfig's, applied by config_from_namespace (None = not given)."""
     p.add_argument("--method", help="ar | sd | psd | pearl (default psd)")
-    p.add_argument("--k", type=int, help="draft tokens per verification (default 3)")
-    p.add_argument("--m", type=int, help="requests per verification batch; psd runs 2m (default 4)")
-    p.add_argument("--requests", type=int, help="requests (default 16)")
-    p.add_argument("--output-len", type=int, help="output tokens per request (default 32)")
+    p.add_argument("--k", type=integer, help="draft tokens per verification (default 3)")
+    p.add_argument("--m", type=integer, help="requests per verification batch; psd runs 2m (default 4)")
+    p.add_argument("--requests", type=integer, help="requests (default 16)")
+    p.add_argument("--output-len", type=integer, help="output tokens per request (default 32)")
     p.add_argument("--trace-dir", type=Path, help="write per-process step traces (JSONL) here")
     p.add_argument("--profile", action="store_true", help="also write Kineto traces (needs --trace-dir)")
     if with_set:

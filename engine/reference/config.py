@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from psdsim.sim.numbers import integer, number
+
 METHODS = ("ar", "sd", "psd", "pearl")
 DEVICES = ("cpu", "cuda")
 
@@ -245,9 +247,9 @@ def typed_value(label: str, kind: str, text: str) -> Any:
         return text.lower() in ("true", "1")
     try:
         if kind.startswith("int"):
-            return int(text)
+            return integer(text)
         if kind.startswith("float"):
-            return float(text)
+            return number(text)
     except ValueError:
         what = "an integer" if kind.startswith("int") else "a number"
         raise EngineConfigError(f"{label}={text}: not {what}") from None

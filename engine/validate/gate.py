@@ -16,6 +16,7 @@ from xml.etree import ElementTree as ET
 
 from psdsim.engine.validate.report import METRICS, format_error, format_value
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.numbers import number
 
 # Short names for the report's metric keys (either may be given).
 ALIASES = {"throughput": "throughput_tok_s", "e2el": "e2el_ms", "p50": "latency_ms.p50",
@@ -34,7 +35,7 @@ def parse_max_errors(items: Sequence[str]) -> dict[str, float]:
                                 f"{', '.join([*ALIASES, *KEYS])}, got {item!r}",
                                 "write e.g. --max-error p50=8")
         try:
-            pct = float(value.strip().removesuffix("%"))
+            pct = number(value.strip().removesuffix("%"))
         except ValueError:
             pct = -1.0
         if not pct > 0 or pct == float("inf"):

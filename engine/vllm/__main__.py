@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from psdsim.engine.reference.__main__ import print_summary
 from psdsim.engine.vllm.config import EngineConfigError, VllmConfig, option_changes
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.numbers import integer, number
 
 EXIT_BAD_INPUT = 2
 
@@ -41,13 +42,13 @@ class _Parser(argparse.ArgumentParser):
 def add_arguments(p: argparse.ArgumentParser, with_set: bool = True) -> None:
     """vLLM's run flags (also `psdsim engine run --engine vllm`'s, which adds its own --set)."""
     p.add_argument("--method", help="ar | sd | psd (psd needs the MineDraft plugin; default sd)")
-    p.add_argument("--k", type=int, help="num_speculative_tokens (default 3)")
-    p.add_argument("--m", type=int, help="max_num_seqs (default 4)")
-    p.add_argument("--requests", type=int)
-    p.add_argument("--prompt-len", type=int)
-    p.add_argument("--output-len", type=int)
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--k", type=integer, help="num_speculative_tokens (default 3)")
+    p.add_argument("--m", type=integer, help="max_num_seqs (default 4)")
+    p.add_argument("--requests", type=integer)
+    p.add_argument("--prompt-len", type=integer)
+    p.add_argument("--output-len", type=integer)
+    p.add_argument("--temperature", type=number)
+    p.add_argument("--seed", type=integer)
     p.add_argument("--target", help="target model folder or name (default: the tiny local Qwen3)")
     p.add_argument("--draft", help="draft model folder or name (needed with --target for sd)")
     p.add_argument("--models-dir", type=Path,

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from psdsim.commands.common import user_error
+from psdsim.sim.numbers import integer
 
 PLOT_TYPES = (".png", ".svg", ".pdf")
 HELP = "fit a cost profile to traces (nsys SQLite, Kineto JSON, MineDraft JSONL) and report how well it fits"
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
                    help="busy: union of a phase's GPU ops (default); span: first to last op")
     for flag, what in PROVENANCE:
         p.add_argument(flag, help=f"provenance: {what}")
-    p.add_argument("--tp", type=int, help="provenance: the target's tensor-parallel size")
+    p.add_argument("--tp", type=integer, help="provenance: the target's tensor-parallel size")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="also write measured vs fitted times (PNG, SVG or PDF, by the name's extension)")
     p.add_argument("--samples", type=Path, metavar="FILE.csv", help="also write the samples as CSV")

@@ -18,6 +18,7 @@ from psdsim.commands.common import (
     guarded_write,
     user_error,
 )
+from psdsim.sim.numbers import integer
 
 HELP = "a preset's k x dataset x method grid, in the paper's style"
 GRID_FIELDS = ("dataset", "method", "k", "extra")   # what studies.paper.grid sets for every run
@@ -30,10 +31,10 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     p.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS} requests per run instead of the "
                                                         "preset's")
     add_set(p)
-    p.add_argument("--repeats", type=int, default=PAPER_REPEATS,
+    p.add_argument("--repeats", type=integer, default=PAPER_REPEATS,
                    help=f"runs per point (seeds seed .. seed+N-1), averaged, with their spread (default "
                         f"{PAPER_REPEATS}: the paper's measured runs; its warm-up run is not simulated)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    p.add_argument("--workers", type=integer, default=os.cpu_count() or 1,
                    help="processes to simulate with (default: all cores)")
     p.add_argument("--out", type=Path, help="results folder (default: results/paper-PRESET-HASH)")
     p.add_argument("--json", action="store_true", help="print the improvement figures as JSON")

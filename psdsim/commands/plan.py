@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.commands.common import Progress, add_set, check_workers, guarded_write, study_out, user_error
+from psdsim.sim.numbers import integer
 
 HELP = ("largest sustainable rate of every configuration of a space under latency objectives; Pareto "
         "front; when PSD's extra GPU pays off")
@@ -21,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     p.add_argument("plan", type=Path, metavar="PLAN.toml",
                    help="[base] scenario fields, [space] candidate lists, [slo] objectives, [search]")
     add_set(p, "override a [base] scenario field, e.g. --set requests=200")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    p.add_argument("--workers", type=integer, default=os.cpu_count() or 1,
                    help="processes to search with (default: all cores)")
     p.add_argument("--out", type=Path, help="results folder (default: results/plan-NAME-HASH, NAME "
                                             "the plan file's, left out when it is plan)")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.commands.common import check_workers, guarded_write, interrupted_exit, study_out, user_error
+from psdsim.sim.numbers import integer
 
 HELP = "run a grid or sampled design of scenarios into one table (parallel, resumable)"
 EXIT_ALL_FAILED = 1
@@ -24,7 +25,7 @@ def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
                     help="[base] scenario fields, [grid] field = [values], [sample] random/LHS design")
     sw.add_argument("--out", type=Path, help="sweep folder (default: results/sweep-SPEC, or results/sweep "
                                              "for sweep.toml); run the same command again to resume")
-    sw.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    sw.add_argument("--workers", type=integer, default=os.cpu_count() or 1,
                     help="processes (or Ray CPUs) to run on (default: all cores; 1 = serial)")
     sw.add_argument("--executor", choices=EXECUTORS, default="local",
                     help="local process pool (default), or ray (pip install 'psdsim[ray]')")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.commands.common import Progress, add_set, guarded_write, user_error
+from psdsim.sim.numbers import integer, number
 
 HELP = ("closed-form PSD theory (optima, ratio, published constants); --tail and --bridge tie it to a "
         "scenario")
@@ -20,17 +21,17 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
     # The closed-form model's flags default to None so that one given with --tail or --bridge
     # (which do not read them) is seen and refused; theory_model fills in MODEL_DEFAULTS.
-    p.add_argument("--alpha", type=float, help="frontier sharpness (1/time unit; default 1)")
-    p.add_argument("--V", type=float, help=f"verification time per step (default a0 = {A0:.4f})")
-    p.add_argument("--c", type=float, help="PSD link time on the verifier's side (default 0)")
-    p.add_argument("--c-drafter", type=float, help="PSD link time on the drafter's side (default 0)")
-    p.add_argument("--serial-psd", type=float, help="PSD time outside the overlap (default 0)")
-    p.add_argument("--serial-sd", type=float, help="SD time besides draft + verify (default 0)")
-    p.add_argument("--bonus", type=float,
+    p.add_argument("--alpha", type=number, help="frontier sharpness (1/time unit; default 1)")
+    p.add_argument("--V", type=number, help=f"verification time per step (default a0 = {A0:.4f})")
+    p.add_argument("--c", type=number, help="PSD link time on the verifier's side (default 0)")
+    p.add_argument("--c-drafter", type=number, help="PSD link time on the drafter's side (default 0)")
+    p.add_argument("--serial-psd", type=number, help="PSD time outside the overlap (default 0)")
+    p.add_argument("--serial-sd", type=number, help="SD time besides draft + verify (default 0)")
+    p.add_argument("--bonus", type=number,
                    help="tokens per verification beyond the frontier (1 counts the bonus token; default 0)")
-    p.add_argument("--scale", type=float, help="tokens the frontier saturates at (default 1)")
-    p.add_argument("--t-token", type=float, help="drafting time per draft token: report the best whole k")
-    p.add_argument("--k-max", type=int, help="largest k considered (default 32)")
+    p.add_argument("--scale", type=number, help="tokens the frontier saturates at (default 1)")
+    p.add_argument("--t-token", type=number, help="drafting time per draft token: report the best whole k")
+    p.add_argument("--k-max", type=integer, help="largest k considered (default 32)")
     p.add_argument("--plot", type=Path, metavar="DIR", help="write the theory figures (PNG and SVG)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--tail", action="store_true",
@@ -45,10 +46,10 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 def parse_ks(text: str) -> list[int]:
     try:
         if "-" in text:
-            lo, hi = (int(x) for x in text.split("-", 1))
+            lo, hi = (integer(x) for x in text.split("-", 1))
             ks = list(range(lo, hi + 1))
         else:
-            ks = [int(x) for x in text.split(",") if x.strip()]
+            ks = [integer(x) for x in text.split(",") if x.strip()]
     except ValueError:
         ks = []
     if len(ks) < 2 or min(ks) < 1 or max(ks) > 32 or len(set(ks)) != len(ks):

@@ -26,6 +26,7 @@ from typing import Any
 
 from psdsim.commands.common import user_error
 from psdsim.commands.engine_sets import SET_HELP, WORKLOAD, engine_error, scenario_workload, split_sets
+from psdsim.sim.numbers import integer
 
 HELP = ("run a real engine in AR and SD, calibrate on those runs only, simulate every method, run PSD "
         "and PEARL, compare measured with predicted (or do so from recorded runs' traces: --traces)")
@@ -43,12 +44,12 @@ def add_arguments(v: argparse.ArgumentParser, argv: Sequence[str]) -> None:
                    help="reference: the PyTorch reference engine; vllm: vLLM's SD predicted from its AR runs "
                         "(needs vLLM: docs/engines.md, The vLLM runner)")
     v.add_argument("--k", help="comma-separated k to validate (default: 1,3,5; vllm: 1,2,3,4,5)")
-    v.add_argument("--m", type=int, help="requests per verification batch (default 4; PSD runs 2m)")
-    v.add_argument("--requests", type=int, help="requests per run (default 32; vllm: 16)")
-    v.add_argument("--output-len", type=int, help="output tokens per request (default 64)")
+    v.add_argument("--m", type=integer, help="requests per verification batch (default 4; PSD runs 2m)")
+    v.add_argument("--requests", type=integer, help="requests per run (default 32; vllm: 16)")
+    v.add_argument("--output-len", type=integer, help="output tokens per request (default 64)")
     v.add_argument("--methods",
                    help="reference engine: methods measured against their prediction (default: psd,pearl)")
-    v.add_argument("--repeats", type=int, default=1,
+    v.add_argument("--repeats", type=integer, default=1,
                    help="engine runs per configuration, in rounds; measured = their mean, with its 95%% "
                         "interval from 2 repeats on (default 1); vllm: the AR timings too")
     v.add_argument("--models-dir", type=Path, metavar="DIR",
@@ -72,7 +73,7 @@ def add_arguments(v: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 def _ks(text: str) -> tuple[int, ...]:
     try:
-        ks = tuple(int(x) for x in text.split(",") if x.strip())
+        ks = tuple(integer(x) for x in text.split(",") if x.strip())
     except ValueError:
         ks = ()
     if not ks or min(ks) < 1 or max(ks) > 16 or len(set(ks)) != len(ks):
