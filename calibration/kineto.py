@@ -13,13 +13,13 @@ keeps the float precision of long captures. The file is one JSON document, so it
 the join itself is sorted-list bisection and a correlation-id dictionary, linear in the events.
 
 Checks that fail with one clear line (TraceError): an unreadable, empty, corrupt gzip or non-JSON
-(or truncated) file, JSON that is not a Kineto trace, a trace without events, one without GPU
-kernels (CPU-only profiling), and one where no `user_annotation` range matches the rules.
+(or truncated) file, a gzip file that expands far beyond what a trace does (a gzip bomb), JSON
+that is not a Kineto trace, a trace without events, one without GPU kernels (CPU-only
+profiling), and one where no `user_annotation` range matches the rules.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import zlib
 from bisect import bisect_left
@@ -34,6 +34,13 @@ from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.numbers import finite
 
 GZIP_MAGIC = b"\x1f\x8b"
+# Trace JSON deflates some tens of times (tests/test_calibration_kineto.py's synthetic trace: about
+# 24x); a run of one repeated byte, the gzip bomb, about 1000x, deflate's limit. Output past 200x
+# the compressed size is refused, read in 1 MiB steps; 64 MiB is always allowed, so that a small,
+# very regular trace is never refused.
+GZIP_MAX_RATIO = 200
+GZIP_FLOOR_BYTES = 64 * 2**20
+GZIP_CHUNK = 2**20
 US = 1e-6
 RANGE_CATS = frozenset({"user_annotation"})
 # Launching CPU calls and GPU ops, matched case-insensitively; the short names are older Kineto's.
@@ -49,17 +56,42 @@ RawRange = tuple[str, str, dict[str, float], Key, float, float]  # name, kind, a
 Op = tuple[float, float, int, int, bool, bool]  # ts µs, dur µs, device, bytes, comm, kernel
 
 
+def gunzip_bounded(data: bytes, path: Path, ratio: int = GZIP_MAX_RATIO,
+                   floor: int = GZIP_FLOOR_BYTES) -> bytes:
+    """`data` (one or more gzip members, as `cat a.gz b.gz` makes) decompressed a chunk at a time,
+    refused once the output passes `ratio` times the compressed size (or `floor`, if larger): a
+    gzip bomb is refused having used about that much memory, not all it expands to."""
+    limit = max(ratio * len(data), floor)
+    out: list[bytes] = []
+    size = 0
+    try:
+        while data:
+            member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)   # gzip framing
+            chunk = member.decompress(data, GZIP_CHUNK)
+            while chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise TraceError(path, f"decompresses to more than {limit:,} bytes, {ratio}x its "
+                                     "size: not a profiler's trace", "if it is one, give it decompressed "
+                                     "(gunzip it first): an uncompressed trace is read without this bound")
+                out.append(chunk)
+                chunk = member.decompress(member.unconsumed_tail, GZIP_CHUNK)
+            if not member.eof:
+                raise EOFError("compressed file ended before the end-of-stream marker was reached")
+            data = member.unused_data
+    except (EOFError, zlib.error) as exc:
+        raise TraceError(path, f"corrupt or truncated gzip file ({exc})",
+                         "copy or record the trace again") from None
+    return b"".join(out)
+
+
 def _load(path: Path) -> Any:
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise TraceError(path, f"cannot read ({exc.strerror or exc})", "make the file readable") from None
     if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceError(path, f"corrupt or truncated gzip file ({exc})",
-                             "copy or record the trace again") from None
+        data = gunzip_bounded(data, path)
     if not data.strip():
         raise TraceError(path, "empty file", f"{WHAT_IT_IS}, after the profiler has stopped")
     try:

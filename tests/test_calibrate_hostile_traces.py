@@ -10,16 +10,20 @@ in a traceback, a hang, a garbled error line or a NaN in the profile.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sqlite3
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from psdsim.calibration.kineto import GZIP_FLOOR_BYTES, gunzip_bounded
 from psdsim.calibration.synthetic import GpuOp, NsysWriter, NvtxRange
+from psdsim.calibration.trace_error import TraceError
 
 from psdsim.cli import main
 from tests.test_calibration_kineto import KinetoTrace
@@ -201,3 +205,37 @@ def test_a_pipe_is_refused_not_read_forever(tmp_path):
     argv = [sys.executable, "-m", "psdsim", "calibrate", str(fifo), "--out", str(tmp_path / "p.json")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "not a regular file" in done.stderr and done.stderr.count("\n") == 1
+
+
+def _spaces_gz(path: Path, mib: int) -> Path:
+    """A gzip bomb: `mib` MiB of spaces, deflated a MiB at a time (about 1 KiB each)."""
+    deflate = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    with path.open("wb") as out:
+        for _ in range(mib):
+            out.write(deflate.compress(b" " * 2**20))
+        out.write(deflate.flush())
+    return path
+
+
+def test_a_gzip_bomb_is_refused_before_it_fills_memory(tmp_path):
+    bomb = _spaces_gz(tmp_path / "bomb.json.gz", 8)
+    limit = 200 * bomb.stat().st_size   # the ratio bounds it: the floor is below
+    with pytest.raises(TraceError, match=f"decompresses to more than {limit:,} bytes, 200x its size"):
+        gunzip_bounded(bomb.read_bytes(), bomb, floor=2**20)
+
+
+def test_a_gzip_bomb_past_the_floor_is_one_line_through_the_cli(tmp_path, capsys):
+    bomb = _spaces_gz(tmp_path / "bomb.json.gz", GZIP_FLOOR_BYTES // 2**20 + 1)
+    assert main(["calibrate", str(bomb), "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"psdsim: error: {bomb}: decompresses to more than {GZIP_FLOOR_BYTES:,} bytes")
+    assert err.count("\n") == 1 and "gunzip it first" in err and not (tmp_path / "p.json").exists()
+
+
+def test_a_gzip_file_within_the_bound_reads_whole_members_and_all(tmp_path):
+    """`cat a.gz b.gz` is one valid gzip file of two members; a member ends mid-chunk."""
+    text = b'{"traceEvents": [' + b" " * (3 * 2**20 + 17) + b"]}"
+    both = gzip.compress(text[:1000]) + gzip.compress(text[1000:])
+    assert gunzip_bounded(both, tmp_path / "t.json.gz") == text
+    with pytest.raises(TraceError, match="corrupt or truncated gzip file"):
+        gunzip_bounded(both[:-30], tmp_path / "t.json.gz")
