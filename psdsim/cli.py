@@ -37,7 +37,11 @@ class Parser(argparse.ArgumentParser):
         if m := _ARGPARSE_FIELD.match(message):
             field, problem = m.group(1).split("/")[-1], m.group(2)
         elif message.startswith("unrecognized arguments: "):
-            field, problem = message.removeprefix("unrecognized arguments: ").split()[0], "unknown option"
+            words = message.removeprefix("unrecognized arguments: ").split()
+            if not words:   # only empty or blank words were left over ('' from an unset variable)
+                raise user_error("arguments", "an empty argument ('') is not a value of any option",
+                                 f"drop it, or give the value it stood for (`{self.prog} --help`)")
+            field, problem = words[0], "unknown option"
         raise user_error(field, problem, f"see `{self.prog} --help`")
 
 

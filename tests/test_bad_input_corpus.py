@@ -168,6 +168,7 @@ CASES = [
     ["engine", "run", "--set", "warmup_passes=1"],
     ["engine"], ["engine", "stop"], ["nosuchcommand"], [],
     ["run", "--no-wr"], ["engine", "run", "--out", "8"],   # no abbreviations: --out is not --output-len
+    ["engine", "run", ""], ["engine", "run", "--k", "3", " "],   # a stray empty word (an unset $VAR)
     ["validate", "--traces", "folder", "--max-error", "p50=5", "--max-error", "p50=50"],
     *DEEP_CASES,
     *(argv for _, argv in WIDE_DIGITS),
@@ -250,6 +251,7 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert "is a file" in lines["validate --engine vllm --models-dir existing.txt"]
     for argv in DEEP_CASES[:-2]:   # calibrate says "not JSON"; scenario reads as run does
         assert "nests lists or tables too deeply" in lines[" ".join(argv)], argv
+    assert "an empty argument ('')" in lines["engine run "]
     for field, argv in WIDE_DIGITS:
         assert lines[" ".join(argv)].startswith(f"psdsim: error: {field}: "), argv
 
