@@ -9,6 +9,7 @@ nothing written; `--json` puts the result, and nothing else, on stdout.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import re
 import sys
@@ -77,6 +78,11 @@ def _user_error_line(exc: BaseException) -> str | None:
 
     if isinstance(exc, ScenarioError):
         return str(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG and exc.filename:
+        # The system refuses the name itself, wherever a path the user gave is first looked at
+        # (Path.exists() and is_file() raise for it): the path is the field.
+        return (f"{exc.filename}: the system refuses this name ({exc.strerror}); fix: give a shorter "
+                "path (each folder or file name at most 255 bytes)")
     name = type(exc).__name__
     text = " ".join(str(exc).split())
     if name == "CatalogError":

@@ -92,6 +92,13 @@ WIDE_DIGITS = [("k", ["run", "--no-write", "--set", "k=３"]),
                ("--max-error", ["validate", "--traces", "folder", "--max-error", "p50=５"]),
                ("--k", ["engine", "run", "--k", "３"]),
                ("engine.k", ["engine", "run", "--set", "engine.k=３"])]
+LONG = "a" * 300   # a name the system refuses (ENAMETOOLONG) where a path is first looked at
+LONG_NAME_CASES = [["run", "--no-write", "--set", f"catalog={LONG}"],
+                   ["run", "--no-write", "--set", f"trace={LONG}"],
+                   ["run", "--no-write", "--set", f"profile={LONG}"],
+                   ["run", "--no-write", "--profile", LONG],
+                   ["validate", "--traces", LONG], ["validate", "--engine", "vllm", "--models-dir", LONG],
+                   ["catalog", "--catalog", LONG], ["theory", "--plot", LONG]]
 FAST = ["--set", "requests=8", "--set", "output_len=8", "--set", "prompt_len=16", "--set", "m=4"]
 
 CASES = [
@@ -172,6 +179,7 @@ CASES = [
     ["validate", "--traces", "folder", "--max-error", "p50=5", "--max-error", "p50=50"],
     *DEEP_CASES,
     *(argv for _, argv in WIDE_DIGITS),
+    *LONG_NAME_CASES,
 ]
 
 

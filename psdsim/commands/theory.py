@@ -93,7 +93,7 @@ def theory_model(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.output.results import check_output_file, output_locks
+    from psdsim.sim.output.results import check_output_file, landing, output_locks
     from psdsim.sim.scenario import load_scenario
     from psdsim.studies.theory_bridge import bridge, scenario_tail
     from psdsim.studies.theory_report import (
@@ -144,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
                              ) from None
         lines += [*optima_lines(m, args.t_token, args.k_max), "", *published_lines()]
         if args.plot:
-            if args.plot.exists() and not args.plot.is_dir():
+            folder = landing(args.plot, "--plot")   # a name too long is refused here, in one line
+            if folder.exists() and not folder.is_dir():
                 raise user_error("--plot", f"{str(args.plot)!r} is a file; --plot takes a folder",
                                  "give a folder (new or existing) with --plot DIR")
             figures = [("--plot", args.plot / name) for name in THEORY_FIGURES]
