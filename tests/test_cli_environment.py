@@ -39,6 +39,14 @@ def test_an_ascii_only_terminal_gets_ascii_spellings_not_a_traceback(tmp_path):
     assert "psdsim compare . " in out and "x" in out
 
 
+def test_an_ascii_only_terminal_gets_the_error_line_in_ascii_too(tmp_path):
+    (tmp_path / "null.json").write_text("null")
+    proc = _psdsim(["run", "--no-write", "--profile", "null.json"], tmp_path, ASCII_ONLY)
+    assert proc.returncode == 2
+    assert proc.stderr.decode("ascii").endswith("give a profile written by `psdsim calibrate ... --out "
+                                                "profile.json`\n")
+
+
 def test_an_ascii_only_terminal_still_gets_valid_json(tmp_path):
     proc = _psdsim(["compare", *FAST, "--no-write", "--json"], tmp_path, ASCII_ONLY)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
