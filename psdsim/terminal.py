@@ -15,6 +15,7 @@ and matplotlib's backend. Only the standard library is imported: `psdsim --help`
 from __future__ import annotations
 
 import codecs
+import errno
 import functools
 import io
 import os
@@ -73,12 +74,16 @@ class ReportingStdout:
         self.stream = stream
 
     def write(self, text: str) -> int:
+        if self.stream is None:   # descriptor 1 closed at start (`psdsim run >&-`): Python's is None
+            raise OutputLost(OSError(errno.EBADF, "stdout is closed"))
         try:
             return self.stream.write(text)
         except OSError as exc:
             raise OutputLost(exc) from None
 
     def flush(self) -> None:
+        if self.stream is None:
+            return
         try:
             self.stream.flush()
         except OSError as exc:
@@ -93,7 +98,7 @@ def silence_stdout(stream: Any) -> None:
     interpreter exit, does not fail a second time ("Exception ignored … BrokenPipeError")."""
     try:
         fd = stream.fileno()
-    except (OSError, ValueError):   # a stream without a descriptor (a test's capture)
+    except (AttributeError, OSError, ValueError):   # no descriptor: closed, or a test's capture
         return
     os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
 
@@ -111,7 +116,7 @@ def _report_lost_output(lost: OutputLost, stdout: Any) -> int:
         return 0
     reason = lost.error.strerror or lost.error.__class__.__name__
     print(f"psdsim: error: stdout: cannot write the output ({reason}); fix: send the output where it "
-          "can be written (a disk with free space, a pipe whose reader stays open)", file=sys.stderr)
+          "can be written (a disk with free space, an open stdout)", file=sys.stderr)
     return EXIT_OUTPUT_LOST
 
 

@@ -74,9 +74,18 @@ def test_stdout_on_a_full_disk_is_one_line_and_its_own_exit_code(tmp_path, args,
     lines = [line for line in err.splitlines() if line.startswith("psdsim: error:")]
     assert proc.returncode == EXIT_OUTPUT_LOST, err[-2000:]
     assert lines == ["psdsim: error: stdout: cannot write the output (No space left on device); fix: send "
-                     "the output where it can be written (a disk with free space, a pipe whose reader "
-                     "stays open)"]
+                     "the output where it can be written (a disk with free space, an open stdout)"]
     assert "Traceback" not in err and "Exception ignored" not in err
+
+
+@pytest.mark.parametrize("args", [["catalog"], ["run", *FAST, "--no-write", "--json"]])
+def test_a_closed_stdout_is_one_line_and_the_same_exit_code(tmp_path, args):
+    """`psdsim catalog >&-`: Python then has no sys.stdout at all (None)."""
+    proc = subprocess.run([sys.executable, "-m", "psdsim", *args], cwd=tmp_path, stderr=subprocess.PIPE,
+                          preexec_fn=lambda: os.close(1), timeout=300)
+    assert proc.returncode == EXIT_OUTPUT_LOST, proc.stderr.decode()[-2000:]
+    err = proc.stderr.decode()
+    assert err.startswith("psdsim: error: stdout: cannot write the output (stdout is closed)"), err
 
 
 @BUFFERING
