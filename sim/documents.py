@@ -25,7 +25,7 @@ def parse_document(parse: Callable[[str], T], text: str, field: str, name: str) 
         return parse(text)
     except RecursionError:
         raise ScenarioError(field, f"{name} nests lists or tables too deeply to parse",
-                            "write it with a few levels of nesting, as the examples/ files do") from None
+                            "flatten it: no psdsim file nests more than a few levels") from None
     except MemoryError:
         raise ScenarioError(field, f"{name} is too large to parse in this machine's memory",
                             "give a smaller file") from None
