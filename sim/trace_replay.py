@@ -22,8 +22,8 @@ import numpy as np
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.scenario import MAX_SPAN_S
 from psdsim.sim.numbers import number
+from psdsim.sim.scenario import MAX_SPAN_S
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 
