@@ -22,6 +22,15 @@ have the most slices, 2.4 KB a step recorded and 8.8 KB more at the peak of writ
 SD 1.3 KB, AR 0.7 KB recorded). The CLI refuses a
 run whose estimate exceeds the memory or the temporary disk available, instead of letting the
 kernel kill it after minutes (issue #14: `--set requests=1000000000`).
+
+The same step bound prices what a run leaves behind and how long it takes, so long work can say
+so before it starts (docs/outputs.md, "Long runs"): a results folder holds a steps.csv row a step
+(RESULT_BYTES_PER_STEP) and a requests.csv row a request (RESULT_BYTES_PER_REQUEST), and a
+run takes about SECONDS_PER_BOUND_STEP of host time per bounded step. Both were measured on the
+default scenario (1,000 requests, bound 17,000 steps): steps.csv rows of 216 bytes (AR), 233
+(SD) and 298 (PSD), requests.csv rows of ~140 bytes; wall time 0.05 to 0.09 ms per bounded step
+(AR to SD) on a shared 2-core machine. The time is a guess within a factor of a few (other
+machines, other scenarios); the disk is an upper bound like the memory.
 """
 
 from __future__ import annotations
@@ -33,7 +42,8 @@ from pathlib import Path
 
 from psdsim.sim import records, request_rows
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.scenario import Scenario
+from psdsim.sim.memory import plan_memory
+from psdsim.sim.scenario import Scenario, catalog_for
 
 BYTES_PER_REQUEST = 64
 BYTES_PER_HELD_REQUEST = 256   # an ended request's row before they spill: 17 columns, ~140 bytes
@@ -45,6 +55,9 @@ BYTES_PER_TRACED_STEP = 16 * 1024   # timeline slices and the trace document (2.
 # What a run allocates whatever its size (the workload's draws, the scheduler, the first packed
 # chunk): small runs measured ~10 MB above the per-request and per-step terms.
 BYTES_PER_RUN = 32 * 2**20
+RESULT_BYTES_PER_STEP = 320
+RESULT_BYTES_PER_REQUEST = 160
+SECONDS_PER_BOUND_STEP = 1e-4
 GB = 1e9
 
 
@@ -113,6 +126,40 @@ def available_disk_bytes() -> int | None:
         return None
 
 
+def results_bytes(s: Scenario) -> int:
+    """An upper bound on the bytes of s's results folder: its steps.csv and requests.csv."""
+    return steps_bound(s) * RESULT_BYTES_PER_STEP + s.requests * s.n * RESULT_BYTES_PER_REQUEST
+
+
+def seconds_estimate(s: Scenario) -> float:
+    """About how long one run of s takes on this host (within a factor of a few); none for a
+    scenario whose model does not fit the GPUs' memory, which ends before its first step."""
+    if not plan_memory(s, catalog_for(s)).fits:
+        return 0.0
+    return steps_bound(s) * SECONDS_PER_BOUND_STEP
+
+
+def free_disk_bytes(path: Path) -> int | None:
+    """Free space on the file system a path not yet written would land on: that of its first
+    existing parent; None if unknown."""
+    here = Path(path).absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        return shutil.disk_usage(here).free
+    except OSError:
+        return None
+
+
+def check_results_disk(need: int, out: Path, field: str, fix: str) -> None:
+    """ScenarioError naming `field` when results of about `need` bytes cannot fit in the free
+    space where `out` lands: refused before the run, not when the disk fills after hours."""
+    free = free_disk_bytes(out)
+    if free is not None and need > free:
+        raise ScenarioError(field, f"the results would take up to {need / GB:,.1f} GB in {str(out)!r}, but "
+                            f"its file system has {free / GB:,.1f} GB free", fix)
+
+
 def _most_requests(runs: list[Scenario], have: int | None, free: int | None, traced: bool) -> int:
     """The largest request count (at most the runs' own, at least 1) for which the runs'
     estimates together fit in the memory `have` and the temporary disk `free` (None: unknown)."""
@@ -126,6 +173,11 @@ def _most_requests(runs: list[Scenario], have: int | None, free: int | None, tra
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
     return lo
+
+
+def check_at_once(runs: list[Scenario], workers: int) -> None:
+    """check_memory for up to `workers` of `runs` going at once, each as large as the largest."""
+    check_memory([max(runs, key=estimate_bytes)] * min(workers, len(runs)), f"{workers} runs at once")
 
 
 def check_memory(scenarios: Iterable[Scenario], held: str = "", traced: bool = False) -> None:

@@ -36,6 +36,9 @@ PSD_VARIANTS = ("psd", "psd+tetris")
 PAPER_BASELINES = ("sd", "pearl")
 FAIR_BASELINES = ("sd-2m", "sd-5gpu")
 PAPER_REPEATS = 3     # measured iterations per point in the scripts (2 for experiments 6 and 7)
+# A mean of n repeats has ~1/sqrt(n) of one run's spread: 100 already give a tenth, and more
+# cost time in proportion for ever smaller gains (a million repeats of the grid would take weeks).
+MAX_REPEATS = 100
 SUMMARY_COLUMNS = ("requests", "fits", "throughput_tok_s", "throughput_tok_s_per_gpu", "e2el_ms", "vsr",
                    "parallelization_rate", "gpus", "infeasible_reason")
 SPREAD_KEYS = ("throughput_tok_s", "e2el_ms", "vsr")  # the notebook's std_gen_throughput, ...

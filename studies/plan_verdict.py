@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.footprint import check_memory, estimate_bytes
+from psdsim.sim.footprint import check_at_once
 from psdsim.sim.layout import DEDICATED, layout_for
 from psdsim.sim.scenario import Scenario
 from psdsim.studies.plan import PlanSpec, RateSearch, configurations, search_all
@@ -185,7 +185,7 @@ def run_plan(spec: PlanSpec, workers: int = 1,
         raise ScenarioError("space", f"no valid configuration ({len(invalid)} invalid; the first, {changes}: "
                             f"{what})", f"{fix} (in [space] or [base])")
     # before any run: a [space] candidate (requests = [100000000]) must fit in memory and disk too
-    check_memory([max(configs, key=estimate_bytes)] * min(workers, len(configs)), f"{workers} runs at once")
+    check_at_once(configs, workers)
     searches = search_all(configs, spec, workers, progress)
     rows = [row(s, r, spec.price) for s, r in zip(configs, searches, strict=True)]
     return PlanResult(spec, configs, searches, rows, pareto(rows), verdicts(configs, rows), invalid)

@@ -7,9 +7,11 @@ command, `psdsim --help` included.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,6 +19,11 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 # How long a run goes before the progress bar appears: shorter runs print nothing on stderr.
 PROGRESS_AFTER_S = 2.0
+LOG_EVERY = 0.1          # off a terminal: a progress line each tenth of the work...
+LOG_AT_LEAST_S = 60.0    # ... or each minute, whichever comes first
+# Work estimated to take longer than this, or to write more, says so before it starts.
+LONG_WORK_S = 10.0
+LONG_WORK_BYTES = 100e6
 BAR_WIDTH = 30
 SET_HELP = ("scenario field, e.g. --set k=4 --set link=nvlink4 (`psdsim scenario` lists them with "
             "their values; repeatable). The same everywhere: validate and engine run also take "
@@ -93,28 +100,130 @@ def check_workers(workers: int) -> None:
         raise user_error("--workers", f"must be >= 1, got {workers}", "write --workers 2")
 
 
-class Progress:
-    """A progress bar on stderr, shown only once the work has run PROGRESS_AFTER_S seconds, only
-    when stderr is a terminal and never with --json (stdout then holds the JSON alone, and a pipe
-    or a log file should not fill with carriage returns)."""
+@dataclass(frozen=True)
+class Work:
+    """What a command is about to simulate, estimated before it starts (sim/footprint.py)."""
 
-    def __init__(self, enabled: bool, stream: Any = None) -> None:
+    what: str               # e.g. "10,000,000 requests" or "144 runs"
+    seconds: float          # host time, within a factor of a few
+    disk_bytes: int = 0     # an upper bound on what it writes
+    where: str = ""         # where that lands
+
+    def is_long(self) -> bool:
+        """Worth saying before it starts (the thresholds are read when asked, so tests lower them)."""
+        return self.seconds > LONG_WORK_S or self.disk_bytes > LONG_WORK_BYTES
+
+
+def duration(seconds: float) -> str:
+    """A duration a person reads at a glance: 45 s, 12 min, 3.4 h, 21 days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.1f} {unit}" if unit != "min" else f"{seconds / size:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def announce(work: Work, stream: Any = None) -> None:
+    """Say on stderr (stdout may hold --json) what long work will take before it starts, so a
+    mistyped size is seen in a second, not after hours; short work says nothing."""
+    if not work.is_long():
+        return
+    disk = (f" and up to {work.disk_bytes / 1e9:,.1f} GB of results in {work.where}"
+            if work.disk_bytes > LONG_WORK_BYTES else "")
+    (stream or sys.stderr).write(f"psdsim: {work.what}: about {duration(work.seconds)} of simulation "
+                                 f"(a rough estimate, within a factor of a few){disk}; Ctrl-C stops it\n")
+
+
+def before_long_work(work: Work, out: Path | None, field: str, fix: str) -> None:
+    """Refuse results that cannot fit in the free space where `out` lands (ScenarioError naming
+    `field`, with `fix`), then announce the work if it is long."""
+    if out is not None and work.disk_bytes:
+        from psdsim.sim.footprint import check_results_disk
+
+        check_results_disk(work.disk_bytes, out, field, fix)
+    announce(work)
+
+
+def before_scenario_runs(s: Any, runs: int, out: Path | None) -> None:
+    """before_long_work for `runs` runs of scenario s (run: one; compare: one a method), whose
+    results folder, unless None, is out."""
+    from psdsim.sim.footprint import results_bytes, seconds_estimate
+
+    what = f"{s.requests:,} requests" + (f" × {runs} methods" if runs > 1 else "")
+    work = Work(what, runs * seconds_estimate(s), runs * results_bytes(s) if out else 0, str(out))
+    before_long_work(work, out, "requests",
+                     "lower requests, write elsewhere with --out DIR, or add --no-write")
+
+
+def workers_used(workers: int, runs: int) -> int:
+    """How many runs go at once: no more than the runs, the workers or the cores."""
+    return max(1, min(workers, runs, os.cpu_count() or 1))
+
+
+class Progress:
+    """Progress on stderr, shown only once the work has run `after_s` seconds and never with
+    --json (stdout then holds the JSON alone): on a terminal a bar redrawn in place; in a pipe
+    or a log file a plain line every LOG_EVERY of the work or LOG_AT_LEAST_S seconds, so a log
+    does not fill with carriage returns. `total` and `unit` turn a fraction into counts ("300/1,000
+    requests"); the time left is extrapolated from the progress made since the first report."""
+
+    def __init__(self, enabled: bool, stream: Any = None, total: int = 0, unit: str = "",
+                 after_s: float | None = None, work: Work | None = None) -> None:
         self.stream = stream or sys.stderr
-        self.enabled = enabled and self.stream.isatty()
+        self.work = work   # announced at the first report, once the work's refusals are all past
+        self.enabled = enabled
+        self.tty = self.stream.isatty()
+        self.total, self.unit = total, unit
+        self.after_s = PROGRESS_AFTER_S if after_s is None else after_s
         self.began = time.perf_counter()
         self.shown = False
+        self.label = ""
+        self.origin = (self.began, 0.0)    # (time, fraction) the time left is measured from
+        self.logged = (self.began, 0.0)    # the last plain line's (time, fraction)
 
-    def __call__(self, label: str, fraction: float) -> None:
+    def __call__(self, label: str, fraction: float, note: str = "") -> None:
+        if self.work is not None:
+            announce(self.work, self.stream)
+            self.work = None
         if not self.enabled:
             return
-        elapsed = time.perf_counter() - self.began
-        if not self.shown and (elapsed < PROGRESS_AFTER_S or fraction >= 1.0):
+        now = time.perf_counter()
+        done = min(max(fraction, 0.0), 1.0)
+        if label != self.label:   # a new piece of work (compare's next method) starts at its own pace
+            self.label, self.origin = label, (now, done)
+        elapsed = now - self.began
+        if not self.shown and (elapsed < self.after_s or done >= 1.0):
+            return
+        if not self.tty and self.shown and done < 1.0 and not self._log_due(now, done):
             return
         self.shown = True
-        done = min(max(fraction, 0.0), 1.0)
-        filled = int(done * BAR_WIDTH)
-        eta = f", {elapsed / done - elapsed:4.0f} s left" if 0 < done < 1 else ""
-        end = "\n" if done >= 1.0 else ""
-        self.stream.write(f"\r  {label} [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done:6.1%}"
-                          f" {elapsed:5.0f} s{eta}" + end)
+        self.logged = (now, done)
+        left = self._left(now, done)
+        self.stream.write(self._bar(label, done, elapsed, left, note) if self.tty
+                          else self._line(label, done, elapsed, left, note))
         self.stream.flush()
+
+    def _log_due(self, now: float, done: float) -> bool:
+        at, last = self.logged
+        return done - last >= LOG_EVERY or now - at >= LOG_AT_LEAST_S
+
+    def _left(self, now: float, done: float) -> float | None:
+        """Seconds left at the pace since the first report of this label (None: no pace yet)."""
+        at, first = self.origin
+        if not first < done < 1.0:
+            return None
+        return (now - at) * (1.0 - done) / (done - first)
+
+    def _counts(self, done: float, note: str) -> str:
+        counts = f" {round(done * self.total):,}/{self.total:,} {self.unit}" if self.total else ""
+        return counts + (f", {note}" if note else "")
+
+    def _bar(self, label: str, done: float, elapsed: float, left: float | None, note: str) -> str:
+        filled = int(done * BAR_WIDTH)
+        bar = "#" * filled + "." * (BAR_WIDTH - filled)
+        eta = f", {left:4.0f} s left" if left is not None else ""
+        end = "\n" if done >= 1.0 else ""
+        return f"\r  {label} [{bar}] {done:6.1%}{self._counts(done, note)} {elapsed:5.0f} s{eta}" + end
+
+    def _line(self, label: str, done: float, elapsed: float, left: float | None, note: str) -> str:
+        eta = f", about {duration(left)} left" if left is not None else ""
+        return f"  {label}: {done:.0%}{self._counts(done, note)}, {duration(elapsed)} elapsed{eta}\n"

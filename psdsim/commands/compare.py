@@ -12,6 +12,7 @@ from psdsim.commands.common import (
     EXIT_BAD_INPUT,
     Progress,
     add_scenario_args,
+    before_scenario_runs,
     default_out,
     guarded_write,
     overrides,
@@ -72,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     with output_locks([("--out", out)]):   # from the check to the last rename
         if out is not None:
             check_results_folder(out, "compare")
-        progress = Progress(not args.json)
+        before_scenario_runs(s, len(methods), out)
+        progress = Progress(not args.json, total=s.requests, unit="requests")
         results = compare_methods(s, methods, progress=progress)
         if not any(r.fits for r in results.values()):   # nothing ran: no folder, no table
             print(f"psdsim: error: {nothing_fits(results, s)}", file=sys.stderr)

@@ -11,12 +11,15 @@ from typing import Any
 
 from psdsim.commands.common import (
     Progress,
+    Work,
     add_preset,
     add_set,
+    announce,
     check_workers,
     default_out,
     guarded_write,
     user_error,
+    workers_used,
 )
 from psdsim.sim.numbers import integer
 
@@ -25,7 +28,7 @@ GRID_FIELDS = ("dataset", "method", "k", "extra")   # what studies.paper.grid se
 
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    from psdsim.studies.paper import PAPER_REPEATS, QUICK_REQUESTS
+    from psdsim.studies.paper import MAX_REPEATS, PAPER_REPEATS, QUICK_REQUESTS
 
     add_preset(p, "setting2", "the paper's configuration to reproduce (default setting2)")
     p.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS} requests per run instead of the "
@@ -33,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     add_set(p)
     p.add_argument("--repeats", type=integer, default=PAPER_REPEATS,
                    help=f"runs per point (seeds seed .. seed+N-1), averaged, with their spread (default "
-                        f"{PAPER_REPEATS}: the paper's measured runs; its warm-up run is not simulated)")
+                        f"{PAPER_REPEATS}: the paper's measured runs; its warm-up run is not simulated; "
+                        f"at most {MAX_REPEATS})")
     p.add_argument("--workers", type=integer, default=os.cpu_count() or 1,
                    help="processes to simulate with (default: all cores)")
     p.add_argument("--out", type=Path, help="results folder (default: results/paper-PRESET-HASH)")
@@ -41,16 +45,18 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.footprint import check_memory, estimate_bytes
+    from psdsim.sim.footprint import check_at_once, seconds_estimate
     from psdsim.sim.output.report import format_paper
     from psdsim.sim.output.results import check_results_folder, output_lock, write_folder
     from psdsim.sim.presets import PRESETS
     from psdsim.sim.scenario import load_scenario, parse_override, scenario_to_toml
-    from psdsim.studies.paper import figures, grid, improvements, run_grid, table
+    from psdsim.studies.paper import MAX_REPEATS, figures, grid, improvements, run_grid, table
 
     check_workers(args.workers)
-    if args.repeats < 1:
-        raise user_error("--repeats", f"must be >= 1, got {args.repeats}", "write --repeats 3")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        raise user_error("--repeats", f"must be in [1, {MAX_REPEATS}], got {args.repeats:,} (a mean of "
+                                      f"{MAX_REPEATS} repeats already has a tenth of one run's spread)",
+                         f"write --repeats 3, the paper's, or at most {MAX_REPEATS}")
     base = load_scenario(None, args.overrides, preset=args.preset)
     for text in args.overrides:   # a field the grid sets would be overridden without a word
         name = parse_override(text)[0]
@@ -66,9 +72,11 @@ def run(args: argparse.Namespace) -> int:
     with output_lock(out):   # from the check to the last rename
         check_results_folder(out, "paper")
         runs = grid(args.preset, base, args.quick)
-        largest = max(runs, key=estimate_bytes)
-        check_memory([largest] * min(args.workers, len(runs)), f"{args.workers} runs at once")
-        progress = Progress(not args.json)
+        check_at_once(runs, args.workers)
+        total = len(runs) * args.repeats
+        seconds = sum(map(seconds_estimate, runs)) * args.repeats / workers_used(args.workers, total)
+        announce(Work(f"{len(runs)} grid points × {args.repeats:,} repeats", seconds))
+        progress = Progress(not args.json, total=total, unit="runs")
         rows = run_grid(runs, args.workers, progress=lambda f: progress(f"{args.preset} grid", f),
                         repeats=args.repeats)
         if not any(r["fits"] for r in rows):   # nothing to show: no folder, as run and plan

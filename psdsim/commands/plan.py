@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsim.commands.common import Progress, add_set, check_workers, guarded_write, study_out, user_error
+from psdsim.commands.common import (
+    Progress,
+    Work,
+    add_set,
+    announce,
+    check_workers,
+    guarded_write,
+    study_out,
+    user_error,
+    workers_used,
+)
 from psdsim.sim.numbers import integer
 
 HELP = ("largest sustainable rate of every configuration of a space under latency objectives; Pareto "
@@ -30,6 +41,27 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     p.add_argument("--json", action="store_true", help="print the rows, front and verdicts as JSON")
 
 
+def runs_per_search(tolerance: float) -> int:
+    """About how many runs one rate search makes (studies/plan.py, max_rate): one offline, ~3 to
+    bracket the rate by doubling or halving, then a bisection in log space from a factor of 2 down
+    to the tolerance."""
+    return 1 + 3 + math.ceil(math.log2(math.log(2) / math.log1p(tolerance)))
+
+
+def _work(spec: Any, workers: int) -> tuple[Work, int]:
+    """The plan's estimate, and how many configurations it searches; first, as run_plan will,
+    refuse what the machine cannot hold (an estimate must not precede a refusal)."""
+    from psdsim.sim.footprint import check_at_once, seconds_estimate
+    from psdsim.studies.plan import configurations
+
+    configs = configurations(spec)[0]
+    if configs:
+        check_at_once(configs, workers)
+    runs = runs_per_search(spec.tolerance)
+    seconds = sum(map(seconds_estimate, configs)) * runs / workers_used(workers, len(configs))
+    return Work(f"{len(configs):,} configurations × ~{runs} runs each", seconds), len(configs)
+
+
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.output.results import check_results_folder, output_lock, write_folder
     from psdsim.studies.plan import load_plan
@@ -41,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or study_out("plan", args.plan, spec.base.digest())
     with output_lock(out):   # from the check to the last rename
         check_results_folder(out, "plan")
-        progress = Progress(not args.json)
+        work, configs = _work(spec, args.workers)
+        announce(work)
+        progress = Progress(not args.json, total=configs, unit="configurations")
         result = run_plan(spec, args.workers, lambda f: progress("plan", f))
         if not any(r["max_rate_req_s"] for r in result.rows):   # nothing sustains a rate: no folder
             first = result.rows[0]["limit"] if result.rows else "every configuration is invalid"
