@@ -45,6 +45,7 @@ from psdsim.sim.scenario import (
     read_toml,
     scenario_from_mapping,
     scenario_to_toml,
+    toml_value,
 )
 
 TABLES = ("base", "grid", "sample")
@@ -109,11 +110,43 @@ class Design:
     text: str                  # the spec file as written
     grid: dict[str, list[Any]]
     sample: Sample | None
-    points: list[Point]
+    base: dict[str, Any]       # the [base] scenario's field values
 
     @property
     def swept(self) -> list[str]:
         return [*self.grid, *(d.name for d in self.sample.dims)] if self.sample else list(self.grid)
+
+    @cached_property
+    def samples(self) -> list[dict[str, Any]]:
+        """The sampled fields' values of each sample (one empty sample without [sample])."""
+        return self.sample.points() if self.sample else [{}]
+
+    @property
+    def size(self) -> int:
+        """How many design points, counted without building them: grid points x samples."""
+        return math.prod(len(v) for v in self.grid.values()) * (self.sample.n if self.sample else 1)
+
+    @property
+    def distinct(self) -> int:
+        """How many distinct runs, counted without building them. A point's scenario is the base
+        with its swept values (validation leaves a scenario unchanged) and a run id hashes the
+        scenario's TOML, so two points are one run exactly when their swept values write the same
+        TOML: the product of each axis's distinct values, times the distinct samples."""
+        grid = math.prod(len({toml_value(v) for v in values}) for values in self.grid.values())
+        return grid * len({tuple(map(toml_value, drawn.values())) for drawn in self.samples})
+
+    @cached_property
+    def points(self) -> list[Point]:
+        """Every design point, each scenario built and validated (the first bad one ends with a
+        one-line ScenarioError naming the point)."""
+        run_id = _Hasher()
+        points: list[Point] = []
+        for combo in itertools.product(*self.grid.values()):
+            for drawn in self.samples:
+                inputs = {**dict(zip(self.grid, combo, strict=True)), **drawn}
+                s = _scenario(self.base, inputs, self.path.name, _at(len(points), self.size, inputs))
+                points.append(Point(len(points), inputs, s, run_id(s)))
+        return points
 
     @cached_property
     def runs(self) -> list[Point]:
@@ -332,8 +365,9 @@ def _describe(inputs: Mapping[str, Any]) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
-def load_design(path: str | Path) -> Design:
-    """Read, expand and validate a sweep SPEC (every point checked before anything runs)."""
+def load_design(path: str | Path, expand: bool = True) -> Design:
+    """Read and validate a sweep SPEC: each grid value first, then (`expand`) every point, all
+    before anything runs; without `expand` the points are built when first asked for."""
     p = Path(path)
     text, doc = read_toml(p, "spec", "a sweep SPEC.toml")
     for key in doc:
@@ -350,21 +384,43 @@ def load_design(path: str | Path) -> Design:
             if d.name in grid:
                 raise _bad(f"sample.{d.name}", "is also in [grid]",
                            f"keep {d.name} in one of [grid] and [sample]")
-    size = math.prod(len(v) for v in grid.values()) * (sample.n if sample else 1)
-    if size > MAX_POINTS:
-        raise _bad("grid", f"the design has {size:,} points (more than {MAX_POINTS:,})",
+    design = Design(p, text, grid, sample, base_values)
+    if design.size > MAX_POINTS:
+        raise _bad("grid", f"the design has {design.size:,} points (more than {MAX_POINTS:,})",
                    "use fewer values, or a [sample] design")
-    samples = sample.points() if sample else [{}]
-    run_id = _Hasher()
-    points: list[Point] = []
-    for combo in itertools.product(*grid.values()):
-        for drawn in samples:
-            inputs = {**dict(zip(grid, combo, strict=True)), **drawn}
-            try:
-                s = scenario_from_mapping({**base_values, **inputs}, p.name)
-            except ScenarioError as exc:
-                at = f" at design point {len(points) + 1} of {size}"
-                at += f" ({_describe(inputs)})" if inputs else ""
-                raise _bad(exc.field, exc.problem + at, exc.fix) from None
-            points.append(Point(len(points), inputs, s, run_id(s)))
-    return Design(p, text, grid, sample, points)
+    _check_axes(design)
+    if expand:
+        design.points   # noqa: B018  (builds and validates every point now)
+    return design
+
+
+def _at(index: int, size: int, inputs: Mapping[str, Any]) -> str:
+    return f" at design point {index + 1} of {size}" + (f" ({_describe(inputs)})" if inputs else "")
+
+
+def _scenario(base: Mapping[str, Any], inputs: Mapping[str, Any], source: str, at: str) -> Scenario:
+    """The scenario of one point; a ScenarioError says where it is (`at`)."""
+    try:
+        return scenario_from_mapping({**base, **inputs}, source)
+    except ScenarioError as exc:
+        raise _bad(exc.field, exc.problem + at, exc.fix) from None
+
+
+def _check_axes(design: Design) -> None:
+    """Check each grid value once, before the grid is expanded: a bad value on any axis is found
+    at once, not where the expansion reaches it. Each check is a real design point (the value,
+    the other axes' first values, the first sample), so nothing valid is refused; the error
+    names the point with the checked axis first."""
+    first = {name: values[0] for name, values in design.grid.items()}
+    first.update(design.samples[0])
+    _scenario(design.base, first, design.path.name, _at(0, design.size, first))
+    stride = design.size
+    for name, values in design.grid.items():
+        stride //= len(values)   # design points between two values of this axis
+        seen = {toml_value(values[0])}
+        for j, value in enumerate(values):
+            if toml_value(value) in seen:
+                continue
+            seen.add(toml_value(value))
+            inputs = {name: value, **{k: v for k, v in first.items() if k != name}}
+            _scenario(design.base, inputs, design.path.name, _at(j * stride, design.size, inputs))

@@ -382,3 +382,70 @@ def test_dry_run_validates_and_writes_nothing(tmp_path, capsys):
 def test_example_spec_is_valid():
     d = load_design(ROOT / "examples" / "sweep.toml")
     assert len(d.runs) >= 8 and {"method", "rate"} <= set(d.swept)
+
+
+MILLION = ("[grid]\nk = [1, 2, 3, 4, 5, 6, 7, 8, 9, {last_k}]\n"
+           "m = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]\n"
+           "rate = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0]\n"
+           "seed = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
+           "output_len = [16, 32, 48, 64, 80, 96, 112, 128, 144, 160]\n"
+           "extra = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n")
+
+
+def _counting_builds(monkeypatch) -> list[int]:
+    from psdsim.studies import sweep_design
+
+    built = [0]
+    build = sweep_design.scenario_from_mapping
+
+    def counted(*args, **kwargs):
+        built[0] += 1
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_design, "scenario_from_mapping", counted)
+    return built
+
+
+def test_a_bad_value_on_any_axis_is_found_before_the_grid_is_expanded(tmp_path, monkeypatch):
+    """k = 99 is the first axis's last value, design point 900,001 of 10^6: found after checking
+    each grid value once (61 scenarios), named with its point, not after 900,001 of them."""
+    built = _counting_builds(monkeypatch)
+    with pytest.raises(ScenarioError) as err:
+        load_design(spec(tmp_path, MILLION.format(last_k=99)))
+    assert built[0] <= 61
+    assert "got 99 at design point 900001 of 1000000 (k=99, m=1, rate=0.5" in str(err.value)
+
+
+def test_dry_run_counts_a_million_points_without_building_them(tmp_path, capsys, monkeypatch):
+    built = _counting_builds(monkeypatch)
+    path = spec(tmp_path, MILLION.format(last_k=10))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o"), "--dry-run", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["points"], doc["runs"], doc["checked"]) == (10**6, 10**6, "grid values")
+    assert built[0] <= 61 and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("body", [
+    "[grid]\nk = [2, 3, 2]\nmethod = [\"psd\", \"psd\"]\n",
+    "[grid]\nrate = [\"none\", 2.0, 2]\n",
+    "[grid]\nk = [2, 3]\n[sample]\nmethod = \"random\"\nn = 6\nseed = 1\nm = { choices = [2, 4] }\n",
+    "[sample]\nmethod = \"lhs\"\nn = 5\nrate = [0.5, 4.0]\nk = [2, 4]\n",
+    "",
+])
+def test_counted_size_and_runs_match_the_expansion(tmp_path, body):
+    d = load_design(spec(tmp_path, body))
+    assert (d.size, d.distinct) == (len(d.points), len(d.runs))
+
+
+def test_a_long_sweep_says_its_estimate_then_its_progress_off_a_terminal(tmp_path, capsys, monkeypatch):
+    """Thresholds lowered so two small runs count as long; the estimate comes once, first."""
+    from psdsim.commands import common
+
+    monkeypatch.setattr(common, "LONG_WORK_S", 0.0)
+    monkeypatch.setattr(common, "PROGRESS_AFTER_S", 0.0)
+    path = spec(tmp_path, "[grid]\nk = [2, 3]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o"), "--workers", "1", "--no-figures"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("psdsim: 2 runs: about ") and sum("of simulation" in e for e in err) == 1
+    assert err[1:] and all(e.startswith("  sweep: ") and " runs, 0 failed, " in e for e in err[1:])
+    assert err[-1].startswith("  sweep: 100% 2/2 runs, 0 failed, ")

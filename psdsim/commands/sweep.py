@@ -6,16 +6,30 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from psdsim.commands.common import check_workers, guarded_write, interrupted_exit, study_out, user_error
+from psdsim.commands.common import (
+    Progress,
+    Work,
+    check_workers,
+    guarded_write,
+    interrupted_exit,
+    study_out,
+    user_error,
+    workers_used,
+)
 from psdsim.sim.numbers import integer
 
 HELP = "run a grid or sampled design of scenarios into one table (parallel, resumable)"
 EXIT_ALL_FAILED = 1
+# What one run adds to a sweep folder: its runs/ID.json (~2 KB, a 4 KB block on disk), its
+# results.csv row (~1.3 KB) and its share of results.parquet, rounded up.
+BYTES_PER_RUN = 8192
+# A dry run of a design up to this size builds and checks each point (a few seconds); a larger
+# one is counted, its grid values checked, and its points are checked when the sweep starts.
+DRY_RUN_POINTS = 10_000
 
 
 def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
@@ -42,35 +56,14 @@ def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     sw.add_argument("--json", action="store_true", help="print a JSON summary only")
 
 
-class _Progress:
-    """runs done/total, failures and ETA on stderr, only when stderr is a terminal."""
+def _work(design: Any, workers: int, out: Path) -> Work:
+    """What running every run of the design takes: host time over the runs that go at once, and
+    the folder's files (sim/footprint.py prices each run)."""
+    from psdsim.sim.footprint import seconds_estimate
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.began = time.perf_counter()
-        self.first: int | None = None
-        self.shown = 0.0
-
-    def __call__(self, done: int, total: int, failed: int) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if self.first is None:
-            self.first, self.began = done, now
-        if done < total and now - self.shown < 0.2:
-            return
-        self.shown = now
-        ran = done - self.first
-        eta = "–" if not ran else _clock((now - self.began) / ran * (total - done))
-        end = "\n" if done >= total else ""
-        sys.stderr.write(f"\r  sweep: {done}/{total} runs ({done / max(total, 1):.0%}), {failed} failed, "
-                         f"ETA {eta}   " + end)
-        sys.stderr.flush()
-
-
-def _clock(seconds: float) -> str:
-    s = int(seconds + 0.5)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    runs = len(design.runs)
+    seconds = sum(seconds_estimate(p.scenario) for p in design.runs) / workers_used(workers, runs)
+    return Work(f"{runs:,} runs", seconds, runs * BYTES_PER_RUN, str(out))
 
 
 def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: str) -> list[Path]:
@@ -90,7 +83,24 @@ def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: st
     return [write_file(folder / name, data) for name, data in figures.items()]
 
 
+def _dry_run(args: argparse.Namespace, design: Any, out: Path) -> None:
+    """Count the design without building it; check every point too when that is quick (every
+    grid value is checked already: load_design)."""
+    every = design.size <= DRY_RUN_POINTS
+    if every:
+        design.points   # noqa: B018  (builds and validates each point)
+    size = {"spec": str(args.spec), "points": design.size, "runs": design.distinct, "swept": design.swept,
+            "out": str(out), "checked": "points" if every else "grid values"}
+    if args.json:
+        print(json.dumps(size, indent=2))
+        return
+    checked = "" if every else "; each grid value checked, each point when the sweep starts"
+    print(f"psdsim sweep · {args.spec} · {design.size} design points, {design.distinct} distinct runs over "
+          f"{', '.join(design.swept) or 'nothing'} (dry run: nothing written{checked})")
+
+
 def run(args: argparse.Namespace) -> int:
+    from psdsim.sim.footprint import check_results_disk
     from psdsim.sim.output.results import landing, output_lock
     from psdsim.studies.executors import WorkerDied, require_ray
     from psdsim.studies.sweep import RUNS, run_sweep
@@ -105,18 +115,20 @@ def run(args: argparse.Namespace) -> int:
     if real is not None and real.exists() and not real.is_dir():
         raise user_error("--out", f"{str(args.out)!r} is a file, not a sweep folder",
                          "choose a new folder, or the folder of an earlier sweep to resume, with --out DIR")
-    design = load_design(args.spec)
+    design = load_design(args.spec, expand=not args.dry_run)
     out = args.out or study_out("sweep", args.spec)
-    size = {"spec": str(args.spec), "points": len(design.points), "runs": len(design.runs),
-            "swept": design.swept, "out": str(out)}
     if args.dry_run:
-        if args.json:
-            print(json.dumps(size, indent=2))
-        else:
-            print(f"psdsim sweep · {args.spec} · {len(design.points)} design points, {len(design.runs)} "
-                  f"distinct runs over {', '.join(design.swept) or 'nothing'} (dry run: nothing written)")
+        _dry_run(args, design, out)
         return 0
-    progress = _Progress(not args.json)
+    work = _work(design, args.workers, out)
+    check_results_disk(work.disk_bytes, out, "grid", "sweep fewer values, or choose a folder on a larger "
+                                                     "disk with --out DIR")
+    # announced at the first report: run_sweep may still refuse the folder (another sweep's)
+    bar = Progress(not args.json, total=len(design.runs), unit="runs", work=work)
+
+    def progress(done: int, total: int, failed: int) -> None:
+        bar("sweep", done / total, f"{failed} failed")
+
     with output_lock(out):   # the figures too: no other psdsim writes DIR until they are in place
         try:
             report, rows = run_sweep(design, out, workers=args.workers, executor=args.executor,
