@@ -53,8 +53,10 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.studies.paper import MAX_REPEATS, figures, grid, improvements, run_grid, table
 
     check_workers(args.workers)
-    if not 1 <= args.repeats <= MAX_REPEATS:
-        raise user_error("--repeats", f"must be in [1, {MAX_REPEATS}], got {args.repeats:,} (a mean of "
+    if args.repeats < 1:
+        raise user_error("--repeats", f"must be >= 1, got {args.repeats}", "write --repeats 3")
+    if args.repeats > MAX_REPEATS:
+        raise user_error("--repeats", f"must be <= {MAX_REPEATS}, got {args.repeats:,} (a mean of "
                                       f"{MAX_REPEATS} repeats already has a tenth of one run's spread)",
                          f"write --repeats 3, the paper's, or at most {MAX_REPEATS}")
     base = load_scenario(None, args.overrides, preset=args.preset)
