@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-# How long a run goes before the progress bar appears: shorter runs print nothing on stderr.
+# How long work goes before its progress appears: shorter work prints no progress on stderr.
 PROGRESS_AFTER_S = 2.0
 LOG_EVERY = 0.1          # off a terminal: a progress line each tenth of the work...
 LOG_AT_LEAST_S = 60.0    # ... or each minute, whichever comes first
