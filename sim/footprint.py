@@ -139,25 +139,42 @@ def seconds_estimate(s: Scenario) -> float:
     return steps_bound(s) * SECONDS_PER_BOUND_STEP
 
 
-def free_disk_bytes(path: Path) -> int | None:
-    """Free space on the file system a path not yet written would land on: that of its first
-    existing parent; None if unknown."""
+def _existing(path: Path) -> Path:
+    """The path, or its first parent that exists: where a path not yet written would land."""
     here = Path(path).absolute()
     while not here.exists() and here != here.parent:
         here = here.parent
+    return here
+
+
+def free_disk_bytes(path: Path) -> int | None:
+    """Free space on the file system a path not yet written would land on; None if unknown."""
     try:
-        return shutil.disk_usage(here).free
+        return shutil.disk_usage(_existing(path)).free
     except OSError:
         return None
 
 
-def check_results_disk(need: int, out: Path, field: str, fix: str) -> None:
+def _shares_temporary_disk(path: Path) -> bool:
+    """Whether a path lands on the file system of the temporary folder (TMPDIR)."""
+    try:
+        return _existing(path).stat().st_dev == Path(tempfile.gettempdir()).stat().st_dev
+    except OSError:
+        return False
+
+
+def check_results_disk(need: int, out: Path, field: str, fix: str, spilled: int = 0) -> None:
     """ScenarioError naming `field` when results of about `need` bytes cannot fit in the free
-    space where `out` lands: refused before the run, not when the disk fills after hours."""
+    space where `out` lands: refused before the run, not when the disk fills after hours.
+    `spilled`: the temporary disk the runs still hold while their results are written, counted
+    too where the temporary folder is on the same file system."""
     free = free_disk_bytes(out)
-    if free is not None and need > free:
-        raise ScenarioError(field, f"the results would take up to {need / GB:,.1f} GB in {str(out)!r}, but "
-                            f"its file system has {free / GB:,.1f} GB free", fix)
+    held = spilled if spilled and _shares_temporary_disk(out) else 0
+    if free is None or need + held <= free:
+        return
+    also = f" (and their temporary tables {held / GB:,.1f} GB more, on the same disk)" if held else ""
+    raise ScenarioError(field, f"the results would take up to {need / GB:,.1f} GB in {str(out)!r}{also}, "
+                        f"but its file system has {free / GB:,.1f} GB free", fix)
 
 
 def _most_requests(runs: list[Scenario], have: int | None, free: int | None, traced: bool) -> int:

@@ -10,6 +10,7 @@ import re
 import shutil
 from collections import namedtuple
 
+import pytest
 from psdsim.sim import footprint
 
 from psdsim.cli import main
@@ -154,3 +155,21 @@ def test_paper_refuses_repeats_that_would_take_weeks(capsys):
 def test_durations_read_at_a_glance():
     assert [common.duration(x) for x in (45, 300, 3 * 3600 + 1800, 21 * 86400)] == \
         ["45 s", "5 min", "3.5 h", "21.0 days"]
+
+
+def test_results_on_the_temporary_disk_count_the_tables_the_run_still_holds(tmp_path, monkeypatch):
+    """While results are written the spilled tables still hold their temporary disk: on the same
+    file system both must fit, on another only the results."""
+    import tempfile
+
+    from psdsim.sim.errors import ScenarioError
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 0, 1000))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # the temporary folder: this disk
+    footprint.check_results_disk(600, tmp_path / "r", "requests", "fix")   # no tables spilled
+    with pytest.raises(ScenarioError) as err:
+        footprint.check_results_disk(600, tmp_path / "r", "requests", "fix", spilled=600)
+    assert "temporary tables" in err.value.problem and err.value.field == "requests"
+    monkeypatch.setattr(footprint, "_shares_temporary_disk", lambda path: False)
+    footprint.check_results_disk(600, tmp_path / "r", "requests", "fix", spilled=600)

@@ -133,25 +133,20 @@ def announce(work: Work, stream: Any = None) -> None:
                                  f"(a rough estimate, within a factor of a few){disk}; Ctrl-C stops it\n")
 
 
-def before_long_work(work: Work, out: Path | None, field: str, fix: str) -> None:
-    """Refuse results that cannot fit in the free space where `out` lands (ScenarioError naming
-    `field`, with `fix`), then announce the work if it is long."""
-    if out is not None and work.disk_bytes:
-        from psdsim.sim.footprint import check_results_disk
-
-        check_results_disk(work.disk_bytes, out, field, fix)
-    announce(work)
-
-
 def before_scenario_runs(s: Any, runs: int, out: Path | None) -> None:
-    """before_long_work for `runs` runs of scenario s (run: one; compare: one a method), whose
-    results folder, unless None, is out."""
-    from psdsim.sim.footprint import results_bytes, seconds_estimate
+    """For `runs` runs of scenario s (run: one; compare: one a method, all held until written),
+    whose results folder, unless None, is out: refuse results that cannot fit in the free space
+    where they land (with the temporary tables the runs hold meanwhile, on the same disk), then
+    announce the work if it is long."""
+    from psdsim.sim.footprint import check_results_disk, results_bytes, seconds_estimate, spill_bytes
 
     what = f"{s.requests:,} requests" + (f" × {runs} methods" if runs > 1 else "")
     work = Work(what, runs * seconds_estimate(s), runs * results_bytes(s) if out else 0, str(out))
-    before_long_work(work, out, "requests",
-                     "lower requests, write elsewhere with --out DIR, or add --no-write")
+    if out is not None:
+        check_results_disk(work.disk_bytes, out, "requests",
+                           "lower requests, write elsewhere with --out DIR, or add --no-write",
+                           runs * spill_bytes(s))
+    announce(work)
 
 
 def workers_used(workers: int, runs: int) -> int:
