@@ -590,9 +590,14 @@ Median step:
 
 The fit minimises relative residuals (B spans 8-256); `rms` is their root mean square over the
 configurations, `worst` the largest. A large `worst` says the part is not linear in B and B·k
-over the whole range (or that other work disturbed some configurations).
+over the whole range (or that other work disturbed some configurations); a fixed part below
+zero says it is too small for the fit to resolve.
 
 ## Against engines.toml's `vllm-0.9.2-v0-eager`
+
+Per request figures are at k = 3, MineDraft's calibration point. The fastest-step fit is the one
+to apply (times the host-speed factor below); the median-step fit says how much the load here
+moved it.
 
 {constants_table(found["min"], found["median"], engine_constants())}
 

@@ -347,8 +347,8 @@ def compare(case: Case) -> Comparison:
 
 def _drawn(name: str, prompts: int, seed: int, gpu_blocks: int, rate: float | None = None,
            **kw) -> Case:
-    """Prompt lengths as a chat preset spreads them (log-normal around ~200 tokens, 16-1200),
-    output lengths 8-96, all at time 0 (offline) or Poisson at `rate` per step."""
+    """Chat-like prompt lengths (log-normal around 200 tokens, cut to 16-1200), output lengths
+    8-96, all at time 0 (offline) or Poisson at `rate` per step."""
     rng = np.random.default_rng(seed)
     lengths = np.clip(np.round(rng.lognormal(np.log(200), 0.8, prompts)), 16, 1200).astype(int)
     outputs = rng.integers(8, 97, prompts)
@@ -397,6 +397,8 @@ def first_divergence(case: Case, result: Comparison) -> str | None:
     if not bad:
         return None
     step = bad[0][0]
+    if step >= min(len(result.vllm), len(result.psdsim)):
+        return "one run ended first"
     return divergence(case, result.psdsim[step], result.vllm[step])
 
 
