@@ -72,6 +72,7 @@ class Case:
     n: int = 1
     swap_blocks: int = 0    # CPU blocks; > 0 selects preemption_mode="swap"
     cancel_after: tuple[float, ...] = ()
+    chunked: bool = False   # enable_chunked_prefill (MineDraft runs without it)
 
     @property
     def requests(self) -> int:
@@ -120,7 +121,7 @@ class PsdsimSide:
                             prompt=np.repeat(np.arange(len(case.prompts)), case.n))
         self.table = RequestTable(workload)
         kv = KVPools({"verifier": case.gpu_blocks}, BLOCK, n)
-        self.scheduler = Scheduler(self.table, kv, version="vllm-v0", chunked=False,
+        self.scheduler = Scheduler(self.table, kv, version="vllm-v0", chunked=case.chunked,
                                    swap=case.swap_blocks > 0, swap_blocks=case.swap_blocks,
                                    max_running=case.max_seqs, token_budget=case.budget)
         self.hooks = EngineHooks()
@@ -191,7 +192,7 @@ class VllmSide:
 
         config = SchedulerConfig(runner_type="generate", max_num_batched_tokens=case.budget,
                                  max_num_seqs=case.max_seqs, max_model_len=MAX_MODEL_LEN,
-                                 enable_chunked_prefill=False,
+                                 enable_chunked_prefill=case.chunked,
                                  preemption_mode="swap" if case.swap_blocks else None)
         cache = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, swap_space=0,
                             cache_dtype="auto")
@@ -359,6 +360,7 @@ def _drawn(name: str, prompts: int, seed: int, gpu_blocks: int, rate: float | No
 
 
 OFFLINE_LOOSE = _drawn("offline, KV loose", 24, 1, gpu_blocks=2000)
+CHUNKED = replace(OFFLINE_LOOSE, name="offline, KV loose, chunked prefill", chunked=True, budget=256)
 OFFLINE_TIGHT = _drawn("offline, KV tight (recompute)", 24, 2, gpu_blocks=90)
 POISSON_LOOSE = _drawn("Poisson, KV loose", 40, 3, gpu_blocks=2000, rate=0.3)
 POISSON_TIGHT = _drawn("Poisson, KV tight (recompute)", 40, 4, gpu_blocks=80, rate=0.5)
@@ -369,11 +371,13 @@ ABORTS = replace(_drawn("Poisson, aborts, KV tight", 30, 7, gpu_blocks=90, rate=
 
 LOOSE = [OFFLINE_LOOSE, POISSON_LOOSE]
 TIGHT = [OFFLINE_TIGHT, POISSON_TIGHT, SWAP_TIGHT, PARALLEL, ABORTS]
+DIVERGING = [*TIGHT, CHUNKED]
 
 # Where psdsim's vllm-v0 scheduler departs from vLLM 0.9.2 (docs/engines.md, "Scheduler
 # conformance"): the first step at which each KV-tight run diverges shows one of these.
 FULL_POOL = "vLLM preempts with the pool exactly full"
 EARLY_SWAP_IN = "psdsim swaps in what vLLM holds back"
+WHOLE_PROMPT = "vLLM holds a whole prompt's blocks from its first chunk"
 
 
 def divergence(case: Case, ours: StepView, theirs: StepView) -> str:
@@ -383,7 +387,12 @@ def divergence(case: Case, ours: StepView, theirs: StepView) -> str:
     a free block at its turn and the last running request is preempted when none is left; psdsim
     preempts only when a request needs a new block. EARLY_SWAP_IN: vLLM's `can_swap_in` wants the
     blocks the step's token makes (`_schedule_swapped` then appends its slot); psdsim admits a
-    swap-in with the blocks it held when swapped out."""
+    swap-in with the blocks it held when swapped out. WHOLE_PROMPT: with chunked prefill, vLLM's
+    `_schedule_prefills` admits a prompt when the blocks of all its tokens fit (`can_allocate`)
+    and `block_manager.allocate` takes them all at its first chunk; psdsim takes the blocks of
+    each chunk as it is computed."""
+    if case.chunked and theirs.prefill and theirs.blocks > ours.blocks:
+        return WHOLE_PROMPT
     if (theirs.recomputed or theirs.swapped_out) and not (ours.recomputed or ours.swapped_out) \
             and ours.blocks == case.gpu_blocks:
         return FULL_POOL
@@ -419,8 +428,9 @@ def test_with_ample_kv_every_step_matches_vllm(case):
 
 @pytest.mark.parametrize("case, departure", [
     (OFFLINE_TIGHT, FULL_POOL), (POISSON_TIGHT, FULL_POOL), (SWAP_TIGHT, FULL_POOL),
-    (PARALLEL, FULL_POOL), (ABORTS, FULL_POOL)], ids=[c.name for c in TIGHT])
-def test_with_tight_kv_the_runs_diverge_only_where_a_known_departure_says(case, departure):
+    (PARALLEL, FULL_POOL), (ABORTS, FULL_POOL), (CHUNKED, WHOLE_PROMPT)],
+    ids=[c.name for c in DIVERGING])
+def test_the_runs_diverge_first_where_a_known_departure_says(case, departure):
     result = compare(case)
     assert first_divergence(case, result) == departure, result.summary()
 
