@@ -170,7 +170,6 @@ class _StubScorer:
                               sampled_token_ids=torch.randint(0, VOCAB, (rows, 1)))]
 
 
-@dataclass
 class _Metrics:
     """SpecDecodeWorker's acceptance metrics collector, reduced to 'nothing to report'."""
 
