@@ -22,33 +22,21 @@ from psdsim.cli import main
 SMALL = ["requests=20", "output_len=32"]
 
 
-def _link_catalog(tmp_path: Path, bandwidth_gbps: float) -> Path:
-    """A catalog whose link the catalog reader accepts (any bandwidth > 0) but no hardware has."""
-    path = tmp_path / "slow.toml"
-    path.write_text(f"""[links.slowlink]
-name = "absurdly slow"
-nvlink = false
-p2p_latency_us = 10.0
-p2p_bandwidth_gbps = {bandwidth_gbps!r}
-allreduce_latency_us = 30.0
-allreduce_busbw_gbps = 20.0
-source = "a test"
-""")
-    return path
+def _slowest_profile(tmp_path: Path) -> Path:
+    """A profile each of whose values its reader accepts (an hour per cached token is its largest
+    coefficient: every priced step stays finite) but whose runs take longer than the clock resolves."""
+    verify = Term("verify", (0.03, 1e-4, MAX_COEF_S), 100, 0.01, None)
+    return write_file(tmp_path / "p.json", Profile({"verify": verify}).to_json())
 
 
-@pytest.mark.parametrize(("bandwidth", "match"), [
-    (1e-300, r"makespan_s \d\.\d+e\+\d+ s from the scenario's values with catalog .*slow\.toml is past the "
-             r"1e\+09 s"),
-    (1e-307, r"came out inf from the scenario's values with catalog .*slow\.toml"),
-])
 def test_run_compare_and_simulate_refuse_the_same_absurd_run(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        bandwidth: float, match: str) -> None:
-    """A link of 1e-300 GB/s printed a makespan of 301 digits (1e-307: inf) beside normal-looking
-    figures, exit 0: now each path stops with one line naming the figure and the catalog."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Inputs each reader accepts whose run passes the clock's horizon: each way a summary is made
+    stops with one line naming the figure and the profile, and writes nothing."""
     monkeypatch.chdir(tmp_path)
-    sets = [*SMALL, f"catalog={_link_catalog(tmp_path, bandwidth)}", "link=slowlink"]
+    match = (r"makespan_s \d\.\d+e\+\d+ s from the scenario's values with profile .*p\.json is past "
+             r"the 1e\+09 s")
+    sets = ["requests=20", f"profile={_slowest_profile(tmp_path)}"]
     s = load_scenario(overrides=sets)
     with pytest.raises(ScenarioError, match=match) as exc:
         simulate(s)
@@ -64,13 +52,25 @@ def test_run_compare_and_simulate_refuse_the_same_absurd_run(
     assert not (tmp_path / "results").exists()   # nothing half-written
 
 
-def test_a_profile_at_its_largest_coefficients_still_cannot_print_rounding(tmp_path: Path) -> None:
-    """The profile reader's bounds keep every priced step finite, not every run short: a run
-    whose makespan passes the clock's horizon is refused with the profile named."""
-    verify = Term("verify", (0.03, 1e-4, MAX_COEF_S), 100, 0.01, None)   # an hour per cached token
-    path = write_file(tmp_path / "p.json", Profile({"verify": verify}).to_json())
-    with pytest.raises(ScenarioError, match=r"makespan_s .* with profile .*p\.json"):
-        simulate(load_scenario(overrides=["requests=20", f"profile={path}"]))
+@pytest.mark.parametrize("bandwidth", [1e-300, 1e-307])
+def test_a_link_no_hardware_has_is_refused_where_the_catalog_names_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], bandwidth: float) -> None:
+    """A link of 1e-300 GB/s printed a makespan of 301 digits (1e-307: inf) beside normal-looking
+    figures, exit 0: the catalog reader now refuses it, naming the entry, before any run."""
+    catalog = tmp_path / "slow.toml"
+    catalog.write_text(f"""[links.slowlink]
+name = "absurdly slow"
+nvlink = false
+p2p_latency_us = 10.0
+p2p_bandwidth_gbps = {bandwidth!r}
+allreduce_latency_us = 30.0
+allreduce_busbw_gbps = 20.0
+source = "a test"
+""")
+    sets = [*SMALL, f"catalog={catalog}", "link=slowlink"]
+    assert main(["run", "--no-write", *(arg for item in sets for arg in ("--set", item))]) == 2
+    err = capsys.readouterr().err
+    assert "link 'slowlink': p2p_bandwidth_gbps" in err and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("method", ["ar", "sd", "psd", "pearl"])
