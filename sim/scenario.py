@@ -137,7 +137,16 @@ class Scenario:
                                 "absent = all at t=0",
                                 optional=True)
     trace: str = _field("", "workload", str,
-                        "request trace (JSONL or CSV) replacing dataset, rate and lengths")
+                        "request trace replacing dataset, rate and lengths: psdsim's CSV or JSONL, an "
+                        "Azure or BurstGPT CSV, Mooncake JSONL or a vllm bench serve result")
+    trace_speedup: float = _field(1.0, "workload", float,
+                                  "replay the trace at this multiple of its recorded rate")
+    trace_start_s: float = _field(0.0, "workload", float,
+                                  "replay the trace from this second of its clock (a public format's "
+                                  "counts from its first request)")
+    trace_duration_s: float | None = _field(None, "workload", float,
+                                            "replay this many seconds of the trace from trace_start_s; "
+                                            "absent = to its end", optional=True)
     abort_fraction: float = _field(0.0, "workload", float,
                                    "share of requests the client cancels while they decode")
     abort_window_s: float = _field(10.0, "workload", float,
@@ -590,9 +599,30 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
               "give the path of a JSONL or CSV request trace")
         _need(s.rate is None, "rate", "a trace gives its own arrival times",
               "remove rate when replaying a trace")
+        _check_trace_window(s)
+    else:
+        for name in TRACE_WINDOW:
+            _need(getattr(s, name) == FIELDS[name].default, name, "applies only to a replayed trace",
+                  f"set trace, or remove {name}")
     for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_latency_ms"):
         if getattr(s, name) is not None:
             _positive(s, name)
+
+
+TRACE_WINDOW = ("trace_speedup", "trace_start_s", "trace_duration_s")
+
+
+def _check_trace_window(s: Scenario) -> None:
+    """A window of the trace's clock, replayed at a positive finite pace."""
+    _need(math.isfinite(s.trace_speedup) and s.trace_speedup > 0, "trace_speedup",
+          f"must be a positive finite multiple, got {s.trace_speedup}",
+          "use 1 for the recorded rate, 2 for twice it")
+    _need(math.isfinite(s.trace_start_s) and s.trace_start_s >= 0, "trace_start_s",
+          f"must be a finite number of seconds >= 0, got {s.trace_start_s}", "use 0 for the trace's start")
+    if s.trace_duration_s is not None:
+        _need(math.isfinite(s.trace_duration_s) and s.trace_duration_s > 0, "trace_duration_s",
+              f"must be a finite number of seconds > 0, got {s.trace_duration_s}",
+              "remove it to replay to the trace's end")
 
 
 @_check

@@ -1,12 +1,15 @@
-"""Request traces: JSONL or CSV rows of arrival time, prompt tokens, output tokens, acceptance.
+"""Request traces: rows of arrival time, prompt tokens, output tokens and acceptance, in psdsim's
+own CSV or JSONL or a public format recognised by its columns (sim/trace_formats.py).
 
-Columns (extra columns are ignored): `arrival_s` (seconds, in [0, 1e9]: the simulated clock
-starts at 0 and resolves a tenth of a microsecond up to 1e9 s, sim/scenario.py MAX_SPAN_S),
-`prompt_tokens` (>= 1), `output_tokens` (>= 1), prompt + output at most max_model_len, and
-optionally `acceptance` (per-token acceptance in (0, 1 - 1e-9], the highest rate the acceptance
-model takes as given; rows without it draw from the scenario's distribution). A malformed row is
-reported with its line number and field, as a ScenarioError naming `trace`; no value is clamped.
-Rows are replayed in arrival order (stable for ties).
+psdsim's own columns (extra columns are ignored): `arrival_s` (seconds, in [0, 1e9]: the
+simulated clock starts at 0 and resolves a tenth of a microsecond up to 1e9 s, sim/scenario.py
+MAX_SPAN_S), `prompt_tokens` (>= 1), `output_tokens` (>= 1), prompt + output at most
+max_model_len, and optionally `acceptance` (per-token acceptance in (0, 1 - 1e-9], the highest
+rate the acceptance model takes as given; rows without it draw from the scenario's distribution).
+A public format's arrivals count from its earliest request. A Replay then keeps a window of the
+trace's clock and replays it faster or slower. A malformed row is reported with its line (or
+request) number and field, as a ScenarioError naming `trace`; no value is clamped. Rows are
+replayed in arrival order (stable for ties).
 """
 
 from __future__ import annotations
@@ -23,9 +26,19 @@ from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import number
-from psdsim.sim.scenario import MAX_SPAN_S
+from psdsim.sim.scenario import MAX_SPAN_S, Scenario
+from psdsim.sim.trace_formats import (
+    BENCH_KEYS,
+    NATIVE,
+    VLLM_BENCH,
+    TraceFormat,
+    bench_rows,
+    closest,
+    known_headers,
+)
 
-REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
+REQUIRED = NATIVE.columns
+Rows = list[tuple[str, dict[str, Any]]]   # (where in the file: "line 3", "request 2"; the row)
 
 
 @dataclass(frozen=True)
@@ -36,23 +49,45 @@ class Trace:
     acceptance: np.ndarray  # NaN where the row gives none
 
 
-def _fail(path: Path, line: int, field: str, problem: str,
-          fix: str = "correct that row of the trace (columns: arrival_s, prompt_tokens, output_tokens, "
-                     "acceptance)") -> ScenarioError:
-    return ScenarioError("trace", f"{path.name} line {line}: field {field!r}: {problem}", fix)
+@dataclass(frozen=True)
+class Replay:
+    """Which stretch of a trace replays, and how fast: the rows arriving in [start_s, start_s +
+    duration_s) of the trace's clock (to its end when duration_s is None), each at (arrival -
+    start_s) / speedup, so a speedup of 2 offers the recorded traffic at twice its rate."""
+
+    speedup: float = 1.0
+    start_s: float = 0.0
+    duration_s: float | None = None
+
+    @property
+    def whole(self) -> bool:
+        """Every row at its recorded time: arrivals are then replayed untouched, bit for bit."""
+        return self.speedup == 1.0 and self.start_s == 0.0 and self.duration_s is None
+
+    def keeps(self, arrival: float) -> bool:
+        end = math.inf if self.duration_s is None else self.start_s + self.duration_s
+        return self.start_s <= arrival < end
+
+    def time(self, arrival: float) -> float:
+        return arrival if self.whole else (arrival - self.start_s) / self.speedup
 
 
-def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: bool) -> float:
+def _fail(path: Path, where: str, field: str, problem: str, fix: str = NATIVE.fix) -> ScenarioError:
+    return ScenarioError("trace", f"{path.name} {where}: field {field!r}: {problem}", fix)
+
+
+def _number(path: Path, where: str, row: dict[str, Any], field: str, *, integer: bool,
+            fix: str = NATIVE.fix) -> float:
     if field not in row or row[field] in ("", None):
-        raise _fail(path, line, field, "missing", f"give {field} on every row")
+        raise _fail(path, where, field, "missing", f"give {field} on every row")
     raw = row[field]
     try:
         value = math.nan if isinstance(raw, bool) else number(raw) if isinstance(raw, str) else float(raw)
     except (TypeError, ValueError):
-        raise _fail(path, line, field, f"not a number: {raw!r}") from None
+        raise _fail(path, where, field, f"not a number: {raw!r}", fix) from None
     if not math.isfinite(value) or (integer and value != int(value)):
         kind = "an integer" if integer else "a finite number"
-        raise _fail(path, line, field, f"must be {kind}, got {raw!r}")
+        raise _fail(path, where, field, f"must be {kind}, got {raw!r}", fix)
     return value
 
 
@@ -76,20 +111,32 @@ def _text(path: Path) -> str:
         raise ScenarioError("trace", f"cannot read {str(path)!r} ({exc.strerror or exc})", what) from None
 
 
-def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    text = _text(path)
-    if path.suffix.lower() == ".csv":
-        reader = csv.DictReader(text.splitlines())
-        try:
-            missing = [f for f in REQUIRED if f not in (reader.fieldnames or [])]
-            if missing:
-                raise _fail(path, 1, missing[0], "column missing from the header",
-                            f"start the file with the header {','.join(REQUIRED)},acceptance")
-            return [(i + 2, row) for i, row in enumerate(reader)]
-        except csv.Error as exc:
-            raise ScenarioError("trace", f"{path.name} line {reader.line_num}: not readable as CSV ({exc})",
-                                "write comma-separated rows under a header row") from None
-    rows = []
+def _csv_rows(path: Path, text: str) -> tuple[TraceFormat, Rows]:
+    reader = csv.DictReader(text.splitlines())
+    try:
+        fmt, missing = closest(reader.fieldnames or [], "csv")
+        if missing:
+            raise _fail(path, "line 1", missing[0], "column missing from the header",
+                        f"start the file with a known header: {known_headers('csv')}")
+        return fmt, [(f"line {i + 2}", row) for i, row in enumerate(reader)]
+    except csv.Error as exc:
+        raise ScenarioError("trace", f"{path.name} line {reader.line_num}: not readable as CSV ({exc})",
+                            "write comma-separated rows under a header row") from None
+
+
+def _bench_document(text: str) -> dict[str, Any] | None:
+    """The file as one `vllm bench serve` result, or None when it is not one (a JSONL trace)."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) and any(key in doc for key in BENCH_KEYS) else None
+
+
+def _jsonl_rows(path: Path, text: str) -> tuple[TraceFormat, Rows]:
+    rows: Rows = []
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -101,43 +148,111 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         if not isinstance(row, dict):
             raise ScenarioError("trace", f"{path.name} line {i}: not a JSON object",
                                 "write one JSON object per line")
-        rows.append((i, row))
-    return rows
+        rows.append((f"line {i}", row))
+    return (closest(rows[0][1], "jsonl")[0] if rows else NATIVE), rows
 
 
-def read_trace(path: str | Path, max_model_len: int) -> Trace:
+def _rows(path: Path) -> tuple[TraceFormat, Rows]:
+    text = _text(path)
+    if path.suffix.lower() == ".csv":
+        return _csv_rows(path, text)
+    doc = _bench_document(text)
+    if doc is None:
+        return _jsonl_rows(path, text)
+    rows, problem = bench_rows(doc)
+    if problem:
+        raise ScenarioError("trace", f"{path.name} (a vllm bench serve result): {problem}", VLLM_BENCH.fix)
+    return VLLM_BENCH, rows
+
+
+def _arrival(path: Path, where: str, row: dict[str, Any], fmt: TraceFormat) -> float | int:
+    """The row's arrival in its format's own units (exact integers for a date-time)."""
+    if fmt.parse_arrival is None:
+        return _number(path, where, row, fmt.arrival, integer=False, fix=fmt.fix)
+    raw = row.get(fmt.arrival)
+    if raw in ("", None):
+        raise _fail(path, where, fmt.arrival, "missing", f"give {fmt.arrival} on every row")
+    try:
+        return fmt.parse_arrival(str(raw))
+    except ValueError as exc:
+        raise _fail(path, where, fmt.arrival, f"{raw!r} is {exc}", fmt.fix) from None
+
+
+def _failed_request(path: Path, where: str, row: dict[str, Any], fmt: TraceFormat) -> None:
+    """A benchmark's failed request served no tokens: it cannot be replayed as a request."""
+    if fmt.errors and row.get(fmt.errors):
+        raise _fail(path, where, fmt.errors, f"the request failed in the benchmark "
+                    f"({str(row[fmt.errors])[:80]!r})", fmt.fix)
+
+
+def _seconds(path: Path, rows: Rows, arrivals: list[float | int], fmt: TraceFormat) -> list[float]:
+    """Each row's arrival in seconds of the trace's clock: as written, or from the earliest."""
+    if not fmt.from_first:
+        for (where, _), a in zip(rows, arrivals, strict=True):
+            if a < 0:
+                raise _fail(path, where, fmt.arrival, f"must be >= 0, got {a}", fmt.fix)
+        return [float(a) for a in arrivals]
+    origin = min(arrivals)
+    return [(a - origin) / fmt.units_per_s for a in arrivals]
+
+
+def _replayed(path: Path, rows: Rows, seconds: list[float], fmt: TraceFormat, replay: Replay) -> list[int]:
+    """The indices of the rows the replay keeps, each arrival checked against the clock's span."""
+    kept = [i for i, a in enumerate(seconds) if replay.keeps(a)]
+    if not kept:
+        end = "its end" if replay.duration_s is None else f"{replay.start_s + replay.duration_s:g} s"
+        raise ScenarioError("trace_start_s", f"no request of {path.name} arrives between "
+                            f"{replay.start_s:g} s and {end} (its arrivals span {min(seconds):g} to "
+                            f"{max(seconds):g} s)",
+                            "choose trace_start_s and trace_duration_s within the trace's span")
+    for i in kept:
+        a = replay.time(seconds[i])
+        if a > MAX_SPAN_S:
+            raise _fail(path, rows[i][0], fmt.arrival, f"{a:.12g} s is past the {MAX_SPAN_S:g} s within "
+                        "which the simulated clock (a float64 from 0) resolves a tenth of a microsecond",
+                        "count arrivals from the trace's start (subtract the first arrival from each)"
+                        if replay.whole else "replay a shorter window, or raise trace_speedup")
+    return kept
+
+
+def read_trace(path: str | Path, max_model_len: int, replay: Replay = Replay()) -> Trace:
     p = Path(path)
-    rows = _rows(p)
+    fmt, rows = _rows(p)
     if not rows:
         raise ScenarioError("trace", f"{p.name} has no rows", "give a trace with at least one request")
-    arrival, prompt, output, acceptance = [], [], [], []
-    for line, row in rows:
-        a = _number(p, line, row, "arrival_s", integer=False)
-        pl = _number(p, line, row, "prompt_tokens", integer=True)
-        ol = _number(p, line, row, "output_tokens", integer=True)
-        if a < 0:
-            raise _fail(p, line, "arrival_s", f"must be >= 0, got {a}")
-        if a > MAX_SPAN_S:
-            raise _fail(p, line, "arrival_s", f"{a:.12g} s is past the {MAX_SPAN_S:g} s within which the "
-                        "simulated clock (a float64 from 0) resolves a tenth of a microsecond",
-                        "count arrivals from the trace's start (subtract the first arrival from each)")
+    arrivals: list[float | int] = []
+    prompt, output, acceptance = [], [], []
+    for where, row in rows:
+        _failed_request(p, where, row, fmt)
+        a = _arrival(p, where, row, fmt)
+        pl = _number(p, where, row, fmt.prompt, integer=True, fix=fmt.fix)
+        ol = _number(p, where, row, fmt.output, integer=True, fix=fmt.fix)
         if pl < 1 or ol < 1:
-            field = "prompt_tokens" if pl < 1 else "output_tokens"
-            raise _fail(p, line, field, "must be >= 1")
+            raise _fail(p, where, fmt.prompt if pl < 1 else fmt.output, "must be >= 1", fmt.fix)
         if pl + ol > max_model_len:   # name the larger of the two, the one that does not fit
-            raise _fail(p, line, "prompt_tokens" if pl >= ol else "output_tokens",
+            raise _fail(p, where, fmt.prompt if pl >= ol else fmt.output,
                         f"prompt + output = {_tokens(pl)} + {_tokens(ol)} = {_tokens(pl + ol)} exceeds "
                         f"max_model_len {max_model_len}", f"raise max_model_len to at least "
                                                           f"{_tokens(pl + ol)}, or shorten or drop that row")
         acc = math.nan
-        if row.get("acceptance") not in (None, ""):
-            acc = _number(p, line, row, "acceptance", integer=False)
+        if fmt.acceptance and row.get(fmt.acceptance) not in (None, ""):
+            acc = _number(p, where, row, fmt.acceptance, integer=False)
             if not 0 < acc <= MAX_ACCEPTANCE:
-                raise _fail(p, line, "acceptance", f"must be in (0, 1 - 1e-9], got {acc!r}")
-        arrival.append(a)
+                raise _fail(p, where, fmt.acceptance, f"must be in (0, 1 - 1e-9], got {acc!r}")
+        arrivals.append(a)
         prompt.append(int(pl))
         output.append(int(ol))
         acceptance.append(acc)
-    order = np.argsort(np.array(arrival), kind="stable")
-    return Trace(np.array(arrival)[order], np.array(prompt, dtype=np.int64)[order],
-                 np.array(output, dtype=np.int64)[order], np.array(acceptance)[order])
+    seconds = _seconds(p, rows, arrivals, fmt)
+    kept = _replayed(p, rows, seconds, fmt, replay)
+    arrival = np.array([replay.time(seconds[i]) for i in kept])
+    order = np.argsort(arrival, kind="stable")
+    return Trace(arrival[order], np.array(prompt, dtype=np.int64)[kept][order],
+                 np.array(output, dtype=np.int64)[kept][order], np.array(acceptance)[kept][order])
+
+
+def scenario_trace(s: Scenario) -> Trace | None:
+    """The trace a scenario replays, windowed and paced by its trace_* fields; None without one."""
+    if not s.trace:
+        return None
+    return read_trace(s.trace, s.max_model_len, Replay(s.trace_speedup, s.trace_start_s, s.trace_duration_s))

@@ -31,7 +31,7 @@ import numpy as np
 from psdsim.sim.acceptance import draw_request_acceptance
 from psdsim.sim.catalog import Catalog, Dataset
 from psdsim.sim.scenario import Scenario
-from psdsim.sim.trace_replay import Trace, read_trace
+from psdsim.sim.trace_replay import Trace, scenario_trace
 
 # Rows a block holds. Streaming 1 M ShareGPT requests (tracemalloc, this module alone) peaked at
 # 0.8 / 3.0 / 12 / 48 MiB with blocks of 4 / 16 / 64 / 256 Ki rows, in the same time within noise
@@ -147,7 +147,7 @@ class WorkloadStream:
         if block < 1:
             raise ValueError(f"block must be >= 1, got {block}")
         self._s, self._block = s, block
-        self._trace: Trace | None = read_trace(s.trace, s.max_model_len) if s.trace else None
+        self._trace: Trace | None = scenario_trace(s)
         self._prompts = (s.requests if self._trace is None
                          else min(s.requests, len(self._trace.prompt_len)))
         self.warnings = self._trace_warnings()

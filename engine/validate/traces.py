@@ -74,7 +74,7 @@ from psdsim.sim.metrics import ms_stats, ratio, step_throughput
 from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import PATH_FIELDS, Scenario, read_toml, scenario_from_mapping, scenario_to_toml
-from psdsim.sim.trace_replay import read_trace
+from psdsim.sim.trace_replay import scenario_trace
 
 MANIFEST = "manifest.toml"
 VALIDATE_KEYS = {"calibration": bool, "engine_version": str, "ranges": str}
@@ -314,7 +314,7 @@ def _check_iteration(folder: Path, s: Scenario, it: Iteration, where: str) -> No
         raise _bad(folder, "m", f"the manifest says {s.m}, which allows {cap} requests a step, but {where} "
                    f"batches {widest}", fix)
     reqs = it.requests
-    listed = read_trace(s.trace, s.max_model_len) if s.trace else None
+    listed = scenario_trace(s)
     prompts = min(s.requests, len(listed.prompt_len)) if listed is not None else s.requests
     if len(reqs) != prompts * s.n:
         raise _bad(folder, "requests", f"the manifest asks {prompts} prompts x n = {s.n}, {where} has "
