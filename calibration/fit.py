@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
+from psdsim.sim.acceptance import alpha_for_accepted
 from psdsim.sim.profile import (
     FEATURES,
     RANGE_VARIABLES,
@@ -213,16 +214,6 @@ def acceptance_stats(samples: list[StepSample]) -> dict[str, float]:
     out = {"steps": float(len(rows)), "k": float(k), "vsr": accepted / proposed,
            "mean_accepted": mean}
     if k >= 1 and 0 < mean < k:
-        out["per_token"] = _per_token(mean, k)
+        out["per_token"] = alpha_for_accepted(mean, k)
     return out
 
-
-def _per_token(mean: float, k: int) -> float:
-    lo, hi = 0.0, 1.0
-    for _ in range(60):  # bisection: sum_{i<=k} a^i is increasing in a
-        mid = (lo + hi) / 2
-        if sum(mid ** i for i in range(1, k + 1)) < mean:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2

@@ -16,6 +16,7 @@ import numpy as np
 
 MAX_ACCEPTANCE = 1.0 - 1e-9  # keeps ln(a) < 0
 MIN_ACCEPTANCE = 1e-12       # keeps ln(a) finite (Beta draws can round to 0)
+QUADRATURE_NODES = 64        # nodes of accepted_per_draft's average over the Beta population
 
 
 def draw_request_acceptance(mean: float, spread: float, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -57,3 +58,38 @@ class AcceptanceSampler:
     def bernoulli(self, log_acceptance: np.ndarray) -> np.ndarray:
         """One acceptance trial per request: True with probability exp(log_acceptance)."""
         return self._take(len(log_acceptance)) <= log_acceptance
+
+
+
+def accepted_per_draft(alpha: float, k: int, spread: float | None = None) -> float:
+    """Mean accepted drafts per verification of k, as an engine counts them over every draft of
+    a run. One request at rate a accepts e(a) = a + a^2 + ... + a^k per verification; under a
+    Beta(alpha x spread, (1 - alpha) x spread) population (spread None: every request at alpha)
+    a request needs verifications in proportion to 1 / (1 + e(a)) for its output, so the
+    draft-weighted mean is E[e / (1 + e)] / E[1 / (1 + e)]: below e(alpha), as the requests that
+    accept least are verified most."""
+    if spread is None:
+        return sum(alpha**j for j in range(1, k + 1))
+    from scipy.special import roots_jacobi
+
+    # E over the population by Gauss-Jacobi quadrature, whose weight (1 - x)^p (1 + x)^q on
+    # [-1, 1] is the Beta density at a = (1 + x) / 2 (it may be unbounded: a mean x spread
+    # below 1); the weights' scale cancels in the ratio.
+    x, w = roots_jacobi(QUADRATURE_NODES, (1.0 - alpha) * spread - 1.0, alpha * spread - 1.0)
+    a = (1.0 + x) / 2.0
+    per_request = sum(a**j for j in range(1, k + 1))
+    return float(w @ (per_request / (1.0 + per_request)) / (w @ (1.0 / (1.0 + per_request))))
+
+
+def alpha_for_accepted(mean_accepted: float, k: int, spread: float | None = None) -> float:
+    """The acceptance mean whose accepted drafts per verification of k (accepted_per_draft) are
+    `mean_accepted`, in (0, k): what a measured acceptance length says of the per-token rate.
+    Bisection, as accepted_per_draft increases with alpha."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if accepted_per_draft(mid, k, spread) < mean_accepted:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2

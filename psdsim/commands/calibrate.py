@@ -1,8 +1,10 @@
-"""`psdsim calibrate`: fit a cost profile to traces and report how well it fits."""
+"""`psdsim calibrate`: fit a cost profile to traces and report how well it fits, or turn vLLM's
+spec-decoding metrics into the acceptance prior of a draft -> target pair."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +13,8 @@ from psdsim.commands.common import user_error
 from psdsim.sim.numbers import integer
 
 PLOT_TYPES = (".png", ".svg", ".pdf")
-HELP = "fit a cost profile to traces (nsys SQLite, Kineto JSON, MineDraft JSONL) and report how well it fits"
+HELP = ("fit a cost profile to traces (nsys SQLite, Kineto JSON, MineDraft JSONL) and report how well it "
+        "fits; or, from vLLM's /metrics text or server log, an acceptance prior (--draft, --target)")
 PROVENANCE = (("--engine", "engine name, e.g. vllm"), ("--engine-version", "engine version"),
               ("--gpu", "verifier GPU (catalog key)"), ("--drafter-gpu", "drafter GPU (catalog key)"),
               ("--target", "target model (catalog key)"), ("--draft", "draft model (catalog key)"))
@@ -22,9 +25,15 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     from psdsim.calibration.ranges import PRESETS
 
     p.add_argument("traces", nargs="+", type=Path, metavar="TRACE",
-                   help="nsys export (.sqlite), Kineto trace (.json[.gz]) or MineDraft step trace (.jsonl)")
-    p.add_argument("--out", type=Path, default=Path("profile.json"),
-                   help="profile file (default: profile.json)")
+                   help="nsys export (.sqlite), Kineto trace (.json[.gz]) or MineDraft step trace (.jsonl); "
+                        "or vLLM's Prometheus /metrics text or a server log with spec-decoding metrics lines")
+    p.add_argument("--out", type=Path, default=None,
+                   help="profile file (default: profile.json), or the acceptance prior's catalog file "
+                        "(default: acceptance.toml)")
+    p.add_argument("--dataset", help="acceptance: the dataset the engine served, recorded in the prior")
+    p.add_argument("--acceptance-spread", type=float, default=None, metavar="S",
+                   help="acceptance: the per-request Beta concentration the prior is for (default: the "
+                        "scenario default, 20)")
     p.add_argument("--ranges", default=None, choices=list(PRESETS),
                    help="range-name preset: psdsim, minedraft, vllm (default: the first whose names "
                         "match the trace; the report's notes say which)")
@@ -62,6 +71,54 @@ def _check_provenance(args: argparse.Namespace) -> None:
                              f"use a catalog key ({', '.join(table)}; `psdsim catalog`)")
 
 
+def _acceptance_sources(args: argparse.Namespace) -> bool:
+    """Whether the inputs are vLLM's acceptance metrics (all of them) rather than timing traces."""
+    from psdsim.calibration.vllm_metrics import metrics_kind
+
+    kinds = [metrics_kind(path) for path in args.traces]
+    if any(kinds) and not all(kinds):
+        raise user_error("traces", "mixes vLLM acceptance metrics with timing traces",
+                         "calibrate acceptance and cost profiles in separate runs")
+    return all(kinds)
+
+
+def run_acceptance(args: argparse.Namespace) -> int:
+    """Read the metrics, write the pair's prior as a catalog file, say what was measured."""
+    from psdsim.calibration.vllm_metrics import ENTRY_SIGNATURE, AcceptanceEntry, combined, read_acceptance
+    from psdsim.sim.output.results import check_no_clash, check_output_file, output_locks, write_files
+    from psdsim.sim.scenario import FIELDS
+
+    for flag, value in (("--draft", args.draft), ("--target", args.target)):
+        if value is None:
+            raise user_error(flag, "needed for an acceptance prior",
+                             "name the pair: --draft KEY --target KEY")
+    for flag in ("--plot", "--samples"):
+        if getattr(args, flag[2:]) is not None:
+            raise user_error(flag, "applies to cost profiles, not acceptance", f"remove {flag}")
+    spread = FIELDS["acceptance_spread"].default if args.acceptance_spread is None else args.acceptance_spread
+    if not spread > 0 or spread == float("inf"):
+        raise user_error("--acceptance-spread", f"must be a positive finite number, got {spread}",
+                         "give the scenario's acceptance_spread, e.g. 20")
+    out = args.out or Path("acceptance.toml")
+    with output_locks([("--out", out)]):
+        check_no_clash([("--out", out)], args.traces)
+        check_output_file(out, "--out", (ENTRY_SIGNATURE.encode(),))
+        counts = combined([read_acceptance(path) for path in args.traces], args.traces)
+        entry = AcceptanceEntry(counts, args.draft, args.target, spread, args.dataset,
+                                tuple(path.name for path in args.traces))
+        if not 0 < entry.alpha < 1:
+            raise user_error("traces", f"{counts.accepted / counts.draft_tokens:.0%} of draft tokens "
+                             "accepted: no acceptance prior in (0, 1) gives that",
+                             "measure a run that accepted some drafts and rejected some")
+        write_files([("--out", out, entry.toml(out))])
+    if args.json:
+        print(json.dumps(entry.as_dict(), indent=2))
+        return 0
+    print("\n".join(f"  {line}" for line in entry.lines()))
+    print(f"\n  prior:  {out}\n  use it: {entry.use(out)}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from psdsim.calibration.calibrate import calibrate
     from psdsim.calibration.report import fit_figure, report_lines
@@ -76,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
     )
 
     _check_provenance(args)
+    if _acceptance_sources(args):
+        return run_acceptance(args)
+    args.out = args.out or Path("profile.json")
     samples_header = ",".join(COLUMNS).encode()
     if args.plot is not None and args.plot.suffix.lower() not in PLOT_TYPES:
         raise user_error("--plot", f"{str(args.plot)!r} is no figure type psdsim writes",

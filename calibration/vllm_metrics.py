@@ -1,0 +1,280 @@
+"""Acceptance as vLLM reports it: its Prometheus metrics and its periodic log lines, read into
+counts of drafts, draft tokens and accepted tokens (per position where the source gives them).
+
+Three sources, told apart by content:
+
+- Prometheus text exposition (`curl SERVER/metrics`): the counters
+  `vllm:spec_decode_num_drafts`, `…num_draft_tokens`, `…num_accepted_tokens` and
+  `…num_accepted_tokens_per_pos{position="i"}` (the drafts whose first i + 1 tokens were accepted),
+  with or without the `_total` suffix, summed over their label sets (one per engine).
+- vLLM V1's log lines `SpecDecoding metrics: … Accepted: N tokens, Drafted: M tokens,
+  Per-position acceptance rate: r0, r1, …`: each counts the interval since the one before, so the
+  lines are summed (an interval's drafts are M / k, its per-position counts r_i x M / k).
+- vLLM V0's log lines `Speculative metrics: … Number of speculative tokens: k, Number of accepted
+  tokens: N, Number of draft tokens: M, …`: each counts from the engine's start, so the last
+  line holds them all. V0 reports no per-position counts.
+
+A draft is taken to hold k tokens (a draft model's or EAGLE's; an n-gram proposer's may be
+shorter). Whatever cannot be read is a TraceError naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from psdsim.calibration.trace_error import TraceError
+from psdsim.sim.acceptance import alpha_for_accepted
+
+PROMETHEUS = "vLLM Prometheus metrics"
+V1_LOG = "vLLM V1 SpecDecoding metrics log"
+V0_LOG = "vLLM V0 Speculative metrics log"
+PROM_PREFIX = "vllm:spec_decode_"
+V1_MARK, V0_MARK = "SpecDecoding metrics:", "Speculative metrics:"
+MARKERS = ((PROM_PREFIX, PROMETHEUS), (V1_MARK, V1_LOG), (V0_MARK, V0_LOG))
+FIX = "give vLLM's /metrics text or a server log with spec-decoding metrics lines (docs/calibration.md)"
+
+_SAMPLE = re.compile(r'(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>(?:[^"}]|"(?:\\.|[^"\\])*")*)\})?'
+                     r"\s+(?P<value>\S+)(?:\s+\S+)?\s*")
+_POSITION = re.compile(r'(?:^|,)\s*position="(\d+)"')
+_V1_FIELDS = {"accepted": re.compile(r"Accepted: (\d+) tokens"),
+              "drafted": re.compile(r"Drafted: (\d+) tokens"),
+              "rates": re.compile(r"Per-position acceptance rate: (\d+(?:\.\d+)?(?:, \d+(?:\.\d+)?)*)")}
+_V0_LINE = re.compile(r"Number of speculative tokens: (\d+), Number of accepted tokens: (\d+), "
+                      r"Number of draft tokens: (\d+)")
+
+
+@dataclass(frozen=True)
+class AcceptanceCounts:
+    """What an engine counted of its speculation: `per_position[i]` drafts accepted their first
+    i + 1 tokens (empty where the source does not say)."""
+
+    source: str
+    k: int
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    per_position: tuple[float, ...] = ()
+
+    @property
+    def mean_accepted(self) -> float:
+        """Accepted drafts per verification (vLLM's mean acceptance length less the bonus token)."""
+        return self.accepted / self.drafts
+
+    @property
+    def position_rates(self) -> tuple[float, ...]:
+        """P(accepted >= i + 1): vLLM's per-position acceptance rates."""
+        return tuple(n / self.drafts for n in self.per_position)
+
+    @property
+    def conditional_rates(self) -> tuple[float, ...]:
+        """P(position i accepted | every earlier one was): flat for i.i.d. acceptance."""
+        rates = self.position_rates
+        before = (1.0, *rates[:-1])
+        return tuple(r / prev if prev > 0 else math.nan for r, prev in zip(rates, before, strict=True))
+
+
+def metrics_kind(path: Path) -> str | None:
+    """Which acceptance source the file is, from its text; None for any other file (a binary
+    trace, or text with no spec-decoding metrics; a folder, pipe or device, which is not opened:
+    reading a pipe would wait forever)."""
+    try:
+        if not path.is_file():
+            return None
+        with path.open("rb") as fh:
+            head = fh.read(4)
+            if head[:1] in (b"{", b"[") or head.startswith((b"SQLi", b"\x1f\x8b")):
+                return None
+            text = (head + fh.read()).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    found = [(text.find(mark), kind) for mark, kind in MARKERS if mark in text]
+    return min(found)[1] if found else None
+
+
+def read_acceptance(path: Path) -> AcceptanceCounts:
+    """The counts in one acceptance source (metrics_kind names which)."""
+    kind = metrics_kind(path)
+    if kind is None:
+        raise TraceError(path, "holds no vLLM spec-decoding metrics", FIX)
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    counts = {PROMETHEUS: _prometheus, V1_LOG: _v1_log, V0_LOG: _v0_log}[kind](path, lines)
+    if counts.drafts <= 0 or counts.draft_tokens <= 0:
+        raise TraceError(path, "counts no drafts: the engine did not speculate while it was measured",
+                         "measure a run that speculated (num_speculative_tokens >= 1, requests served)")
+    if not 0 <= counts.accepted <= counts.draft_tokens:
+        raise TraceError(path, f"accepts {counts.accepted:g} of {counts.draft_tokens:g} draft tokens",
+                         "give the metrics of one engine as it reported them")
+    return counts
+
+
+def _metric(name: str) -> str:
+    base = name.removeprefix(PROM_PREFIX)
+    return base.removesuffix("_total")
+
+
+def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
+    totals: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.startswith(PROM_PREFIX) or line.startswith("#") or "_created" in line.split("{")[0]:
+            continue
+        m = _SAMPLE.fullmatch(line)
+        value = _float(m["value"]) if m else math.nan
+        if not math.isfinite(value) or value < 0:
+            raise TraceError(f"{path} line {number}", "not a Prometheus sample `name{labels} value` with a "
+                             "count >= 0", FIX)
+        name = _metric(m["name"])
+        if name == "num_accepted_tokens_per_pos":
+            position = _POSITION.search(m["labels"] or "")
+            if position is None:
+                raise TraceError(f"{path} line {number}", "a per-position count without a position label",
+                                 FIX)
+            per_pos[int(position[1])] = per_pos.get(int(position[1]), 0.0) + value
+        elif name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            totals[name] = totals.get(name, 0.0) + value
+    for name in ("num_draft_tokens", "num_accepted_tokens"):
+        if name not in totals:
+            raise TraceError(path, f"has no {PROM_PREFIX}{name}_total counter", FIX)
+    if per_pos and sorted(per_pos) != list(range(len(per_pos))):
+        raise TraceError(path, f"its per-position counts skip a position ({sorted(per_pos)})", FIX)
+    k = len(per_pos) or (round(totals["num_draft_tokens"] / totals["num_drafts"])
+                         if totals.get("num_drafts") else 0)
+    if k < 1:
+        raise TraceError(path, "says neither how many drafts there were nor their length (no num_drafts, "
+                         "no per-position counts)", FIX)
+    drafts = totals.get("num_drafts", totals["num_draft_tokens"] / k)
+    return AcceptanceCounts(PROMETHEUS, k, drafts, totals["num_draft_tokens"], totals["num_accepted_tokens"],
+                            tuple(per_pos[i] for i in range(len(per_pos))))
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _v1_log(path: Path, lines: list[str]) -> AcceptanceCounts:
+    k = 0
+    drafted = accepted = drafts = 0.0
+    per_pos: list[float] = []
+    for number, line in enumerate(lines, start=1):
+        if V1_MARK not in line:
+            continue
+        found = {key: rx.search(line) for key, rx in _V1_FIELDS.items()}
+        missing = [key for key, m in found.items() if m is None]
+        if missing:
+            raise TraceError(f"{path} line {number}", f"a {V1_MARK!r} line without its {missing[0]} count "
+                             "(Accepted: N tokens, Drafted: M tokens, Per-position acceptance rate: …)", FIX)
+        rates = [float(r) for r in found["rates"][1].split(", ")]
+        if k and len(rates) != k:
+            raise TraceError(f"{path} line {number}", f"{len(rates)} per-position rates where earlier lines "
+                             f"had {k}: the log holds runs of different num_speculative_tokens",
+                             "give the log of one configuration")
+        k = len(rates)
+        n_drafted = float(found["drafted"][1])
+        interval_drafts = n_drafted / k
+        drafted += n_drafted
+        accepted += float(found["accepted"][1])
+        drafts += interval_drafts
+        per_pos = [total + r * interval_drafts for total, r in zip(per_pos or [0.0] * k, rates, strict=True)]
+    return AcceptanceCounts(V1_LOG, k, drafts, drafted, accepted, tuple(round(n) for n in per_pos))
+
+
+def _v0_log(path: Path, lines: list[str]) -> AcceptanceCounts:
+    last: tuple[int, re.Match[str]] | None = None
+    for number, line in enumerate(lines, start=1):
+        if V0_MARK in line:
+            m = _V0_LINE.search(line)
+            if m is None:
+                raise TraceError(f"{path} line {number}", f"a {V0_MARK!r} line without its counts (Number of "
+                                 "speculative tokens: k, Number of accepted tokens: N, Number of draft "
+                                 "tokens: M)", FIX)
+            last = (number, m)
+    assert last is not None   # metrics_kind found the marker
+    number, m = last
+    k, accepted, drafted = int(m[1]), float(m[2]), float(m[3])
+    if k < 1:
+        raise TraceError(f"{path} line {number}", "Number of speculative tokens is 0", FIX)
+    return AcceptanceCounts(V0_LOG, k, drafted / k, drafted, accepted)
+
+
+def combined(counts: list[AcceptanceCounts], paths: list[Path]) -> AcceptanceCounts:
+    """The counts of several sources of one configuration (several engines' or servers'), added;
+    per-position counts only where every source has them."""
+    ks = {c.k for c in counts}
+    if len(ks) > 1:
+        raise TraceError("traces", f"the sources speculate different numbers of tokens ({sorted(ks)})",
+                         "give the metrics of one configuration (one num_speculative_tokens)")
+    per_position = tuple(map(sum, zip(*(c.per_position for c in counts), strict=True))) \
+        if all(c.per_position for c in counts) else ()
+    source = counts[0].source if len({c.source for c in counts}) == 1 else "vLLM metrics"
+    return AcceptanceCounts(source, counts[0].k, sum(c.drafts for c in counts),
+                            sum(c.draft_tokens for c in counts), sum(c.accepted for c in counts),
+                            per_position)
+
+
+ENTRY_SIGNATURE = "# psdsim calibrate: acceptance"
+
+
+@dataclass(frozen=True)
+class AcceptanceEntry:
+    """A catalog acceptance prior for a draft -> target pair, from measured counts."""
+
+    counts: AcceptanceCounts
+    draft: str
+    target: str
+    spread: float
+    dataset: str | None
+    files: tuple[str, ...]
+
+    @cached_property
+    def alpha(self) -> float:
+        """The Beta mean at `spread` under which the simulator's drafts accept, on average over
+        a run's drafts, what the engine's did (sim/acceptance.py accepted_per_draft)."""
+        return alpha_for_accepted(self.counts.mean_accepted, self.counts.k, self.spread)
+
+    def lines(self) -> list[str]:
+        """What was measured and what the prior is, in words."""
+        c = self.counts
+        out = [f"{c.source} ({', '.join(self.files)})" + (f", on {self.dataset}" if self.dataset else ""),
+               f"{c.drafts:,.0f} drafts of k = {c.k}: {c.accepted:,.0f} of {c.draft_tokens:,.0f} draft "
+               f"tokens accepted ({c.accepted / c.draft_tokens:.1%}), {c.mean_accepted:.3f} per draft (mean "
+               f"acceptance length {1 + c.mean_accepted:.3f})"]
+        if c.per_position:
+            out.append("per position: " + ", ".join(f"{r:.3f}" for r in c.position_rates)
+                       + "; given the ones before: " + ", ".join(f"{r:.3f}" for r in c.conditional_rates)
+                       + " (the simulator draws positions i.i.d.)")
+        out.append(f"alpha {self.alpha:.4f}: the Beta mean (acceptance_spread {self.spread:g}) whose "
+                   f"drafts of {c.k} accept {c.mean_accepted:.3f} each over a run (one rate for every "
+                   f"request would be {alpha_for_accepted(c.mean_accepted, c.k):.4f})")
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        c = self.counts
+        return {"draft": self.draft, "target": self.target, "alpha": self.alpha,
+                "acceptance_spread": self.spread, "dataset": self.dataset, "source": c.source,
+                "files": list(self.files), "k": c.k,
+                "drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted": c.accepted,
+                "position_rates": list(c.position_rates)}
+
+    def use(self, out: Path) -> str:
+        """The run that replays the measured configuration with this prior."""
+        return (f"psdsim run --set catalog={out} --set draft={self.draft} --set target={self.target} "
+                f"--set k={self.counts.k} --set acceptance_spread={self.spread:g}")
+
+    def toml(self, out: Path) -> str:
+        """A catalog file holding the prior, its measurements as comments (`--set catalog=...`)."""
+        c = self.counts
+        source = (f"{c.source} {', '.join(self.files)}" + (f" on {self.dataset}" if self.dataset else "")
+                  + f": {c.drafts:.0f} drafts of k = {c.k}, {c.mean_accepted:.4f} accepted per draft; "
+                  f"Beta mean at acceptance_spread {self.spread:g} (psdsim calibrate)")
+        return "\n".join([ENTRY_SIGNATURE, *(f"# {line}" for line in self.lines()),
+                          f"# use it: {self.use(out)}", "",
+                          f'[acceptance."{self.draft} -> {self.target}"]', f"alpha = {self.alpha!r}",
+                          f"source = {json.dumps(source)}", ""])
