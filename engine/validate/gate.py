@@ -24,15 +24,17 @@ ALIASES = {"throughput": "throughput_tok_s", "e2el": "e2el_ms", "p50": "latency_
 KEYS = tuple(key for key, _ in METRICS)
 
 
-def parse_max_errors(items: Sequence[str]) -> dict[str, float]:
-    """`METRIC=PCT` items -> {metric key: bound as a fraction}; one-line errors name the flag."""
+def parse_max_errors(items: Sequence[str], keys: Sequence[str] = KEYS,
+                     aliases: Mapping[str, str] = ALIASES) -> dict[str, float]:
+    """`METRIC=PCT` items -> {metric key: bound as a fraction}, METRIC one of `keys` or its
+    alias (a traces report's by default); one-line errors name the flag."""
     bounds: dict[str, float] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        key = ALIASES.get(name.strip(), name.strip())
-        if not sep or key not in KEYS:
+        key = aliases.get(name.strip(), name.strip())
+        if not sep or key not in keys:
             raise ScenarioError("--max-error", f"expected METRIC=PCT with METRIC one of "
-                                f"{', '.join([*ALIASES, *KEYS])}, got {item!r}",
+                                f"{', '.join([*aliases, *keys])}, got {item!r}",
                                 "write e.g. --max-error p50=8")
         try:
             pct = number(value.strip().removesuffix("%"))

@@ -65,9 +65,14 @@ def add_arguments(v: argparse.ArgumentParser, argv: Sequence[str]) -> None:
                    help="validate real runs from their traces instead of running an engine: each RUN_DIR "
                         "holds one run's MineDraft JSONL (optionally nsys/Kineto) traces and a manifest.toml "
                         "(docs/validating-minedraft-runs.md)")
+    v.add_argument("--bench", type=Path, metavar="RESULT.json",
+                   help="predict a `vllm bench serve --save-result --save-detailed` run instead: its "
+                        "requests replayed under SCENARIO and --set (the hardware, models, method), "
+                        "throughput, TTFT, TPOT and E2E latency measured against predicted")
     v.add_argument("--max-error", action="append", default=[], metavar="METRIC=PCT",
                    help="--traces: exit 1 when a held-out run's |error| in METRIC (throughput, e2el, p50, "
-                        "p99, par_rate, vsr) exceeds PCT percent; repeatable")
+                        "p99, par_rate, vsr) exceeds PCT percent; --bench: METRIC among throughput, ttft, "
+                        "tpot, e2el (p50s) and the report's keys; repeatable")
     v.add_argument("--junit", type=Path, metavar="FILE", help="--traces: also write the rows as JUnit XML")
 
 
@@ -294,12 +299,53 @@ def run_traces(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_bench(args: argparse.Namespace) -> int:
+    """`validate --bench`: the scenario and --set describe the serving system, the result its
+    traffic and what was measured (engine/validate/bench.py). Exit 1 when a gate misses."""
+    engine_flags = (("--traces", args.traces is not None), ("--engine", args.engine != "reference"),
+                    ("--k", args.k is not None), ("--m", args.m is not None),
+                    ("--requests", args.requests is not None),
+                    ("--output-len", args.output_len is not None), ("--methods", args.methods is not None),
+                    ("--repeats", args.repeats != 1), ("--no-contention", args.no_contention),
+                    ("--models-dir", args.models_dir is not None), ("--out", args.out is not None),
+                    ("--junit", args.junit is not None))
+    for flag, given in engine_flags:
+        if given:
+            raise user_error(flag, "does not apply to --bench (the result is the run; SCENARIO and --set "
+                                   "describe the system)", f"remove {flag}")
+    from psdsim.engine.validate.bench import ALIASES, KEYS, table_lines, validate_bench
+    from psdsim.engine.validate.gate import check, gate_line, parse_max_errors
+    from psdsim.engine.validate.reference import report_json
+
+    bounds = parse_max_errors(args.max_error, KEYS, ALIASES)
+    report = validate_bench(args.bench, args.scenario, args.overrides)
+    report["gate"] = check(report["rows"], bounds)
+    if args.json:
+        sys.stdout.write(report_json(report))
+    else:
+        b, s = report["bench"], report["scenario"]
+        pair = s["target"] if s["method"] == "ar" else f"{s['draft']} -> {s['target']}"
+        print(f"psdsim validate · {b['file']}: {report['requests']} requests of {b['model_id']} at request "
+              f"rate {b['request_rate']} · predicted: {s['method']} {pair} on {s['gpu']}, k={s['k']}, "
+              f"m={s['m']}")
+        print("\n".join(table_lines(report)))
+        if bounds:
+            print(f"  {gate_line(report['gate'])}")
+    if not report["gate"]["passed"]:
+        print(f"psdsim: {gate_line(report['gate'])}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.bench is not None:
+        return run_bench(args)
     if args.traces is not None:
         return run_traces(args)
     for flag, given in (("--max-error", args.max_error), ("--junit", args.junit)):
         if given:
-            raise user_error(flag, "gates validation from traces only", "add --traces RUN_DIR…, or remove it")
+            raise user_error(flag, "gates validation from traces or a benchmark result only",
+                             "add --traces RUN_DIR… or --bench RESULT.json, or remove it")
     if args.engine == "vllm":
         return cmd_validate_vllm(args)
     cfg = validate_config(args)

@@ -1,0 +1,81 @@
+"""`psdsim validate --bench`: a vllm bench serve result's figures, measured as vLLM computes them
+and predicted from a replay of its requests, compared and gated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from psdsim.engine.validate.bench import KEYS, bench_scenario, figures, validate_bench
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.run import simulate
+
+from psdsim.cli import main
+
+BENCH = Path(__file__).resolve().parents[1] / "examples" / "traces" / "vllm_bench.json"
+SYSTEM = ["method=ar", "target=llama-3.1-8b"]
+
+
+def test_measured_figures_are_vllms():
+    doc = json.loads(BENCH.read_text())
+    cells = validate_bench(BENCH, None, SYSTEM)["rows"][0]["metrics"]
+    ttft_ms = 1000 * np.array(doc["ttfts"])
+    assert cells["request_throughput"]["measured"] == pytest.approx(12 / doc["duration"])
+    assert cells["output_throughput"]["measured"] == pytest.approx(sum(doc["output_lens"]) / doc["duration"])
+    assert cells["ttft_ms.mean"]["measured"] == pytest.approx(ttft_ms.mean())
+    assert cells["ttft_ms.p50"]["measured"] == pytest.approx(np.median(ttft_ms))
+    # the sample's tokens come 20 ms apart: (latency - ttft) / (output - 1) is 20 ms for each
+    assert [cells[f"tpot_ms.{s}"]["measured"] for s in ("mean", "p50", "p99")] == pytest.approx([20.0] * 3)
+    e2el_ms = 1000 * np.array(doc["latencies"])
+    assert cells["e2el_ms.p99"]["measured"] == pytest.approx(np.percentile(e2el_ms, 99))
+
+
+def test_predicted_figures_are_the_replays():
+    s = bench_scenario(BENCH, None, SYSTEM)
+    assert s.requests == 12 and s.trace == str(BENCH)
+    req = simulate(s).requests
+    want = figures(req["first_token_s"] - req["arrival_s"], req["finish_s"] - req["arrival_s"],
+                   req["output_len"], float(req["finish_s"].max()))
+    report = validate_bench(BENCH, None, SYSTEM)
+    cells = report["rows"][0]["metrics"]
+    assert {key: cells[key]["predicted"] for key in KEYS} == want
+    for key in KEYS:
+        c = cells[key]
+        assert c["error"] == pytest.approx((c["predicted"] - c["measured"]) / c["measured"])
+
+
+def test_the_gate_and_the_report(capsys):
+    argv = ["validate", "--bench", str(BENCH), *(f"--set={x}" for x in SYSTEM)]
+    assert main([*argv, "--max-error", "tpot=1000"]) == 0
+    out = capsys.readouterr().out
+    assert "TPOT p50 ms" in out and "gate passed" in out
+    assert main([*argv, "--max-error", "e2el_ms.mean=0.001"]) == 1
+    assert capsys.readouterr().err.startswith("psdsim: gate missed: vllm_bench e2el_ms.mean error")
+    assert main([*argv, "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["rows"][0]["metrics"]) == set(KEYS)
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--set", "requests=5"], "requests"),
+    (["--set", "rate=2"], "rate"),
+    (["--out", "somewhere"], "--out"),
+    (["--traces", "run"], "--traces"),
+    (["--max-error", "vsr=5"], "--max-error"),
+])
+def test_what_does_not_apply_is_one_line(capsys, extra, field):
+    assert main(["validate", "--bench", str(BENCH), "--set", "method=ar", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"psdsim: error: {field}: ") and "\n" not in err
+
+
+def test_a_result_without_client_timings_is_one_line(tmp_path, capsys):
+    doc = json.loads(BENCH.read_text())
+    del doc["ttfts"]
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(ScenarioError, match="field 'ttfts'"):
+        validate_bench(f, None, SYSTEM)
+    assert main(["validate", "--bench", str(f), "--set", "method=ar"]) == 2
+    assert capsys.readouterr().err.startswith("psdsim: error: --bench: r.json: field 'ttfts'")
