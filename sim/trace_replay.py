@@ -104,7 +104,7 @@ def _text(path: Path) -> str:
     if path.is_dir():
         raise ScenarioError("trace", f"{str(path)!r} is a folder, not a trace file", what)
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")   # a spreadsheet's byte-order mark is no column
     except UnicodeDecodeError:
         raise ScenarioError("trace", f"{path.name} is not UTF-8 text (a binary file?)", what) from None
     except OSError as exc:

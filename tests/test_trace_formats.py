@@ -136,6 +136,12 @@ def test_a_header_of_no_known_format_lists_them(tmp_path):
     assert "Timestamp,Request tokens,Response tokens (BurstGPT)" in err.value.fix
 
 
+def test_a_byte_order_mark_before_the_header_is_not_part_of_its_first_column(tmp_path):
+    f = tmp_path / "a.csv"
+    f.write_bytes(b"\xef\xbb\xbf" + AZURE.encode())
+    assert read_trace(f, 2048).prompt_len.tolist() == [10]
+
+
 def test_an_errors_column_of_psdsims_own_trace_is_an_extra_column(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("arrival_s,prompt_tokens,output_tokens,errors\n0,10,4,timeout\n")
