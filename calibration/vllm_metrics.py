@@ -36,6 +36,7 @@ V0_LOG = "vLLM V0 Speculative metrics log"
 PROM_PREFIX = "vllm:spec_decode_"
 V1_MARK, V0_MARK = "SpecDecoding metrics:", "Speculative metrics:"
 MARKERS = ((PROM_PREFIX, PROMETHEUS), (V1_MARK, V1_LOG), (V0_MARK, V0_LOG))
+VARYING = "drafts of varying length (an n-gram proposer's?), which a prior for drafts of k does not describe"
 FIX = "give vLLM's /metrics text or a server log with spec-decoding metrics lines (docs/calibration.md)"
 
 _SAMPLE = re.compile(r'(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>(?:[^"}]|"(?:\\.|[^"\\])*")*)\})?'
@@ -44,6 +45,7 @@ _POSITION = re.compile(r'(?:^|,)\s*position="(\d+)"')
 _V1_FIELDS = {"accepted": re.compile(r"Accepted: (\d+) tokens"),
               "drafted": re.compile(r"Drafted: (\d+) tokens"),
               "rates": re.compile(r"Per-position acceptance rate: (\d+(?:\.\d+)?(?:, \d+(?:\.\d+)?)*)")}
+_V1_MEAN_LENGTH = re.compile(r"Mean acceptance length: (\d+(?:\.\d+)?)")
 _V0_LINE = re.compile(r"Number of speculative tokens: (\d+), Number of accepted tokens: (\d+), "
                       r"Number of draft tokens: (\d+)")
 
@@ -148,6 +150,9 @@ def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
         raise TraceError(path, "says neither how many drafts there were nor their length (no num_drafts, "
                          "no per-position counts)", FIX)
     drafts = totals.get("num_drafts", totals["num_draft_tokens"] / k)
+    if abs(totals["num_draft_tokens"] - k * drafts) > 0.5:
+        raise TraceError(path, f"counts {totals['num_draft_tokens']:g} draft tokens in {drafts:g} drafts, "
+                         f"not {k} each: {VARYING}", FIX)
     return AcceptanceCounts(PROMETHEUS, k, drafts, totals["num_draft_tokens"], totals["num_accepted_tokens"],
                             tuple(per_pos[i] for i in range(len(per_pos))))
 
@@ -182,6 +187,11 @@ def _v1_log(path: Path, lines: list[str]) -> AcceptanceCounts:
         drafted += n_drafted
         accepted += float(found["accepted"][1])
         drafts += interval_drafts
+        mean_length = _V1_MEAN_LENGTH.search(line)
+        if mean_length and interval_drafts and \
+                abs(1 + float(found["accepted"][1]) / interval_drafts - float(mean_length[1])) > 0.005 + 1e-9:
+            raise TraceError(f"{path} line {number}", f"mean acceptance length {mean_length[1]} is not what "
+                             f"{found['accepted'][1]} accepted tokens in drafts of {k} give: {VARYING}", FIX)
         per_pos = [total + r * interval_drafts for total, r in zip(per_pos or [0.0] * k, rates, strict=True)]
     return AcceptanceCounts(V1_LOG, k, drafts, drafted, accepted, tuple(round(n) for n in per_pos))
 

@@ -64,6 +64,11 @@ def test_each_source_counts_what_a_hand_count_does(tmp_path, name, text, source,
         assert counts.conditional_rates == pytest.approx((0.5, 2 / 3, 0.75))
 
 
+def test_drafts_shorter_than_k_are_refused(tmp_path):
+    with pytest.raises(ScenarioError, match="3500 draft tokens in 1200 drafts, not 3 each"):
+        read_acceptance(_file(tmp_path, "metrics.txt", PROM.replace("3600.0", "3500.0")))
+
+
 def test_engines_are_summed(tmp_path):
     two = PROM + PROM.replace('engine="0"', 'engine="1"')
     counts = read_acceptance(_file(tmp_path, "metrics.txt", two))
@@ -104,6 +109,7 @@ def test_the_calibrated_prior_makes_the_simulator_accept_what_vllm_did(tmp_path,
     ("server.log", V1.replace("Per-position acceptance rate: 0.500, 0.333, 0.250, ", "", 1), 2),
     ("server.log", V1 + V1_LINE.format(s=30, a=1, d=4).replace("0.250,", "0.250, 0.100,"), 5),
     ("server.log", V0.replace("Number of accepted tokens: 1300", "Number of accepted tokens: many"), 2),
+    ("server.log", V1.replace("Mean acceptance length: 2.08", "Mean acceptance length: 2.50", 1), 2),
 ])
 def test_a_line_psdsim_cannot_read_is_named(tmp_path, monkeypatch, capsys, name, text, line):
     path = _file(tmp_path, name, text)
