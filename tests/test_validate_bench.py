@@ -70,6 +70,14 @@ def test_what_does_not_apply_is_one_line(capsys, extra, field):
     assert err.startswith(f"psdsim: error: {field}: ") and "\n" not in err
 
 
+def test_a_scenario_file_that_replays_it_otherwise_is_refused(tmp_path):
+    f = tmp_path / "system.toml"
+    f.write_text('method = "ar"\ntarget = "llama-3.1-8b"\ntrace_speedup = 2.0\n')
+    with pytest.raises(ScenarioError) as err:
+        bench_scenario(BENCH, f, [])
+    assert err.value.field == "trace_speedup"
+
+
 def test_a_result_without_client_timings_is_one_line(tmp_path, capsys):
     doc = json.loads(BENCH.read_text())
     del doc["ttfts"]

@@ -24,7 +24,7 @@ from psdsim.engine.validate.report import format_error, format_value
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.report import infeasible_error
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import Scenario, load_scenario
+from psdsim.sim.scenario import FIELDS, Scenario, load_scenario
 from psdsim.sim.trace_replay import scenario_trace
 
 LATENCIES = ("ttft_ms", "tpot_ms", "e2el_ms")
@@ -106,6 +106,10 @@ def bench_scenario(path: Path, scenario: Path | None, overrides: Sequence[str]) 
             raise ScenarioError(name, "is what the benchmark result says (its requests are the workload)",
                                 f"remove --set {name}=…")
     s = load_scenario(scenario, [*overrides, f"trace={path}"])
+    for name in ("n", "trace_speedup", "trace_start_s", "trace_duration_s"):   # set in the file
+        if getattr(s, name) != FIELDS[name].default:
+            raise ScenarioError(name, "is what the benchmark result says (each request is one sample, sent "
+                                "when it was)", f"remove {name} from the scenario")
     trace = scenario_trace(s)
     assert trace is not None   # trace was just set
     return s.replace(requests=len(trace.prompt_len))
