@@ -153,6 +153,11 @@ def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
     if abs(totals["num_draft_tokens"] - k * drafts) > 0.5:
         raise TraceError(path, f"counts {totals['num_draft_tokens']:g} draft tokens in {drafts:g} drafts, "
                          f"not {k} each: {VARYING}", FIX)
+    if per_pos and abs(sum(per_pos.values()) - totals["num_accepted_tokens"]) > 0.5:
+        # a draft accepting j tokens counts once at each of positions 0..j-1 (E[G] = sum P(G >= j))
+        raise TraceError(path, f"its per-position counts sum to {sum(per_pos.values()):g}, not the "
+                         f"{totals['num_accepted_tokens']:g} accepted tokens they count",
+                         "give the counters of one engine as scraped at one moment")
     return AcceptanceCounts(PROMETHEUS, k, drafts, totals["num_draft_tokens"], totals["num_accepted_tokens"],
                             tuple(per_pos[i] for i in range(len(per_pos))))
 

@@ -62,6 +62,14 @@ def test_each_source_counts_what_a_hand_count_does(tmp_path, name, text, source,
     if per_position:
         assert counts.position_rates == pytest.approx((0.5, 1 / 3, 0.25))
         assert counts.conditional_rates == pytest.approx((0.5, 2 / 3, 0.75))
+        # the expected accepted length under per-position rates p_i: sum over j of prod_{i<=j} p_i
+        c = counts.conditional_rates
+        assert c[0] + c[0] * c[1] + c[0] * c[1] * c[2] == pytest.approx(counts.mean_accepted, rel=1e-3)
+
+
+def test_per_position_counts_that_do_not_sum_to_the_accepted_ones_are_refused(tmp_path):
+    with pytest.raises(ScenarioError, match="per-position counts sum to 1400, not the 1300 accepted"):
+        read_acceptance(_file(tmp_path, "metrics.txt", PROM.replace("} 400.0", "} 500.0")))
 
 
 def test_drafts_shorter_than_k_are_refused(tmp_path):
