@@ -13,9 +13,11 @@ beyond it BYTES_PER_SPILLED_STEP (what summarize() gathers, a column at a time, 
 disk), and DISK_BYTES_PER_STEP of temporary disk. The constants are this code's own footprint,
 rounded up: tests/test_spill.py bounds summarize() at ~10 bytes a spilled step, a packed row is
 277 bytes, benchmarks/million_requests.py measures whole runs (docs/measurements/million_requests.md).
-The step count is bounded above by every running request gaining one token per step in batches of
-m (what AR does; speculative methods take fewer steps), so the estimate errs high (3.6x the peak
-measured at 1 M requests of the default scenario, 2x its temporary disk). A run that records its
+The step count is bounded above (steps_bound): offline, by every running request gaining one token
+per step in full batches of m (what AR does; speculative methods take fewer steps), so the
+estimate errs high (3.6x the peak measured at 1 M requests of the default scenario, 2x its
+temporary disk); with arrivals spread in time a request may run alone, so by a step a token
+(tests/test_footprint.py checks the bound against real runs of every method). A run that records its
 timeline for `--trace` keeps every slice in memory and builds the trace document at the end:
 BYTES_PER_TRACED_STEP more a step (measured on 300-request runs with tracemalloc: PSD, whose steps
 have the most slices, 2.4 KB a step recorded and 8.8 KB more at the peak of writing the trace;
@@ -61,12 +63,35 @@ SECONDS_PER_BOUND_STEP = 1e-4
 GB = 1e9
 
 
+def _full_batch(s: Scenario) -> int:
+    """Requests that run together while others wait: m, or fewer where the KV cache cannot hold
+    m requests at max_model_len (1 where the model does not fit: such a run takes no step)."""
+    plan = plan_memory(s, catalog_for(s))
+    if not plan.fits:
+        return 1
+    blocks_per_request = -(-(s.max_model_len + s.k + s.extra) // s.block_size)
+    return max(1, min(s.m, plan.kv_blocks // blocks_per_request))
+
+
+def _arrive_at_once(s: Scenario) -> bool:
+    """Whether every request is there at the start (offline), so that the batch stays full until
+    the queue is empty; arrivals spread in time (a rate, a trace) may leave one request alone."""
+    return s.rate is None and not s.trace
+
+
 def steps_bound(s: Scenario, requests: int | None = None) -> int:
-    """An upper bound on the engine steps of s (with `requests` prompts, default s's): each
-    verification batch of m requests gains one token per request per step, plus one prefill step
-    per request."""
+    """An upper bound on the engine steps of s (with `requests` prompts, default s's). A decode
+    step gives each request it verifies at least one token; a prompt takes at most
+    ceil(max_model_len / max_num_batched_tokens) prefill steps. Arrivals spread in time may run
+    each request alone (rate=0.01: one request a hundred seconds), so the bound is a step per
+    output token. Offline, while requests wait a full batch runs, so the steps are the tokens
+    over the batch, plus one output's worth for the last batch draining."""
     sequences = (s.requests if requests is None else requests) * s.n
-    return sequences * s.output_len // max(s.m, 1) + sequences
+    prefills = sequences * -(-s.max_model_len // max(s.max_num_batched_tokens, 1))
+    tokens = sequences * s.output_len
+    if not _arrive_at_once(s):
+        return tokens + prefills
+    return min(tokens, tokens // _full_batch(s) + s.output_len) + prefills
 
 
 def _held_steps(steps: int) -> int:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psdsim.sim import footprint, records
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import check_memory, estimate_bytes, spill_bytes, steps_bound
-from psdsim.sim.scenario import load_scenario
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario, load_scenario
 
 from tests.conftest import small
 
@@ -109,3 +112,36 @@ def test_psdsim_run_refuses_a_trace_the_machine_cannot_hold(monkeypatch, tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("psdsim: error:") and "--trace" in err[0]
     assert not trace.exists()
+
+
+METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
+
+
+@st.composite
+def small_scenarios(draw: st.DrawFn) -> Scenario:
+    """Small runs of every method, offline or with arrivals spread in time, chunked or not, with
+    a KV cache that holds few requests or many."""
+    method = draw(st.sampled_from(METHODS))
+    chunked = draw(st.booleans())
+    return Scenario(
+        method=method, requests=draw(st.integers(1, 30)), n=draw(st.sampled_from([1, 2])),
+        m=draw(st.sampled_from([1, 2, 4, 16])), k=draw(st.integers(1, 5)),
+        extra=1 if method == "psd+tetris" else 0, output_len=draw(st.integers(1, 48)),
+        prompt_len=draw(st.sampled_from([0, 16, 700])), seed=draw(st.integers(0, 99)),
+        rate=draw(st.sampled_from([None, 0.01, 1.0, 50.0])),
+        num_gpu_blocks_override=draw(st.sampled_from([None, 130])),
+        abort_fraction=draw(st.sampled_from([0.0, 0.3])),
+        enable_chunked_prefill=True if chunked else None, max_num_batched_tokens=512 if chunked else 2048)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_scenarios())
+def test_the_steps_bound_is_never_below_the_steps_a_run_takes(s):
+    assert len(simulate(s).steps["kind"]) <= steps_bound(s)
+
+
+def test_one_request_at_a_time_is_bounded_by_a_step_a_token():
+    """rate=0.01 brings a request every ~100 s: each runs alone, a step per output token, not
+    the tokens over m."""
+    s = load_scenario(overrides=["requests=300", "rate=0.01", "method=ar"])
+    assert len(simulate(s).steps["kind"]) <= steps_bound(s)
