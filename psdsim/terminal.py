@@ -7,6 +7,8 @@ and matplotlib's backend. Only the standard library is imported: `psdsim --help`
 * Output that cannot be written (stdout on a full disk, a closed pipe) is told apart from every
   other OSError: stdout is wrapped so that its failures arrive as OutputLost, which the CLI turns
   into one line (or, for a reader that went away, silence) instead of a traceback.
+* Diagnostics never kill the work: stderr (the estimate, progress, warnings) is wrapped so that a
+  write it cannot take (a full log disk, `2>/dev/full`, `2>&-`) is dropped, and later ones with it.
 * Figures only ever go to files (every figure writer picks Agg): an MPLBACKEND meant for
   interactive use cannot change that and, when matplotlib does not know its name, would only
   stop `import matplotlib` with a traceback; psdsim and its worker processes use Agg.
@@ -93,8 +95,42 @@ class ReportingStdout:
         return getattr(self.stream, name)
 
 
-def silence_stdout(stream: Any) -> None:
-    """Point the process's stdout at /dev/null, so that what is left in its buffer, flushed at
+class DroppingStderr:
+    """stderr that drops what it cannot write: the first failure points the descriptor at
+    /dev/null, so that neither later lines nor the buffer flushed at interpreter exit fail again
+    (a failed flush there would turn the exit code into 120)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            if self.stream is not None:
+                self.stream.write(text)
+        except OSError:
+            self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        try:
+            if self.stream is not None:
+                self.stream.flush()
+        except OSError:
+            self._drop()
+
+    def isatty(self) -> bool:
+        return self.stream is not None and self.stream.isatty()
+
+    def _drop(self) -> None:
+        silence(self.stream)
+        self.stream = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def silence(stream: Any) -> None:
+    """Point a stream's descriptor at /dev/null, so that what is left in its buffer, flushed at
     interpreter exit, does not fail a second time ("Exception ignored … BrokenPipeError")."""
     try:
         fd = stream.fileno()
@@ -111,7 +147,7 @@ def figures_to_files_only() -> None:
 def _report_lost_output(lost: OutputLost, stdout: Any) -> int:
     """Silence for a reader that went away (`psdsim catalog | head -1`), as other tools keep; one
     line and EXIT_OUTPUT_LOST for output that could not be written (a full disk, /dev/full)."""
-    silence_stdout(stdout)
+    silence(stdout)
     if isinstance(lost.error, BrokenPipeError):
         return 0
     reason = lost.error.strerror or lost.error.__class__.__name__
@@ -121,7 +157,8 @@ def _report_lost_output(lost: OutputLost, stdout: Any) -> int:
 
 
 def guard_output(main: Callable[[Sequence[str] | None], int]) -> Callable[[Sequence[str] | None], int]:
-    """`main` with ASCII fallbacks, Agg figures and stdout failures reported (the module's note).
+    """`main` with ASCII fallbacks, Agg figures, stdout failures reported and stderr failures
+    dropped (the module's note).
     stdout is flushed before `main`'s result is returned: data still buffered at interpreter exit
     would fail where nothing can report it."""
 
@@ -130,8 +167,8 @@ def guard_output(main: Callable[[Sequence[str] | None], int]) -> Callable[[Seque
         figures_to_files_only()
         for stream in (sys.stdout, sys.stderr):
             ascii_fallback(stream)
-        stdout = sys.stdout
-        sys.stdout = ReportingStdout(stdout)
+        stdout, stderr = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = ReportingStdout(stdout), DroppingStderr(stderr)
         try:
             code = main(argv)
             sys.stdout.flush()
@@ -139,6 +176,6 @@ def guard_output(main: Callable[[Sequence[str] | None], int]) -> Callable[[Seque
         except OutputLost as lost:
             return _report_lost_output(lost, stdout)
         finally:
-            sys.stdout = stdout
+            sys.stdout, sys.stderr = stdout, stderr
 
     return guarded

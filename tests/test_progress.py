@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import re
 import shutil
+import sys
 from collections import namedtuple
 
 import pytest
@@ -103,6 +105,24 @@ def test_long_work_announces_its_estimate_then_logs_its_progress(tmp_path, capsy
     assert len(err) >= 2 and all(re.fullmatch(r"  psd: \d+% [\d,]+/300 requests, \d+ s elapsed.*", e)
                                  for e in err[1:]), err
     assert err[-1].startswith("  psd: 100% 300/300 requests")
+
+
+class _FullDisk(io.StringIO):
+    """A stderr on a full disk (`2>/dev/full`, a log whose disk filled): every write fails."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("stderr", [_FullDisk(), None], ids=["full", "closed"])
+def test_a_stderr_that_cannot_be_written_does_not_stop_the_run(stderr, tmp_path, capsys, monkeypatch):
+    """The estimate and the progress lines are dropped; the run finishes and writes its results."""
+    monkeypatch.setattr(common, "LONG_WORK_S", 0.0)
+    monkeypatch.setattr(common, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    assert main([*SMALL_RUN, "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "steps.csv").is_file()
+    assert sys.stderr is stderr   # given back as it was
 
 
 def test_json_stays_clean_of_the_estimate_and_the_progress(capsys, monkeypatch):
