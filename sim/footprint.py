@@ -60,7 +60,16 @@ BYTES_PER_RUN = 32 * 2**20
 RESULT_BYTES_PER_STEP = 320
 RESULT_BYTES_PER_REQUEST = 160
 SECONDS_PER_BOUND_STEP = 1e-4
-GB = 1e9
+SIZE_UNITS = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
+
+
+def size_text(nbytes: float) -> str:
+    """A size in the largest unit it fills at least once (812 kB, 1.7 MB, 15.3 GB): a refusal on
+    a small disk must not read "needs 0.0 GB, has 0.0 GB"."""
+    for unit, size in SIZE_UNITS:
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:,.1f} {unit}"
+    return f"{nbytes:,.0f} bytes"
 
 
 def _full_batch(s: Scenario) -> int:
@@ -75,8 +84,10 @@ def _full_batch(s: Scenario) -> int:
 
 def _arrive_at_once(s: Scenario) -> bool:
     """Whether every request is there at the start (offline), so that the batch stays full until
-    the queue is empty; arrivals spread in time (a rate, a trace) may leave one request alone."""
-    return s.rate is None and not s.trace
+    the queue is empty; Poisson arrivals (a rate) may leave one request alone. A trace's rows are
+    read only when it runs, so its run is priced by the scenario's own requests and output_len,
+    as an offline one."""
+    return s.rate is None
 
 
 def steps_bound(s: Scenario, requests: int | None = None) -> int:
@@ -197,9 +208,9 @@ def check_results_disk(need: int, out: Path, field: str, fix: str, spilled: int 
     held = spilled if spilled and _shares_temporary_disk(out) else 0
     if free is None or need + held <= free:
         return
-    also = f" (and their temporary tables {held / GB:,.1f} GB more, on the same disk)" if held else ""
-    raise ScenarioError(field, f"the results would take up to {need / GB:,.1f} GB in {str(out)!r}{also}, "
-                        f"but its file system has {free / GB:,.1f} GB free", fix)
+    also = f" (and their temporary tables {size_text(held)} more, on the same disk)" if held else ""
+    raise ScenarioError(field, f"the results would take up to {size_text(need)} in {str(out)!r}{also}, "
+                        f"but its file system has {size_text(free)} free", fix)
 
 
 def _most_requests(runs: list[Scenario], have: int | None, free: int | None, traced: bool) -> int:
@@ -241,9 +252,9 @@ def check_memory(scenarios: Iterable[Scenario], held: str = "", traced: bool = F
     most = _most_requests(runs, have, free, traced)
     if short_of_memory:
         raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
-                            f"{need / GB:,.1f} GB of memory{why}, but {have / GB:,.1f} GB are available",
+                            f"{size_text(need)} of memory{why}, but {size_text(have)} are available",
                             f"lower requests to about {most:,}, or run on a machine with more memory")
     raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
-                        f"{disk / GB:,.1f} GB of temporary disk for their step and request tables{why}, but "
-                        f"{tempfile.gettempdir()} has {free / GB:,.1f} GB free",
+                        f"{size_text(disk)} of temporary disk for their step and request tables{why}, but "
+                        f"{tempfile.gettempdir()} has {size_text(free)} free",
                         f"lower requests to about {most:,}, or set TMPDIR to a folder on a larger disk")

@@ -145,3 +145,20 @@ def test_one_request_at_a_time_is_bounded_by_a_step_a_token():
     the tokens over m."""
     s = load_scenario(overrides=["requests=300", "rate=0.01", "method=ar"])
     assert len(simulate(s).steps["kind"]) <= steps_bound(s)
+
+
+def test_sizes_read_in_the_unit_they_fill():
+    assert [footprint.size_text(b) for b in (512, 812_000, 1_700_000, 15.3e9, 2e12)] == \
+        ["512 bytes", "812.0 kB", "1.7 MB", "15.3 GB", "2.0 TB"]
+
+
+def test_a_small_temporary_disk_is_refused_in_megabytes_for_one_method(monkeypatch, capsys):
+    """Not "needs 0.0 GB, has 0.0 GB free", nor "1 methods'"."""
+    from psdsim.cli import main
+
+    monkeypatch.setattr(footprint, "available_bytes", lambda: None)
+    monkeypatch.setattr(footprint, "available_disk_bytes", lambda: 2 * 10**6)
+    assert main(["compare", "--set", "requests=10000", "--methods", "ar", "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert "MB of temporary disk" in err and "has 2.0 MB free" in err and "0.0 GB" not in err, err
+    assert "(the results of 1 method kept)" in err, err

@@ -149,7 +149,7 @@ def test_results_bigger_than_the_free_disk_are_refused_before_the_run(tmp_path, 
     assert main([*SMALL_RUN, "--out", str(out)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("psdsim: error: requests: the results would take up to")
-    assert "GB free" in err[0] and "--no-write" in err[0] and not (tmp_path / "new").exists()
+    assert "has 10.0 kB free" in err[0] and "--no-write" in err[0] and not (tmp_path / "new").exists()
     # the file system the results land on: the first parent that exists (the lock beside the
     # results makes new/ while the command runs, and removes it when nothing was written)
     assert seen and all(path in (tmp_path, tmp_path / "new") for path in seen)

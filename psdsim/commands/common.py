@@ -127,7 +127,9 @@ def announce(work: Work, stream: Any = None) -> None:
     mistyped size is seen in a second, not after hours; short work says nothing."""
     if not work.is_long():
         return
-    disk = (f" and up to {work.disk_bytes / 1e9:,.1f} GB of results in {work.where}"
+    from psdsim.sim.footprint import size_text
+
+    disk = (f" and up to {size_text(work.disk_bytes)} of results in {work.where}"
             if work.disk_bytes > LONG_WORK_BYTES else "")
     (stream or sys.stderr).write(f"psdsim: {work.what}: about {duration(work.seconds)} of simulation "
                                  f"(a rough estimate, within a factor of a few){disk}; Ctrl-C stops it\n")

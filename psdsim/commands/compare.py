@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     methods = _methods(args.methods)
     s = load_scenario(args.scenario, overrides(args), preset=args.preset)
     _check_each_method(s, methods)
-    check_memory([s] * len(methods), f"{len(methods)} methods' results kept")   # every result is kept
+    kept = f"the results of {len(methods)} method{'s' * (len(methods) != 1)} kept"
+    check_memory([s] * len(methods), kept)   # every result is kept
     out = None if args.no_write else args.out or default_out(s, "compare")
     with output_locks([("--out", out)]):   # from the check to the last rename
         if out is not None:
