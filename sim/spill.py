@@ -10,6 +10,10 @@ however the process ends (success, an exception, Ctrl-C, a kill): the kernel fre
 the last array mapping a file is dropped. A mapped page read counts in the process's resident
 memory until released, so readers go through `blocks`, which releases each block's pages after
 it (the data stays in the page cache, which the kernel reclaims as it needs).
+
+A temporary disk that fills (or refuses a file) while a run spills ends the run with one line
+naming TMPDIR and the fix (a ScenarioError), not a traceback: the up-front estimate
+(sim/footprint.py) cannot see what other programs write there meanwhile.
 """
 
 from __future__ import annotations
@@ -17,12 +21,31 @@ from __future__ import annotations
 import mmap
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import IO
 
 import numpy as np
+from psdsim.sim.errors import ScenarioError
 
 # Rows a reader takes at a time: ~0.5 MB of a float column, small beside any run worth spilling.
 BLOCK_ROWS = 65536
+
+
+@contextmanager
+def _temporary_disk() -> Iterator[None]:
+    """An OSError of the temporary folder (ENOSPC while a table spills) as a ScenarioError
+    naming TMPDIR: the buffered writes may fail at any write or flush."""
+    try:
+        yield
+    except OSError as exc:
+        raise ScenarioError("TMPDIR", f"cannot write the run's temporary tables in "
+                            f"{tempfile.gettempdir()!r} ({exc.strerror or exc})",
+                            "set TMPDIR to a folder on a disk with room, or lower requests") from None
+
+
+def _temporary_file() -> IO[bytes]:
+    with _temporary_disk():
+        return tempfile.TemporaryFile(prefix="psdsim-spill-")   # closed by its owner
 
 
 def _joinable(dtypes: set[np.dtype]) -> bool:
@@ -33,7 +56,8 @@ def _joinable(dtypes: set[np.dtype]) -> bool:
 
 
 def _mapped(fh: IO[bytes], dtype: np.dtype, rows: int) -> np.ndarray:
-    fh.flush()
+    with _temporary_disk():
+        fh.flush()
     mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     return np.frombuffer(mm, dtype=dtype, count=rows)
 
@@ -44,7 +68,7 @@ class SpillFile:
     and `array` joins the segments as np.array would."""
 
     def __init__(self) -> None:
-        self._fh = tempfile.TemporaryFile(prefix="psdsim-spill-")   # noqa: SIM115 (closed by array/parts)
+        self._fh = _temporary_file()   # closed by array, parts or close
         self.segments: list[tuple[np.dtype, int, int]] = []   # dtype, byte offset, rows
         self._size = 0
 
@@ -63,7 +87,8 @@ class SpillFile:
             self.segments[-1] = (dtype, offset, rows + len(part))
         else:
             self.segments.append((part.dtype, self._size, len(part)))
-        self._fh.write(part.data)
+        with _temporary_disk():
+            self._fh.write(part.data)
         self._size += part.nbytes
 
     def parts(self) -> list[np.ndarray]:
@@ -82,11 +107,12 @@ class SpillFile:
             out = _mapped(self._fh, self.segments[0][0], rows)
         else:
             joined = np.result_type(*dtypes)
-            with tempfile.TemporaryFile(prefix="psdsim-spill-") as fh:
+            with _temporary_file() as fh:
                 for part in self._segments():
                     for lo in range(0, len(part), BLOCK_ROWS):
                         block = part[lo:lo + BLOCK_ROWS]
-                        fh.write(block.astype(joined).data)
+                        with _temporary_disk():
+                            fh.write(block.astype(joined).data)
                         release(block)
                 out = _mapped(fh, joined, rows)
         self.close()
@@ -95,7 +121,8 @@ class SpillFile:
     def _segments(self) -> list[np.ndarray]:
         if not self.segments:
             return []   # nothing written (an empty file cannot be mapped)
-        self._fh.flush()
+        with _temporary_disk():
+            self._fh.flush()
         mm = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
         return [np.frombuffer(mm, dtype=dt, count=rows, offset=offset) for dt, offset, rows in self.segments]
 

@@ -4,7 +4,9 @@ ends; reading a spilled table keeps its pages released; summarize() holds a few 
 
 from __future__ import annotations
 
+import errno
 import gc
+import io
 import os
 import tempfile
 import tracemalloc
@@ -12,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from psdsim.sim import records, run, spill
+from psdsim.sim import footprint, records, run, spill
 from psdsim.sim.output import results
 from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate
 
+from psdsim.cli import main
 from tests.conftest import small
 from tests.test_equivalence import cases
 
@@ -137,3 +140,41 @@ def test_summarize_holds_a_few_bytes_a_step_of_a_spilled_table(monkeypatch):
     peak, steps = peaks[0]
     assert steps > 10_000
     assert peak < 12 * steps + 200_000, (peak, steps)
+
+
+class _FillingDisk(io.FileIO):
+    """A temporary file on a disk that fills after its first `room` bytes (ENOSPC)."""
+
+    room = 64
+
+    def write(self, data) -> int:
+        if self.tell() + len(memoryview(data).cast("B")) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+def _on_a_filling_disk(tmp_path: Path):
+    def make(**_kwargs):
+        fd, name = tempfile.mkstemp(dir=tmp_path)
+        os.close(fd)
+        raw = _FillingDisk(name, "r+")
+        os.unlink(name)
+        return io.BufferedRandom(raw)
+
+    return make
+
+
+def test_a_temporary_disk_that_fills_while_spilling_is_one_line_naming_tmpdir(monkeypatch, tmp_path, capsys):
+    """Exit 2 with the fix, not a traceback; nothing left on the disk."""
+    _spill_everything(monkeypatch)
+    monkeypatch.setattr(footprint, "available_disk_bytes", lambda: None)   # past the up-front check
+    monkeypatch.setattr(spill.tempfile, "TemporaryFile", _on_a_filling_disk(tmp_path))
+    code = main(["run", "--set", "requests=30", "--set", "m=4", "--set", "output_len=32",
+                 "--set", "prompt_len=64", "--no-write"])
+    gc.collect()
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("psdsim: error: TMPDIR: cannot write the run's temporary tables in ")
+    assert "(No space left on device); fix: set TMPDIR to a folder on a disk with room" in err
+    assert len(err.splitlines()) == 1, err
+    assert os.listdir(tmp_path) == []
