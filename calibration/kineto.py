@@ -31,6 +31,7 @@ from typing import Any
 from psdsim.calibration.phases import COMM_KERNEL, Built, GpuWork, TimedRange, TraceInfo, build_samples
 from psdsim.calibration.ranges import RangeRule, classify
 from psdsim.calibration.trace_error import TraceError
+from psdsim.sim.footprint import available_bytes, size_text
 from psdsim.sim.numbers import finite
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -42,6 +43,10 @@ GZIP_MAX_RATIO = 200
 GZIP_FLOOR_BYTES = 64 * 2**20
 GZIP_CHUNK = 2**20
 US = 1e-6
+# Reading a trace holds its bytes and the document json.loads makes of them: read_kineto's peak
+# measured with tracemalloc at 5.9x the file on a 46 MB trace built as tests/test_calibration_kineto.py
+# builds them (json.loads alone 4.9x); counted as 8x, an upper bound to refuse by.
+MEMORY_PER_TRACE_BYTE = 8
 RANGE_CATS = frozenset({"user_annotation"})
 # Launching CPU calls and GPU ops, matched case-insensitively; the short names are older Kineto's.
 CALL_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "driver"})
@@ -85,13 +90,25 @@ def gunzip_bounded(data: bytes, path: Path, ratio: int = GZIP_MAX_RATIO,
     return b"".join(out)
 
 
+def _check_memory(path: Path, size: int) -> None:
+    """TraceError when reading `size` bytes of trace JSON would take more memory than this process
+    has (sim/footprint.py available_bytes): refused before json.loads, not a MemoryError in it."""
+    need, have = size * MEMORY_PER_TRACE_BYTE, available_bytes()
+    if have is not None and need > have:
+        raise TraceError(path, f"{size_text(size)} of trace JSON take about {size_text(need)} of memory to "
+                         f"read, but {size_text(have)} are available", "read it with more memory (a larger "
+                         "machine, a higher `ulimit -v`), or profile fewer steps")
+
+
 def _load(path: Path) -> Any:
     try:
+        _check_memory(path, path.stat().st_size)
         data = path.read_bytes()
     except OSError as exc:
         raise TraceError(path, f"cannot read ({exc.strerror or exc})", "make the file readable") from None
     if data[:2] == GZIP_MAGIC:
         data = gunzip_bounded(data, path)
+        _check_memory(path, len(data))
     if not data.strip():
         raise TraceError(path, "empty file", f"{WHAT_IT_IS}, after the profiler has stopped")
     try:

@@ -83,6 +83,9 @@ def _user_error_line(exc: BaseException) -> str | None:
         # (Path.exists() and is_file() raise for it): the path is the field.
         return (f"{exc.filename}: the system refuses this name ({exc.strerror}); fix: give a shorter "
                 "path (each folder or file name at most 255 bytes)")
+    if isinstance(exc, MemoryError):   # past the up-front estimates (sim/footprint.py): a limit they missed
+        return ("memory: the command ran out of memory (the machine's, a container's or `ulimit -v`); "
+                "fix: run with more memory, or give it less work (fewer requests, no --trace)")
     name = type(exc).__name__
     text = " ".join(str(exc).split())
     if name == "CatalogError":

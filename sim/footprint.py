@@ -133,10 +133,35 @@ def spill_bytes(s: Scenario, requests: int | None = None) -> int:
             + (sequences * DISK_BYTES_PER_REQUEST if sequences > request_rows.SPILL_ROWS else 0))
 
 
+def _process_limits() -> list[int]:
+    """What this process's own limits leave it: RLIMIT_AS (`ulimit -v`) less the address space
+    it maps already (VmSize), RLIMIT_DATA less its data (VmData); none where unlimited."""
+    try:
+        import resource
+    except ImportError:   # Windows: no such limits
+        return []
+    used: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmSize", "VmData"):
+                    used[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    left = []
+    for limit, key in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
+        soft = resource.getrlimit(limit)[0]
+        if soft != resource.RLIM_INFINITY:
+            left.append(soft - used.get(key, 0))
+    return left
+
+
 def available_bytes() -> int | None:
     """Memory this process can still take: the kernel's MemAvailable, capped by a cgroup's limit
-    (containers); None where neither can be read (then nothing is refused)."""
-    limits = []
+    (containers) and by the process's own limits (`ulimit -v`); None where none can be read
+    (then nothing is refused)."""
+    limits = _process_limits()
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -253,7 +278,8 @@ def check_memory(scenarios: Iterable[Scenario], held: str = "", traced: bool = F
     if short_of_memory:
         raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
                             f"{size_text(need)} of memory{why}, but {size_text(have)} are available",
-                            f"lower requests to about {most:,}, or run on a machine with more memory")
+                            f"lower requests to about {most:,}, or run with more memory (a larger machine, "
+                            "a higher `ulimit -v`)")
     raise ScenarioError("requests", f"{s.requests:,} requests × {s.output_len} tokens need about "
                         f"{size_text(disk)} of temporary disk for their step and request tables{why}, but "
                         f"{tempfile.gettempdir()} has {size_text(free)} free",

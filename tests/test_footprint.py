@@ -162,3 +162,41 @@ def test_a_small_temporary_disk_is_refused_in_megabytes_for_one_method(monkeypat
     err = capsys.readouterr().err
     assert "MB of temporary disk" in err and "has 2.0 MB free" in err and "0.0 GB" not in err, err
     assert "(the results of 1 method kept)" in err, err
+
+
+def test_a_ulimit_on_the_address_space_caps_the_memory_available(monkeypatch):
+    """`ulimit -v` (RLIMIT_AS) binds below MemAvailable: the check reads it, less what the
+    process maps already."""
+    import resource
+
+    limit = 2**30
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (limit, resource.RLIM_INFINITY)
+                        if which == resource.RLIMIT_AS else (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    have = footprint.available_bytes()
+    assert have is not None and have < limit
+
+
+def test_running_out_of_memory_anyway_is_one_line(monkeypatch, capsys):
+    from psdsim.cli import main
+    from psdsim.commands import run
+
+    def exhausted(_args):
+        raise MemoryError
+
+    monkeypatch.setattr(run, "run", exhausted)
+    assert main(["run", "--no-write"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("psdsim: error: memory: the command ran out of memory") and "fix: " in err
+    assert len(err.splitlines()) == 1, err
+
+
+def test_a_kineto_trace_too_large_for_the_memory_is_refused_before_it_is_parsed(monkeypatch, tmp_path):
+    from psdsim.calibration import kineto
+    from psdsim.calibration.ranges import PRESETS
+
+    trace = tmp_path / "t.pt.trace.json"
+    trace.write_text('{"traceEvents": []}')
+    monkeypatch.setattr(kineto, "available_bytes", lambda: 100)
+    monkeypatch.setattr(kineto.json, "loads", lambda _data: pytest.fail("parsed"))
+    with pytest.raises(ScenarioError, match=r"19 bytes of trace JSON take about 152 bytes of memory"):
+        kineto.read_kineto(trace, PRESETS["psdsim"])
