@@ -95,14 +95,35 @@ def steps_bound(s: Scenario, requests: int | None = None) -> int:
     step gives each request it verifies at least one token; a prompt takes at most
     ceil(max_model_len / max_num_batched_tokens) prefill steps. Arrivals spread in time may run
     each request alone (rate=0.01: one request a hundred seconds), so the bound is a step per
-    output token. Offline, while requests wait a full batch runs, so the steps are the tokens
-    over the batch, plus one output's worth for the last batch draining."""
-    sequences = (s.requests if requests is None else requests) * s.n
+    output token; but no more steps than the arrivals' span allows (_arrival_steps) before the
+    last one, after which the run drains as an offline one does. Offline, while requests wait a
+    full batch runs, so the steps are the tokens over the batch, plus one output's worth for the
+    last batch draining."""
+    n = s.requests if requests is None else requests
+    sequences = n * s.n
     prefills = sequences * -(-s.max_model_len // max(s.max_num_batched_tokens, 1))
     tokens = sequences * s.output_len
+    full = tokens // _full_batch(s) + s.output_len
     if not _arrive_at_once(s):
-        return tokens + prefills
-    return min(tokens, tokens // _full_batch(s) + s.output_len) + prefills
+        return min(tokens, full + _arrival_steps(s, n)) + prefills
+    return min(tokens, full) + prefills
+
+
+def _arrival_steps(s: Scenario, requests: int) -> int:
+    """An upper bound on the steps taken while Poisson arrivals are still coming: their span over
+    the shortest step the engine can take (one target pass of one token, which every decode step
+    runs). The span is taken at four standard deviations above its mean (the sum of `requests`
+    exponential gaps), so a run that arrives slowly by chance stays under it. A profile may
+    price a pass below the analytic one: then no step count is bounded by time."""
+    if s.profile or s.rate is None:
+        return 1 << 62
+    from psdsim.sim.execution import step_cost
+
+    fastest = step_cost(s, catalog_for(s)).verify(1, 1, 0)
+    if not fastest > 0:
+        return 1 << 62
+    span = (requests + 4 * requests ** 0.5 + 4) / s.rate
+    return int(span / fastest) + 1
 
 
 def _held_steps(steps: int) -> int:
