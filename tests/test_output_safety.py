@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import signal
 import stat
@@ -22,6 +23,7 @@ import pytest
 from psdsim.sim.output.results import MARKER, check_output_file, write_folder
 
 from psdsim.cli import main
+from psdsim.commands import common
 
 FAST = ["--set", "requests=12", "--set", "output_len=8", "--set", "m=2", "--set", "prompt_len=16"]
 PLAN = Path(__file__).resolve().parents[1] / "examples" / "plan.toml"
@@ -523,6 +525,7 @@ def test_a_disk_that_fills_during_a_sweep_is_one_line(capsys, tmp_path, monkeypa
 
     write_file = sweep.write_file
     monkeypatch.setattr(sweep, "write_file", full_once_running)
+    monkeypatch.setattr(common, "LONG_WORK_S", math.inf)   # no estimate line before the error
     err = _refused(capsys, ["sweep", str(PLAN.with_name("sweep.toml")), "--out", "sw", "--workers", "1"])
     assert err.startswith("psdsim: error: --out: cannot write 'sw' (No space left on device)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sw"]   # its lock let go, the sweep resumable
