@@ -2,12 +2,14 @@
 
 A method's step fills its `StepRecord` by field name as it goes (the target-pass helper its
 verify and link figures, the outcome its token counts, ...) and sim/methods/common.record adds
-what the plan and the running set say. A field left alone keeps its class default. A new column
-is one annotated line here, with its default, and one assignment where it is measured.
+what the plan and the running set say. A field left alone keeps its default. A new column is
+one field here, with its default, and one assignment where it is measured; a field that is not
+a column says so in its metadata (`NOT_A_COLUMN`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
 import numpy as np
@@ -15,11 +17,13 @@ from psdsim.sim.spill import SpillFile
 
 PREFILL = "prefill"
 DECODE = "decode"
+NOT_A_COLUMN = {"column": False}   # a StepRecord field's metadata: kept for the step, not in the table
 
 
+@dataclass(slots=True)
 class StepRecord:
-    """A record of one step. Plain class attributes are the defaults, so that a step's record
-    costs only the fields it sets; a run keeps `row(record)`, the values in column order."""
+    """A record of one step; a run keeps `row(record)`, the values in column order. Slotted, so
+    that a misspelt field is an error where it is set instead of a column that never fills."""
 
     kind: str = PREFILL         # DECODE if any request decoded (chunks may ride along), else PREFILL
     start_s: float = 0.0
@@ -57,10 +61,10 @@ class StepRecord:
     sample_s: float = 0.0       # full-vocab logits gathered to the first rank and sampled, in verify_s
     # Not a column: the drafter GPU time of the step's own work, charged to the drafter when the
     # step closes (a ring's background drafting is charged by the drafters, sim/devices.Drafter).
-    drafter_s = 0.0
+    drafter_s: float = field(default=0.0, metadata=NOT_A_COLUMN)
 
 
-STEP_COLUMNS = tuple(StepRecord.__annotations__)
+STEP_COLUMNS = tuple(f.name for f in fields(StepRecord) if f.metadata.get("column", True))
 row = attrgetter(*STEP_COLUMNS)   # a record's values in column order
 
 

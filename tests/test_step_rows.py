@@ -4,6 +4,8 @@ issue #14); the step and request tables must be what they were without, whatever
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from psdsim.sim import records, requests, spill
@@ -65,3 +67,17 @@ def test_parts_of_different_dtypes_join_as_one_array_would(monkeypatch, spill_ro
     mapped = {name for name, values in table.items() if isinstance(values.base, memoryview)}
     assert mapped == (set(STEP_COLUMNS) - {"batch0"} if spill_rows == 1 else set())
     assert step_table(StepRows())["kind"].size == 0
+
+
+def test_a_misspelt_step_record_field_is_refused():
+    """The record is slotted: a field set under a wrong name fails where it is set instead of
+    leaving its column at the default."""
+    with pytest.raises(AttributeError):
+        records.StepRecord().verfied = 3
+
+
+def test_the_step_columns_are_the_declared_fields_less_those_marked_not_a_column():
+    names = [f.name for f in dataclasses.fields(records.StepRecord)]
+    assert "drafter_s" in names and "drafter_s" not in STEP_COLUMNS
+    assert list(STEP_COLUMNS) == [n for n in names if n != "drafter_s"]
+    assert STEP_COLUMNS[:3] == ("kind", "start_s", "end_s")
