@@ -25,8 +25,9 @@ per-step cost. All are estimates: results are approximate until calibrated again
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from psdsim.sim.catalog import GPU, Catalog, Link, Model
 from psdsim.sim.layout import DEDICATED, layout_for
@@ -50,8 +51,23 @@ class Chunks:
 NO_CHUNKS = Chunks()
 
 
+class VerifyParts(NamedTuple):
+    """Named terms inside a target pass's time (seconds), recorded in the step table."""
+
+    prep: float     # the verifier's input preparation (MineDraft: rank 1's rebuild), serial
+    timer: float    # Timer synchronize() calls
+    sample: float   # logits gathered to the first rank and sampled, on the GPU
+
+
+NO_PARTS = VerifyParts(0.0, 0.0, 0.0)
+
+
 class StepCost(Protocol):
-    """Seconds for each kind of work in a step. `ctx` is the batch's total cached tokens."""
+    """Seconds for each kind of work in a step. `ctx` is the batch's total cached tokens.
+
+    The first eight members every cost model prices. The rest are capabilities only some have
+    (an engine execution model's named terms, a fitted profile's slowdowns); a cost model that
+    does not price one takes `OptionalCosts`'s default, which is what a step pays without it."""
 
     overhead: float
 
@@ -83,6 +99,75 @@ class StepCost(Protocol):
     def swap(self, blocks: int) -> float:
         """Moving `blocks` KV blocks between GPU and CPU memory (each GPU its share, in parallel)."""
         ...
+
+    # -- optional capabilities (defaults: OptionalCosts) -----------------------------------
+
+    contention: tuple[float, float]
+    """(draft, verify) slowdown factors while drafting and a target pass run together."""
+
+    extra_draft_rows: bool
+    """Whether drafting adds a row per request whose drafts were all accepted (vLLM V0)."""
+
+    after_idle: Callable[[str, float], float] | None
+    """How much slower a side's work ("draft", "verify") runs after it idled that long; None:
+    never slower."""
+
+    def framework(self, running: int, emitting: int) -> float:
+        """Per-step framework work on the critical path, for the running set and the requests
+        emitting tokens."""
+        ...
+
+    def driver_prep(self, requests: int, tokens: int) -> float:
+        """The driver's input preparation before it hands a target pass over."""
+        ...
+
+    def verify_parts(self, batch: int, tokens: int, chunks: Chunks = NO_CHUNKS) -> VerifyParts:
+        """The named terms inside the target pass `verify` priced with the same arguments."""
+        ...
+
+
+class OptionalCosts:
+    """The optional StepCost capabilities as a cost model without them prices them: no
+    slowdowns, no extra draft rows, the fixed `overhead` as the framework's work, no driver
+    prep and no named parts. Every cost model here derives from it and overrides what it has."""
+
+    overhead: float
+    contention: tuple[float, float] = (1.0, 1.0)
+    extra_draft_rows: bool = False
+    after_idle: Callable[[str, float], float] | None = None
+
+    def framework(self, running: int, emitting: int) -> float:
+        return self.overhead
+
+    def driver_prep(self, requests: int, tokens: int) -> float:
+        return 0.0
+
+    def verify_parts(self, batch: int, tokens: int, chunks: Chunks = NO_CHUNKS) -> VerifyParts:
+        return NO_PARTS
+
+
+OPTIONAL = ("contention", "extra_draft_rows", "after_idle", "framework", "driver_prep", "verify_parts")
+
+
+class _WithDefaults(OptionalCosts):
+    """A cost model from outside the package (a test's or a tool's wrapper) that need not derive
+    from OptionalCosts: its own optional capabilities where it has them, the defaults elsewhere,
+    everything else read from it on every use (an `overhead` it computes stays live)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        for name in OPTIONAL:
+            if hasattr(inner, name):
+                setattr(self, name, getattr(inner, name))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def complete(cost: Any) -> StepCost:
+    """`cost` with every optional capability answered: itself when it derives from
+    OptionalCosts (every cost model here), else a view that adds the defaults it lacks."""
+    return cost if isinstance(cost, OptionalCosts) else _WithDefaults(cost)
 
 
 class ForwardModel:
@@ -141,7 +226,7 @@ class ForwardModel:
         return total + k * (self._launch + self._ar_fixed + batch * self._ar_per_token)
 
 
-class AnalyticCost:
+class AnalyticCost(OptionalCosts):
     """The default StepCost: rooflines from the catalog, placed where the method runs each model."""
 
     def __init__(self, s: Scenario, cat: Catalog) -> None:
@@ -188,7 +273,7 @@ class AnalyticCost:
         return max(link.p2p_seconds(blocks * per_block) for per_block, link in self._swap)
 
 
-class ConstantCost:
+class ConstantCost(OptionalCosts):
     """Fixed times whatever the batch: the idealised mode used to check the simulator against
     closed-form theory and hand-worked schedules. Drafting one sub-batch takes
     `draft_s + k * draft_per_token_s`; a target pass takes `verify_s` when it verifies and

@@ -36,10 +36,16 @@ The constants are the engine profile's (sim/catalog/engines.toml, each with its 
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from psdsim.sim.catalog import GPU, Catalog, EngineProfile, Link, Model
-from psdsim.sim.costs import NO_CHUNKS, AnalyticCost, Chunks, ForwardModel, StepCost
+from psdsim.sim.costs import (
+    NO_CHUNKS,
+    AnalyticCost,
+    Chunks,
+    ForwardModel,
+    OptionalCosts,
+    StepCost,
+    VerifyParts,
+)
 from psdsim.sim.layout import DEDICATED, layout_for
 from psdsim.sim.scenario import Scenario
 
@@ -128,18 +134,7 @@ class PassModel:
         return cpu + gpu
 
 
-class VerifyParts(NamedTuple):
-    """Named terms inside a target pass's time (seconds), recorded in the step table."""
-
-    prep: float     # the verifier's input preparation (MineDraft: rank 1's rebuild), serial
-    timer: float    # Timer synchronize() calls
-    sample: float   # logits gathered to the first rank and sampled, on the GPU
-
-
-NO_PARTS = VerifyParts(0.0, 0.0, 0.0)
-
-
-class EngineCost:
+class EngineCost(OptionalCosts):
     """A StepCost from an engine execution profile (the non-roofline engines).
 
     The hot calls (draft, verify, verify_parts, framework, driver_prep) run every simulated step:
@@ -252,25 +247,6 @@ class EngineCost:
 
     def reject(self, positions: int) -> float:
         return self.base.reject(positions) + self._sync
-
-
-def driver_prep(cost: StepCost, requests: int, tokens: int) -> float:
-    """The driver's input preparation before a target pass: the engine's, 0 for other costs."""
-    prep = getattr(cost, "driver_prep", None)
-    return prep(requests, tokens) if prep is not None else 0.0
-
-
-def framework(cost: StepCost, running: int, emitting: int) -> float:
-    """Per-step framework work on the critical path: the engine's for the running set and the
-    requests emitting tokens, or the cost's fixed `overhead` (roofline, constant, fitted)."""
-    work = getattr(cost, "framework", None)
-    return work(running, emitting) if work is not None else cost.overhead
-
-
-def verify_parts(cost: StepCost, batch: int, tokens: int, chunks: Chunks) -> VerifyParts:
-    """The named terms inside a target pass: the engine's, none for other costs."""
-    parts = getattr(cost, "verify_parts", None)
-    return parts(batch, tokens, chunks) if parts is not None else NO_PARTS
 
 
 def step_cost(s: Scenario, cat: Catalog) -> StepCost:

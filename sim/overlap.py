@@ -26,7 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from psdsim.sim.costs import StepCost
 
 
 @dataclass(frozen=True)
@@ -43,11 +46,10 @@ class Slowdowns:
 NO_SLOWDOWNS = Slowdowns()
 
 
-def slowdowns(cost: Any, dedicated_drafter: bool) -> Slowdowns:
+def slowdowns(cost: StepCost, dedicated_drafter: bool) -> Slowdowns:
     """The slowdowns a cost model carries (a fitted profile's `contention` factors and
     `after_idle` curves; the analytic model has none)."""
-    factors = getattr(cost, "contention", (1.0, 1.0))
-    after_idle = getattr(cost, "after_idle", None)
+    factors, after_idle = cost.contention, cost.after_idle
     idle = after_idle is not None and dedicated_drafter
     return Slowdowns(
         overlap=None if tuple(factors) == (1.0, 1.0) else (float(factors[0]), float(factors[1])),

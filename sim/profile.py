@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from psdsim.sim.costs import NO_CHUNKS, Chunks, StepCost
+from psdsim.sim.costs import NO_CHUNKS, Chunks, OptionalCosts, StepCost, complete
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.execution import driver_prep, framework
 from psdsim.sim.numbers import finite
 from psdsim.sim.overlap import idle_factor
 from psdsim.sim.scenario import MAX_SPAN_S
@@ -382,12 +381,12 @@ def _check_coefficients(profile: Profile) -> None:
                     COEF_WHY)
 
 
-class FittedCost:
+class FittedCost(OptionalCosts):
     """A StepCost from a profile: fitted terms where the profile has them, `fallback` elsewhere."""
 
     def __init__(self, profile: Profile, fallback: StepCost) -> None:
         self.profile = profile
-        self.fallback = fallback
+        self.fallback = complete(fallback)
         t = profile.terms
         self._draft, self._verify = t.get("draft"), t.get("verify")
         self._prefill, self._draft_prefill = t.get("prefill"), t.get("draft_prefill")
@@ -412,12 +411,12 @@ class FittedCost:
         fallback engine's for this batch."""
         if "overhead" in self.profile.terms:
             return self.overhead
-        return framework(self.fallback, running, emitting)
+        return self.fallback.framework(running, emitting)
 
     def driver_prep(self, requests: int, tokens: int) -> float:
         """The driver's input preparation: part of the fitted drafting where the profile has a
         draft term (its traces timed the driver's work as it ran), else the fallback engine's."""
-        return 0.0 if self._draft is not None else driver_prep(self.fallback, requests, tokens)
+        return 0.0 if self._draft is not None else self.fallback.driver_prep(requests, tokens)
 
     def draft(self, batch: int, k: int, ctx: int) -> float:
         if self._draft is None:

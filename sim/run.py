@@ -13,7 +13,7 @@ import numpy as np
 import simpy
 from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.clock import Clock, run_clocked
-from psdsim.sim.costs import StepCost
+from psdsim.sim.costs import StepCost, complete
 from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.execution import step_cost
 from psdsim.sim.kv import KVPools
@@ -117,6 +117,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         if s.profile:
             profile = load_profile(s.profile)
             cost = FittedCost(profile, cost)
+    cost = complete(cost)
     tl = Timeline() if timeline else None
     link = Link(env, cost.broadcast, cost.comm, tl)
     kv = KVPools(memory.pools(), s.block_size, table.capacity)
@@ -139,7 +140,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
                      timeline=tl, slow=slow, overlap_prefill=s.overlap_draft_prefill and dedicated)
     if drafter is not None and slow.overlap is not None:   # worker drafting and passes contend
         drafter.verifier, sim.verifier.drafter = sim.verifier, drafter
-    if getattr(cost, "extra_draft_rows", False) and s.speculates:
+    if cost.extra_draft_rows and s.speculates:
         sim.all_accepted = np.zeros(table.capacity, dtype=bool)
         table.track(sim, "all_accepted")
     method = kind(sim)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from psdsim.sim.catalog import builtin_catalog
-from psdsim.sim.costs import AnalyticCost, Chunks
+from psdsim.sim.costs import NO_PARTS, OPTIONAL, AnalyticCost, Chunks, ConstantCost, complete
+from psdsim.sim.execution import step_cost
 from psdsim.sim.messages import sampler_output_bytes
 from psdsim.sim.scenario import Scenario
 
@@ -70,3 +71,30 @@ def test_l40s_verify_step_near_reference_estimate():
     cost = AnalyticCost(Scenario(), CAT)
     ms = cost.verify(16, 16, 16 * 1024) * 1e3
     assert 25 < ms < 40
+
+
+class _Required:
+    """A cost model from outside the package: the required terms only, and its own contention."""
+
+    overhead = 0.5
+    contention = (1.3, 1.1)
+
+    def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks | None = None) -> float:
+        return 0.006
+
+
+def test_every_cost_model_here_declares_the_optional_capabilities():
+    s = Scenario()
+    engine = step_cost(s.replace(engine="vllm-0.9.2-v0-eager"), CAT)
+    for cost in (AnalyticCost(s, CAT), ConstantCost(1.0, 1.0), engine):
+        assert complete(cost) is cost
+        for name in OPTIONAL:
+            assert hasattr(cost, name), (type(cost).__name__, name)
+
+
+def test_a_cost_model_without_them_gets_the_defaults_and_keeps_its_own():
+    cost = complete(_Required())
+    assert cost.contention == (1.3, 1.1)                        # its own
+    assert cost.framework(8, 4) == 0.5 and cost.driver_prep(8, 32) == 0.0   # the defaults
+    assert cost.verify_parts(8, 32) is NO_PARTS and cost.after_idle is None and not cost.extra_draft_rows
+    assert cost.verify(4, 8, 100) == 0.006                       # the rest is its own, read through

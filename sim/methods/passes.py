@@ -14,9 +14,9 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
-from psdsim.sim.costs import NO_CHUNKS, Chunks
+from psdsim.sim.costs import NO_CHUNKS, NO_PARTS, Chunks
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob
-from psdsim.sim.execution import DRIVER_PREP, NO_PARTS, driver_prep, framework, verify_parts
+from psdsim.sim.execution import DRIVER_PREP
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from psdsim.sim.methods.common import SimContext
 from psdsim.sim.numbers import isum
@@ -69,7 +69,7 @@ class TargetPass:
         cost = sim.cost
         job = self.job = VerifyJob(cost.verify(requests, tokens, context, chunks))
         self.requests, self.tokens = requests, tokens
-        self.parts = verify_parts(cost, requests, tokens, chunks)
+        self.parts = cost.verify_parts(requests, tokens, chunks)
         if over_link:
             job.send_bytes, job.return_bytes = link_bytes(sim, requests, tokens, context, chunks)
 
@@ -89,7 +89,7 @@ class TargetPass:
         (MineDraft: the target inputs and the metadata broadcast; 0 on other engines), a part of
         draft_s. Returns when it ends."""
         sim = self.sim
-        seconds = self.prep_s = driver_prep(sim.cost, self.requests, self.tokens) if self.requests else 0.0
+        seconds = self.prep_s = sim.cost.driver_prep(self.requests, self.tokens) if self.requests else 0.0
         if not seconds:
             return at
         end = at + seconds
@@ -165,7 +165,7 @@ def _after_pass_work(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Ch
     sync_s = cost.draft_chunks(chunks) if reject_on is not None else 0.0
     reject_s = cost.reject(tokens) if scored else 0.0
     swap_s = st.swap_s = cost.swap(plan.swap_blocks)
-    overhead = st.framework_s = framework(cost, len(sim.scheduler.running), emitting)
+    overhead = st.framework_s = cost.framework(len(sim.scheduler.running), emitting)
     return sync_s, reject_s, swap_s, overhead
 
 
