@@ -11,6 +11,8 @@ from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, validate
 
+from tests.conftest import small
+
 SMALL = dict(requests=320, output_len=128, seed=4)
 
 
@@ -233,3 +235,21 @@ def test_adaptive_k_is_refused_where_it_is_not_built():
               Scenario(method="psd", sub_batches=3, k_policy="adaptive")):
         with pytest.raises(ScenarioError, match=r"^k_policy: "):
             validate(s)
+
+
+@pytest.mark.parametrize("method", ["sd", "pearl", "psd"])
+def test_sd_pearl_and_minedrafts_psd_take_every_step_through_the_one_booked_step(monkeypatch, method):
+    """The booked step (prepare, hand the pass over, draft beside it, the work after it) is
+    written once, in sim/methods/passes.py, and every step of these methods runs it."""
+    from psdsim.sim.methods import passes, pearl, pipelined, sd
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[4])   # the target pass
+        yield from passes.booked_step(*args, **kwargs)
+
+    for module in (sd, pearl, pipelined):
+        monkeypatch.setattr(module, "booked_step", counted)
+    r = simulate(small(method=method))
+    assert len(calls) == len(r.steps["kind"]) > 0

@@ -47,7 +47,8 @@ class AutoRegressive(EngineMethod):
         step's end)."""
         sim = self.sim
         target = TargetPass(sim, batch, batch, context, chunks, over_link=False)
-        back = target.book("decode" if batch else "prefill", start)
+        target.label("decode" if batch else "prefill")
+        back = target.book(start)
         return target, after_pass_end(sim, plan, st, chunks, batch, False, back, back, reject_on=None,
                                       emitting=batch)
 

@@ -6,16 +6,21 @@ what the step's figures say of it (verify_s, comm_s, link_critical_s). `after_pa
 driver's work once the pass is back: what is left of the draft model's prompt pass, rejection
 sampling, the framework overhead and KV swaps, slowed by the drafter's idling where a profile
 measured it.
+
+`booked_step` is the step that SD, PEARL and MineDraft's PSD share once their drafts are ready:
+the driver prepares the pass, hands it over, drafts beside it (PEARL, PSD) and does its work
+after it, every part priced in turn from the step's start and waited for once, at its end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, NO_PARTS, Chunks
-from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob
+from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob, wait_until
 from psdsim.sim.execution import DRIVER_PREP
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
 from psdsim.sim.methods.common import SimContext
@@ -61,14 +66,14 @@ class TargetPass:
     """One target pass: `requests` decodes scoring `tokens` positions over `context` cached
     tokens, plus the plan's prefill chunks; over the link when the drafter has a GPU of its own."""
 
-    __slots__ = ("job", "parts", "prep_s", "requests", "sim", "tokens")
+    __slots__ = ("chunks", "job", "parts", "prep_s", "requests", "sim", "tokens")
 
     def __init__(self, sim: SimContext, requests: int, tokens: int, context: int, chunks: Chunks,
                  over_link: bool = True) -> None:
         self.sim = sim
         cost = sim.cost
         job = self.job = VerifyJob(cost.verify(requests, tokens, context, chunks))
-        self.requests, self.tokens = requests, tokens
+        self.requests, self.tokens, self.chunks = requests, tokens, chunks
         self.parts = cost.verify_parts(requests, tokens, chunks)
         if over_link:
             job.send_bytes, job.return_bytes = link_bytes(sim, requests, tokens, context, chunks)
@@ -99,23 +104,21 @@ class TargetPass:
             sim.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, at, end)
         return end
 
-    def book(self, name: str, at: float, sub_batch: int | None = None, k: int | None = None,
-             drafts_used: bool | None = None) -> float:
+    def book(self, at: float) -> float:
         """Serve the pass from `at` on a verifier that nothing else can slow (Verifier.book);
-        returns when its output is back. The rest labels its timeline slice (None: not said)."""
-        if self.sim.timeline is not None:
-            self._label(name, sub_batch, k, drafts_used)
+        returns when its output is back."""
         return self.sim.verifier.book(self.job, at)
 
-    def submit(self, name: str, sub_batch: int | None = None, k: int | None = None,
-               drafts_used: bool | None = None) -> simpy.Event:
+    def submit(self) -> simpy.Event:
         """Hand the pass to the verifier in SimPy (the PSD ring: drafting may slow it)."""
-        if self.sim.timeline is not None:
-            self._label(name, sub_batch, k, drafts_used)
         return self.sim.verifier.submit(self.job)
 
-    def _label(self, name: str, sub_batch: int | None, k: int | None, drafts_used: bool | None) -> None:
-        """Name the pass's timeline slice (only where the run records a timeline)."""
+    def label(self, name: str, sub_batch: int | None = None, k: int | None = None,
+              drafts_used: bool | None = None) -> None:
+        """Name the pass's timeline slice and its labels (None: not said); nothing where the run
+        records no timeline."""
+        if self.sim.timeline is None:
+            return
         args: dict[str, Any] = {}
         if sub_batch is not None:
             name, args["sub_batch"] = f"{name} B{sub_batch}", sub_batch
@@ -203,3 +206,50 @@ def after_pass_end(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chun
         tl.after(now, end, [(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, left_s), (*reject, reject_s),
                             *driver_parts(overhead, swap_s)])
     return end
+
+
+@dataclass(slots=True)
+class Drafting:
+    """Drafting that the driver runs on drafter 0 and waits for within its step: `seconds` of
+    work, and its timeline slice's name and labels."""
+
+    seconds: float
+    name: str
+    batch: int
+    k: int
+    sub_batch: int | None = None
+
+
+def book_drafting(sim: SimContext, st: StepRecord, at: float, drafting: Drafting) -> float:
+    """Book `drafting` on drafter 0 from `at`, charged to the step's drafting; returns its end."""
+    assert sim.drafter is not None
+    seconds = drafting.seconds
+    end = sim.drafter.book(at, seconds, drafting.name, drafting.batch, drafting.k, drafting.sub_batch)
+    st.draft_s += seconds
+    st.drafter_s += seconds
+    return end
+
+
+def booked_step(sim: SimContext, plan: StepPlan, st: StepRecord, target: TargetPass, at: float, scored: bool,
+                beside: Drafting | None = None, drafter_waits: bool = False,
+                reject_on: str | None = DRAFTER) -> Generator[Any, Any, None]:
+    """The rest of a step from `at`, when nothing else runs beside it: the driver prepares the
+    target's inputs, hands the pass over, runs `beside` (drafting for a later step, its seconds
+    alone; the pass and it slow each other where a profile measured that) while the pass runs,
+    waits for both, then does its work after the pass (`after_pass_end`; `scored`: rejection
+    sampling runs). Each part is priced in turn, and the step waits once, for its end.
+    `drafter_waits`: the drafter's wait for the pass is the step's wait_s, and the drafting
+    beside the pass decides how much of the link's time is on the critical path."""
+    drafting_s = 0.0
+    if beside is not None:
+        drafting_s = beside.seconds = target.contend(beside.seconds)
+    t = target.prepared(st, at)
+    back = target.book(t)
+    drafted_at = book_drafting(sim, st, t, beside) if beside is not None else t
+    now = back if back > drafted_at else drafted_at
+    if drafter_waits:
+        st.wait_s = now - drafted_at
+    end = after_pass_end(sim, plan, st, target.chunks, target.tokens, scored, drafted_at, now,
+                         reject_on=reject_on, emitting=target.requests)
+    yield from wait_until(sim.env, end)
+    target.measured(st, drafting_s if drafter_waits else None)

@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
-from psdsim.sim.devices import wait_until
 from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -50,7 +49,7 @@ from psdsim.sim.methods.common import (
     record,
     verify_outcome,
 )
-from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work
+from psdsim.sim.methods.passes import Drafting, TargetPass, booked_step, chunk_work
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 
@@ -75,7 +74,7 @@ class PEARL(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         sim, st = self.sim, StepRecord()
-        env, drafter, k, start = sim.env, sim.drafter, sim.scenario.k, sim.env.now
+        drafter, k, start = sim.drafter, sim.scenario.k, sim.env.now
         assert drafter is not None
         ids = plan.decode
         batch = len(ids)
@@ -89,19 +88,13 @@ class PEARL(EngineMethod):
         # its drafts (the set the code passes when drafting ahead), where the engine does
         rows = draft_rows(sim, ids, st)
         ahead_s = sim.cost.draft(rows, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
-        ahead_s = target.contend(ahead_s)
-        # priced in turn from the step's start and waited for once (nothing else runs beside it)
-        t = target.prepared(st, start)
-        back = target.book("verify", t, None, k, use_drafts) if batch else target.book("prefill", t)
-        drafted_at = drafter.book(t, ahead_s, "draft ahead", batch, k) if batch else t
-        now = back if back > drafted_at else drafted_at
-        st.wait_s = now - drafted_at if batch else 0.0
-        st.draft_s += ahead_s   # after the driver's input prep (TargetPass.prepared), a part of it
-        st.drafter_s += ahead_s
-        end = after_pass_end(sim, plan, st, chunks, tokens, bool(batch), drafted_at, now, emitting=batch)
-        yield from wait_until(env, end)
+        if batch:
+            target.label("verify", k=k, drafts_used=use_drafts)
+        else:
+            target.label("prefill")
+        beside = Drafting(ahead_s, "draft ahead", batch, k) if batch else None
+        yield from booked_step(sim, plan, st, target, start, bool(batch), beside, drafter_waits=bool(batch))
         self._verify(ids, proposed, total, st)
-        target.measured(st, ahead_s if batch else None)
         st.parallelised, st.verified, st.drafted, st.scored = batch > 0, batch, batch, tokens if batch else 0
         record(sim, plan, start, st)
 

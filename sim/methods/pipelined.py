@@ -46,7 +46,14 @@ from psdsim.sim.methods.common import (
     verify_outcome,
 )
 from psdsim.sim.methods.draft_length import Selection, draft_length
-from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work, queued_after_pass
+from psdsim.sim.methods.passes import (
+    Drafting,
+    TargetPass,
+    book_drafting,
+    booked_step,
+    chunk_work,
+    queued_after_pass,
+)
 from psdsim.sim.methods.refill import EMPTY, BatchManagerRefill, RoundRobinRefill
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
@@ -139,34 +146,24 @@ class PipelinedSD(EngineMethod):
         total = isum(proposed)
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks)
-        k_ahead, ahead_s = self._ahead(ahead, st)
-        ahead_s = target.contend(ahead_s)
-        t = target.prepared(st, t)
-        name, k = "prefill", None
-        if v is not None:
-            name, k = "verify", int(proposed.max()) if sim.timeline else 0
+        beside = self._ahead(ahead, st)
+        if v is None:
+            target.label("prefill")
+        else:
+            target.label("verify", v, int(proposed.max()) if sim.timeline else 0)
         if background:
+            t = target.prepared(st, t)
             if target.prep_s:
                 yield from wait_until(env, t)
-            yield target.submit(name, v, k)
+            yield target.submit()
             yield from queued_after_pass(sim, plan, st, chunks, tokens, v is not None, t, emitting=batch)
-        else:
-            back = target.book(name, t, v, k)
-            drafted_at = t
-            if ahead is not None:   # MineDraft: the driver drafts the other sub-batch while the pass runs
-                drafted_at = self.drafter.book(t, ahead_s, "draft", st.drafted, k_ahead, ahead)
-                st.draft_s += ahead_s
-                st.drafter_s += ahead_s
-            now = back if back > drafted_at else drafted_at
-            if v is not None:
-                st.wait_s = now - drafted_at
-            end = after_pass_end(sim, plan, st, chunks, tokens, v is not None, drafted_at, now,
-                                 emitting=batch)
-            yield from wait_until(env, end)
+            target.measured(st)
+        else:   # MineDraft: the driver drafts the other sub-batch while the pass runs
+            verifies = v is not None
+            yield from booked_step(sim, plan, st, target, t, verifies, beside, drafter_waits=verifies)
         self._verified(v, ahead, ids, proposed, total, selection, shift, st)
         if v is not None:   # st.generated is the verified requests' kept tokens until record()
             self.contexts[v] = (ids, context + st.generated)
-        target.measured(st, ahead_s if v is not None and not background else None)
         st.verified, st.scored = batch, tokens if v is not None else 0
         record(sim, plan, start, st)
         self.open = None
@@ -221,9 +218,7 @@ class PipelinedSD(EngineMethod):
         seconds = self.sim.cost.draft(draft_rows(self.sim, ids, st), k, context) * self.drafter.slowdown[0] \
             if k else 0.0
         self.proposals[ids] = k   # held once the drafting is done
-        st.draft_s += seconds
-        st.drafter_s += seconds
-        return False, None, self.drafter.book(at, seconds, "draft", len(ids), k, v)
+        return False, None, book_drafting(self.sim, st, at, Drafting(seconds, "draft", len(ids), k, v))
 
     def _context(self, b: int, ids: np.ndarray) -> int:
         """The context of sub-batch `b`, whose members are `ids`: the running total while the
@@ -235,19 +230,20 @@ class PipelinedSD(EngineMethod):
         self.contexts[b] = (ids, context)
         return context
 
-    def _ahead(self, ahead: int | None, st: StepRecord) -> tuple[int, float]:
-        """(k, seconds alone) of drafting sub-batch `ahead` beside the pass; its requests hold k
-        drafts once it is done."""
+    def _ahead(self, ahead: int | None, st: StepRecord) -> Drafting | None:
+        """The drafting of sub-batch `ahead` beside the pass (its seconds alone; None: none);
+        its requests hold its k drafts once it is done."""
         if ahead is None:
-            return 0, 0.0
+            return None
         sim, ids = self.sim, self.refill.members[ahead]
         context = self._context(ahead, ids)
         k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
         self.proposals[ids] = k   # held from when the drafting beside the pass ends
         st.drafted = len(ids)
-        if not k:
-            return 0, 0.0
-        return k, sim.cost.draft(draft_rows(sim, ids, st), k, context) * self.drafter.slowdown[0]
+        seconds = 0.0
+        if k:
+            seconds = sim.cost.draft(draft_rows(sim, ids, st), k, context) * self.drafter.slowdown[0]
+        return Drafting(seconds, "draft", len(ids), k, ahead)
 
     def _queue_drafts(self, v: int | None, st: StepRecord) -> int:
         """Background drafting: queue every other non-empty sub-batch without drafts for the

@@ -17,7 +17,6 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-from psdsim.sim.devices import wait_until
 from psdsim.sim.layout import layout_for
 from psdsim.sim.methods.common import (
     EngineMethod,
@@ -28,7 +27,7 @@ from psdsim.sim.methods.common import (
     verify_outcome,
 )
 from psdsim.sim.methods.draft_length import draft_length
-from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work
+from psdsim.sim.methods.passes import Drafting, TargetPass, book_drafting, booked_step, chunk_work
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
@@ -47,7 +46,7 @@ class StandardSD(EngineMethod):
         """Draft, then the target pass scores the drafts, then the driver's work: priced in turn
         from the step's start, waited for once (nothing else runs beside an SD step)."""
         sim, st = self.sim, StepRecord()
-        env, drafter, start = sim.env, sim.drafter, sim.env.now
+        drafter, start = sim.drafter, sim.env.now
         assert drafter is not None
         ids = plan.decode
         batch = len(ids)
@@ -60,21 +59,19 @@ class StandardSD(EngineMethod):
         t = start
         if batch and k:   # draft, then the target pass scores the drafts
             drafted = int(proposed.max()) if capped else k
-            rows = draft_rows(sim, ids, st)
-            st.draft_s = st.drafter_s = sim.cost.draft(rows, drafted, context) * drafter.slowdown[0]
-            t = drafter.book(t, st.draft_s, "draft", batch, drafted)
+            seconds = sim.cost.draft(draft_rows(sim, ids, st), drafted, context) * drafter.slowdown[0]
+            t = book_drafting(sim, st, t, Drafting(seconds, "draft", batch, drafted))
         total = isum(proposed) if capped else batch * k
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks, over_link=self.over_link)
-        submitted = target.prepared(st, t)
-        back = target.book("verify", submitted, None, k) if batch else target.book("prefill", submitted)
+        if batch:
+            target.label("verify", k=k)
+        else:
+            target.label("prefill")
         # rejection sampling runs on the driver, not the drafter (drafter_busy)
-        end = after_pass_end(sim, plan, st, chunks, tokens, bool(batch) and k > 0, submitted, back,
-                             reject_on=DRIVER, emitting=batch)
-        yield from wait_until(env, end)
+        yield from booked_step(sim, plan, st, target, t, bool(batch) and k > 0, reject_on=DRIVER)
         verify_outcome(sim, st, ids, proposed, total)
         self.lengths.seen(proposed, total)
-        target.measured(st)
         st.verified, st.scored = batch, tokens if batch else 0
         record(sim, plan, start, st)
 
