@@ -7,7 +7,9 @@ there (about a microsecond a step). `Clock` stands in for `simpy.Environment` in
 keeps `now`, and `timeout(delay)` moves it to `now + delay` at once, the very float SimPy would
 reach, so the same generators (the engine loop, `wait_until`) run unchanged, driven by
 `run_clocked` instead of `Environment.run`. The ring's drafter workers work beside the steps and
-need SimPy (`EngineMethod.needs_events`).
+need SimPy (`EngineMethod.needs_events`). A process that yields anything but a Clock timeout asks
+to wait for an event the clock cannot see: `run_clocked` refuses it rather than go on as if it
+had happened.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class Clock:
 
 
 def run_clocked(process: Generator[Any, Any, None]) -> None:
-    """Run a process written for SimPy whose every yield is a Clock timeout (already passed)."""
-    for _ in process:
-        pass
+    """Run a process written for SimPy whose every yield is a Clock timeout (already passed:
+    None). Anything else it yields is an event only SimPy can wait for, an error in the method
+    that ran on the clock (its `needs_events` must say True)."""
+    for waited in process:
+        if waited is not None:
+            raise RuntimeError(f"a process on the plain clock waited for {waited!r}, which only SimPy "
+                               "can wait for: the method that yields it must say needs_events")

@@ -81,3 +81,16 @@ def test_any_scenario_priced_in_advance_is_the_same_on_simpy(s: Scenario,
     with monkeypatch.context() as patch:
         patch.setattr(kind, "needs_events", staticmethod(lambda _: True))
         _same(clocked, _everything(s))
+
+
+def test_the_clock_refuses_to_wait_for_an_event_it_cannot_see() -> None:
+    """A booked method that yields an event must fail, not run on as if it had waited."""
+    clock = Clock()
+
+    def waits_for_an_event(e: Clock):
+        yield e.timeout(1.0)
+        yield simpy.Environment().event()
+
+    with pytest.raises(RuntimeError, match="only SimPy can wait for"):
+        run_clocked(waits_for_an_event(clock))
+    assert clock.now == 1.0
