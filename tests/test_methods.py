@@ -241,7 +241,7 @@ def test_adaptive_k_is_refused_where_it_is_not_built():
 def test_sd_pearl_and_minedrafts_psd_take_every_step_through_the_one_booked_step(monkeypatch, method):
     """The booked step (prepare, hand the pass over, draft beside it, the work after it) is
     written once, in sim/methods/passes.py, and every step of these methods runs it."""
-    from psdsim.sim.methods import passes, pearl, pipelined, sd
+    from psdsim.sim.methods import passes, pearl, pipelines, sd
 
     calls = []
 
@@ -249,7 +249,21 @@ def test_sd_pearl_and_minedrafts_psd_take_every_step_through_the_one_booked_step
         calls.append(args[4])   # the target pass
         yield from passes.booked_step(*args, **kwargs)
 
-    for module in (sd, pearl, pipelined):
+    for module in (sd, pearl, pipelines):
         monkeypatch.setattr(module, "booked_step", counted)
     r = simulate(small(method=method))
     assert len(calls) == len(r.steps["kind"]) > 0
+
+
+def test_the_pipeline_not_the_refill_policy_chooses_the_time_engine():
+    """Who drafts (the driver within the step, or drafter workers in the background) is the
+    pipeline's choice, and it alone says whether the run needs SimPy's events."""
+    from psdsim.sim.methods import pipelines, refill
+    from psdsim.sim.methods.pipelined import PipelinedSD
+
+    minedraft, ring = Scenario(), Scenario(sub_batches=3, drafters=2)
+    assert pipelines.pipeline_class(minedraft) is pipelines.DriverDrafting
+    assert pipelines.pipeline_class(ring) is pipelines.RingDrafting
+    assert not PipelinedSD.needs_events(minedraft) and PipelinedSD.needs_events(ring)
+    for policy in (refill.BatchManagerRefill, refill.RoundRobinRefill):
+        assert not hasattr(policy, "background")

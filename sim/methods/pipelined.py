@@ -1,30 +1,31 @@
 """`psd`, `psd+tetris`: batch-parallel SD, N sub-batches pipelined over D drafter GPUs.
 
 N x m requests run in N sub-batches. Each step verifies one of them while the drafter drafts
-others, so drafting hides behind verification. Two choices plug in:
+others, so drafting hides behind verification. Three choices plug in:
 
 - the refill policy (sim/methods/refill.py): which sub-batch each request joins and which one a
-  step verifies. MineDraft's Batch Manager (N = 2, D = 1, docs/reference/paper.md §4.2): the driver
-  drafts the other sub-batch beside each pass, within the step, so a step costs
+  step verifies (MineDraft's Batch Manager, or the ring's round robin);
+- the pipeline (sim/methods/pipelines.py): who drafts the sub-batches, and so which time engine
+  runs the step. MineDraft's (N = 2, D = 1, docs/reference/paper.md §4.2): the driver drafts the
+  other sub-batch beside each pass, within the step, so a step costs
       [draft(S), when S has no proposals yet: init or fallback]
       + max(draft(D), inputs over the link + target pass (verify S, prefill chunks) + output back)
       + the draft model's pass over the step's prompt tokens (to fill its KV) + rejection sampling
       + fixed overhead (+ KV swap time).
-  Round robin (the ring, any N and D, beyond the paper, docs/design.md §2): D drafter workers draft the
-  other non-empty sub-batches in the background, first come first served, and the driver's GPU
-  work after a pass takes a free drafter ahead of queued drafting. A step verifies the next
-  sub-batch in turn: at once if its drafts are ready, after them if they are being drafted, and
-  after drafting it first when nobody has (at the start, or after a sub-batch emptied). In steady
-  state a step costs max(V, drafting / D, drafting / (N - 1)): N = 3 and D = 2 hide drafting up
-  to twice the verification time, where MineDraft's N = 2, D = 1 hide it up to once.
+  The ring's (any N and D, beyond the paper, docs/design.md §2): D drafter workers draft the
+  other sub-batches in the background; in steady state a step costs max(V, drafting / D,
+  drafting / (N - 1)): N = 3 and D = 2 hide drafting up to twice the verification time, where
+  MineDraft's N = 2, D = 1 hide it up to once;
 - the draft-length policy (sim/methods/draft_length.py): k, adaptive k (MineDraft's pipeline
   only), or TETRIS (k + e drafted, the best k x m scored).
 
-Drafting that overlaps a target pass slows it and is slowed by it where a profile measured
-contention, and drafter work after idling is slowed where it measured that (sim/overlap.py),
-whichever pipeline runs. A request verified without proposals (refills that joined a sub-batch
-after it was drafted) is scored with zero drafts and emits one token: a wasted step. Every
-drafter GPU holds the draft KV of every request (sim/memory.py).
+`PipelinedSD.step` is the step either pipeline runs, in the order of its critical path: pick the
+sub-batches, have the verified one's drafts, score them, price the target pass, draft beside it,
+run it, emit the outcome, record. Drafting that overlaps a target pass slows it and is slowed by
+it where a profile measured contention, and drafter work after idling is slowed where it
+measured that (sim/overlap.py), whichever pipeline runs. A request verified without proposals
+(refills that joined a sub-batch after it was drafted) is scored with zero drafts and emits one
+token: a wasted step. Every drafter GPU holds the draft KV of every request (sim/memory.py).
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-import simpy
-from psdsim.sim.costs import NO_CHUNKS, Chunks
-from psdsim.sim.devices import Drafter, DraftJob, wait_until
+from psdsim.sim.costs import NO_CHUNKS
+from psdsim.sim.devices import Drafter
 from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -46,14 +46,8 @@ from psdsim.sim.methods.common import (
     verify_outcome,
 )
 from psdsim.sim.methods.draft_length import Selection, draft_length
-from psdsim.sim.methods.passes import (
-    Drafting,
-    TargetPass,
-    book_drafting,
-    booked_step,
-    chunk_work,
-    queued_after_pass,
-)
+from psdsim.sim.methods.passes import Drafting, TargetPass, chunk_work
+from psdsim.sim.methods.pipelines import pipeline_class
 from psdsim.sim.methods.refill import EMPTY, BatchManagerRefill, RoundRobinRefill
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
@@ -69,7 +63,7 @@ class PipelinedSD(EngineMethod):
 
     @staticmethod
     def needs_events(s: Scenario) -> bool:
-        return not s.batch_managed   # the ring's drafter workers draft beside the steps
+        return pipeline_class(s).events
 
     def __init__(self, sim: SimContext) -> None:
         super().__init__(sim)
@@ -81,9 +75,6 @@ class PipelinedSD(EngineMethod):
         self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
         sim.table.track(self, "proposals")
         sim.table.track(self.refill, "flag")
-        self.ready = [False] * s.sub_batches           # background drafting: a sub-batch's drafts are done
-        self.drafting: dict[int, simpy.Event] = {}     # ... and the end of those being drafted
-        self.open: StepRecord | None = None            # the record of the step under way (the ring)
         # Each sub-batch's members array and their context (KV tokens), kept as a running total:
         # a decoding request's context grows only when it is verified (by the tokens its sub-batch
         # kept, added once the pass is back), and any change of a sub-batch's members replaces its
@@ -91,6 +82,7 @@ class PipelinedSD(EngineMethod):
         self.contexts: dict[int, tuple[np.ndarray, int]] = {}
         assert sim.drafter is not None
         self.drafter: Drafter = sim.drafter
+        self.pipeline = pipeline_class(s)(self, s)
 
     # -- scheduler hooks --------------------------------------------------------------------
 
@@ -122,51 +114,37 @@ class PipelinedSD(EngineMethod):
     # -- a step -----------------------------------------------------------------------------
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        """MineDraft's pipeline prices the step's parts in turn from its start (`t`) and waits
-        once, for its end: nothing else runs beside it. The ring waits in SimPy wherever its
-        drafter workers may be at work (sim/devices.py)."""
-        sim, refill = self.sim, self.refill
-        st = self.open = StepRecord()
-        env = sim.env
-        start = t = env.now
+        """One step, in the order of its critical path; the pipeline decides who drafts and
+        how time passes (sim/methods/pipelines.py)."""
+        sim, refill, pipeline = self.sim, self.refill, self.pipeline
+        st, start = StepRecord(), sim.env.now
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
-        ids = refill.members[v] if v is not None else EMPTY
-        batch = len(ids)
-        context = self._context(v, ids) if v is not None else 0
+        slots = refill.members[v] if v is not None else EMPTY
+        batch = len(slots)
+        context = self._context(v, slots) if v is not None else 0
         chunks = chunk_work(sim, plan)
-        background = refill.background
-        if background:   # the ring: drafter workers draft the other sub-batches meanwhile
-            st.drafted = self._queue_drafts(v, st)
-        if v is not None:       # drafted earlier (parallelised), being drafted, or drafted first now
-            st.parallelised, drafting, t = self._drafts_of(v, ids, context, chunks, st, t)
-            if drafting is not None:
+        pipeline.started(v, st)            # the ring: the other sub-batches queued for drafting
+        t = start
+        if v is not None:   # drafted earlier (parallelised), being drafted, or drafted first now
+            t, drafting = pipeline.drafts_of(v, slots, context, chunks, st, t)
+            if drafting is not None:   # the ring: a drafter is still at it
                 yield drafting
-                t = env.now
-        proposed, selection, shift = self._scored(plan, v, ids, st.parallelised)
+                t = sim.env.now
+        proposed, selection, shift = self._scored(plan, v, slots, st.parallelised)
         total = isum(proposed)
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks)
-        beside = self._ahead(ahead, st)
+        beside = self._ahead(ahead, st)    # MineDraft: the other sub-batch, drafted during the pass
         if v is None:
             target.label("prefill")
         else:
             target.label("verify", v, int(proposed.max()) if sim.timeline else 0)
-        if background:
-            t = target.prepared(st, t)
-            if target.prep_s:
-                yield from wait_until(env, t)
-            yield target.submit()
-            yield from queued_after_pass(sim, plan, st, chunks, tokens, v is not None, t, emitting=batch)
-            target.measured(st)
-        else:   # MineDraft: the driver drafts the other sub-batch while the pass runs
-            verifies = v is not None
-            yield from booked_step(sim, plan, st, target, t, verifies, beside, drafter_waits=verifies)
-        self._verified(v, ahead, ids, proposed, total, selection, shift, st)
+        yield from pipeline.verify(plan, st, target, t, v, beside)
+        self._verified(v, ahead, slots, proposed, total, selection, shift, st)
         if v is not None:   # st.generated is the verified requests' kept tokens until record()
-            self.contexts[v] = (ids, context + st.generated)
+            self.contexts[v] = (slots, context + st.generated)
         st.verified, st.scored = batch, tokens if v is not None else 0
         record(sim, plan, start, st)
-        self.open = None
 
     def _scored(self, plan: StepPlan, v: int | None, ids: np.ndarray,
                 parallelised: bool) -> tuple[np.ndarray, Selection | None, int]:
@@ -196,29 +174,9 @@ class PipelinedSD(EngineMethod):
         else:
             emit_outcome(self.sim, st, ids, proposed, total, selection.leading())
         if v is not None:
-            self.ready[v] = False
             self.refill.verified(v, ahead)
 
     # -- drafting ---------------------------------------------------------------------------
-
-    def _drafts_of(self, v: int, ids: np.ndarray, context: int, chunks: Chunks, st: StepRecord,
-                   at: float) -> tuple[bool, simpy.Event | None, float]:
-        """The verified sub-batch's drafts, the step being at `at`: (whether they were drafted
-        before this step, i.e. parallelised; in the ring, what the step waits for: their drafting,
-        or drafting them first now; when the drafting that the driver does first now ends)."""
-        if self.refill.background:
-            if v in self.drafting:   # its drafter is still at it
-                return True, self.drafting[v], at
-            if self.ready[v]:
-                return True, None, at
-            return False, self.drafter.submit(self._draft_job(v, st), urgent=True), at
-        if self.refill.drafted(v):
-            return True, None, at
-        k = self.lengths.k(ids, context, chunks, parallel=False)
-        seconds = self.sim.cost.draft(draft_rows(self.sim, ids, st), k, context) * self.drafter.slowdown[0] \
-            if k else 0.0
-        self.proposals[ids] = k   # held once the drafting is done
-        return False, None, book_drafting(self.sim, st, at, Drafting(seconds, "draft", len(ids), k, v))
 
     def _context(self, b: int, ids: np.ndarray) -> int:
         """The context of sub-batch `b`, whose members are `ids`: the running total while the
@@ -244,47 +202,3 @@ class PipelinedSD(EngineMethod):
         if k:
             seconds = sim.cost.draft(draft_rows(sim, ids, st), k, context) * self.drafter.slowdown[0]
         return Drafting(seconds, "draft", len(ids), k, ahead)
-
-    def _queue_drafts(self, v: int | None, st: StepRecord) -> int:
-        """Background drafting: queue every other non-empty sub-batch without drafts for the
-        drafter workers; returns the requests queued. Also the record's split: `batch0` is the
-        verified sub-batch and `batch1` the others."""
-        members = self.refill.members
-        decoding = sum(len(m) for m in members)
-        st.batch0 = len(members[v]) if v is not None else 0
-        st.batch1 = decoding - st.batch0
-        if v is None:
-            return 0
-        queued, n = 0, len(members)
-        for i in range(1, n):
-            b = (v + i) % n
-            if len(members[b]) and not self.ready[b] and b not in self.drafting:
-                self.drafting[b] = self.drafter.submit(self._draft_job(b), urgent=False)
-                queued += len(members[b])
-        return queued
-
-    def _draft_job(self, b: int, st: StepRecord | None = None) -> DraftJob:
-        """Drafting sub-batch `b` on a drafter worker, sized with its members when it starts;
-        `st`: the step that waits for it, whose drafting time it is. Its rows include the engine's
-        extra row per request whose drafts were all accepted, counted in the extra_rows of the
-        step that waits for it, else of the step under way when a drafter takes it up (none
-        when that happens while the engine waits for arrivals)."""
-        k, drafted, whose = self.lookahead, [EMPTY], [EMPTY]
-
-        def size() -> tuple[float, dict[str, Any]]:
-            drafted[0] = ids = self.refill.members[b]
-            whose[0] = self.sim.table.request[ids]
-            rows = draft_rows(self.sim, ids, st if st is not None else self.open)
-            return self.sim.cost.draft(rows, k, self.sim.table.context(ids)), \
-                {"sub_batch": b, "batch": len(ids), "k": k}
-
-        def finish(seconds: float) -> None:
-            # a request that ended while it was drafted may have left its slot to another one
-            ids = drafted[0]
-            self.proposals[ids[self.sim.table.request[ids] == whose[0]]] = k
-            self.ready[b] = True
-            self.drafting.pop(b, None)
-            if st is not None:
-                st.draft_s += seconds
-
-        return DraftJob(f"draft B{b}", size, finish)

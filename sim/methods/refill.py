@@ -72,8 +72,6 @@ class Refill:
 class BatchManagerRefill(Refill):
     """MineDraft's Batch Manager and worker (see the module docstring)."""
 
-    background = False  # the driver drafts the other sub-batch beside each pass, within the step
-
     def __init__(self, requests: int, s: Scenario, lookahead: int) -> None:
         super().__init__(requests, 2, bool)
         self.batches = BatchManager()
@@ -187,8 +185,6 @@ class BatchManagerRefill(Refill):
 
 class RoundRobinRefill(Refill):
     """The ring's round-robin order (see the module docstring)."""
-
-    background = True  # drafter workers draft the other sub-batches, across steps
 
     def __init__(self, requests: int, sub_batches: int) -> None:
         super().__init__(requests, sub_batches, np.int64)
