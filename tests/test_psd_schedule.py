@@ -72,3 +72,42 @@ def test_fallback_when_one_sub_batch_empties():
     assert not st["parallelised"][rest].any()
     sequential = DRAFT + COMM + VERIFY + COMM + REJECT + OVERHEAD
     assert np.allclose(st["end_s"][rest] - st["start_s"][rest], sequential)
+
+
+def test_each_change_of_a_sub_batchs_members_is_counted():
+    """What PSD keeps of a sub-batch (its running context) is valid for the members counted
+    in `changes`, not for whichever array happens to hold them."""
+    from psdsim.sim.methods.refill import RoundRobinRefill
+    from psdsim.sim.requests import DECODING, FINISHED
+
+    refill = RoundRobinRefill(8, 3)
+    slots = np.array([0, 1, 2])
+    refill.admitted(slots, mixed=False, restart=True)
+    refill.graduated(slots)
+    joined = list(refill.changes)
+    assert sum(joined) == 3 and all(len(m) == 1 for m in refill.members)
+    state = np.full(8, DECODING)
+    state[1] = FINISHED
+    b = int(refill.flag[1])
+    refill.left(np.array([1]), state)
+    assert refill.changes[b] == joined[b] + 1 and not len(refill.members[b])
+    assert [c for i, c in enumerate(refill.changes) if i != b] == [c for i, c in enumerate(joined) if i != b]
+
+
+@pytest.mark.parametrize("changes", [{}, {"sub_batches": 3, "drafters": 2},
+                                     {"rate": 30.0, "abort_fraction": 0.3}])
+def test_psds_running_context_is_always_the_sum_of_its_members(monkeypatch, changes):
+    from psdsim.sim.methods.pipelined import PipelinedSD
+
+    checked = []
+    kept = PipelinedSD._context
+
+    def checking(self, b):
+        context = kept(self, b)
+        assert context == self.sim.table.context(self.refill.members[b])
+        checked.append(b)
+        return context
+
+    monkeypatch.setattr(PipelinedSD, "_context", checking)
+    simulate(small(requests=30, **changes))
+    assert checked

@@ -75,11 +75,11 @@ class PipelinedSD(EngineMethod):
         self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
         sim.table.track(self, "proposals")
         sim.table.track(self.refill, "flag")
-        # Each sub-batch's members array and their context (KV tokens), kept as a running total:
-        # a decoding request's context grows only when it is verified (by the tokens its sub-batch
-        # kept, added once the pass is back), and any change of a sub-batch's members replaces its
-        # array, so the total holds while the array is the one recorded: two sums saved per step.
-        self.contexts: dict[int, tuple[np.ndarray, int]] = {}
+        # Each sub-batch's context (KV tokens) as a running total, with the count of member changes
+        # it was summed at (Refill.changes): a decoding request's context grows only when it is
+        # verified (by the tokens its sub-batch kept, added once the pass is back), so the total
+        # holds until the members change: two sums saved per step.
+        self.contexts: dict[int, tuple[int, int]] = {}
         assert sim.drafter is not None
         self.drafter: Drafter = sim.drafter
         self.pipeline = pipeline_class(s)(self, s)
@@ -121,7 +121,7 @@ class PipelinedSD(EngineMethod):
         v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
         slots = refill.members[v] if v is not None else EMPTY
         batch = len(slots)
-        context = self._context(v, slots) if v is not None else 0
+        context = self._context(v) if v is not None else 0
         chunks = chunk_work(sim, plan)
         pipeline.started(v, st)            # the ring: the other sub-batches queued for drafting
         t = start
@@ -142,7 +142,7 @@ class PipelinedSD(EngineMethod):
         yield from pipeline.verify(plan, st, target, t, v, beside)
         self._verified(v, ahead, slots, proposed, total, selection, shift, st)
         if v is not None:   # st.generated is the verified requests' kept tokens until record()
-            self.contexts[v] = (slots, context + st.generated)
+            self._grew(v, st.generated)
         st.verified, st.scored = batch, tokens if v is not None else 0
         record(sim, plan, start, st)
 
@@ -178,15 +178,21 @@ class PipelinedSD(EngineMethod):
 
     # -- drafting ---------------------------------------------------------------------------
 
-    def _context(self, b: int, ids: np.ndarray) -> int:
-        """The context of sub-batch `b`, whose members are `ids`: the running total while the
-        members are those it was counted for, else summed afresh."""
+    def _context(self, b: int) -> int:
+        """The context of sub-batch `b`: the running total while its members are those it was
+        summed for, else summed afresh."""
+        changes = self.refill.changes[b]
         known = self.contexts.get(b)
-        if known is not None and known[0] is ids:
+        if known is not None and known[0] == changes:
             return known[1]
-        context = self.sim.table.context(ids)
-        self.contexts[b] = (ids, context)
+        context = self.sim.table.context(self.refill.members[b])
+        self.contexts[b] = (changes, context)
         return context
+
+    def _grew(self, b: int, kept: int) -> None:
+        """Sub-batch `b` was verified and kept `kept` tokens: its running total grows by them."""
+        changes, context = self.contexts[b]
+        self.contexts[b] = (changes, context + kept)
 
     def _ahead(self, ahead: int | None, st: StepRecord) -> Drafting | None:
         """The drafting of sub-batch `ahead` beside the pass (its seconds alone; None: none);
@@ -194,7 +200,7 @@ class PipelinedSD(EngineMethod):
         if ahead is None:
             return None
         sim, ids = self.sim, self.refill.members[ahead]
-        context = self._context(ahead, ids)
+        context = self._context(ahead)
         k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
         self.proposals[ids] = k   # held from when the drafting beside the pass ends
         st.drafted = len(ids)

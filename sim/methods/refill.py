@@ -42,18 +42,26 @@ EMPTY = np.empty(0, dtype=np.int64)
 
 class Refill:
     """What both policies keep: each request's sub-batch and each sub-batch's decoding members
-    (in graduation order; the verified set is always exactly one of them)."""
+    (in graduation order; the verified set is always exactly one of them), and how many times
+    each sub-batch's members have changed (`changes`), so that what is known of a sub-batch
+    (its context) can say which members it was known for."""
 
     def __init__(self, requests: int, sub_batches: int, dtype: type) -> None:
         self.flag = np.zeros(requests, dtype=dtype)
         self.members = [EMPTY.copy() for _ in range(sub_batches)]
+        self.changes = [0] * sub_batches
+
+    def _set_members(self, b: int, members: np.ndarray) -> None:
+        """The one way a sub-batch's members change: counted in `changes`."""
+        self.members[b] = members
+        self.changes[b] += 1
 
     def graduated(self, ids: np.ndarray) -> None:
         flags = self.flag[ids]
         for b in range(len(self.members)):
             joining = ids[flags == b]
             if len(joining):
-                self.members[b] = np.concatenate([self.members[b], joining])
+                self._set_members(b, np.concatenate([self.members[b], joining]))
 
     def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:
         """Which planned prompt chunks the step's target pass computes (None: all)."""
@@ -66,7 +74,7 @@ class Refill:
     def _drop_left(self, flags: np.ndarray, state: np.ndarray) -> None:
         for b in set(flags.tolist()):  # the request states already say who left
             members = self.members[b]
-            self.members[b] = members[state[members] == DECODING]
+            self._set_members(b, members[state[members] == DECODING])
 
 
 class BatchManagerRefill(Refill):
