@@ -138,8 +138,8 @@ class EngineCost(OptionalCosts):
     """A StepCost from an engine execution profile (the non-roofline engines).
 
     The hot calls (draft, verify, verify_parts, framework, driver_prep) run every simulated step:
-    their constants are unpacked here once and `verify` keeps its named parts for the
-    `verify_parts` call that follows it on the same pass, so nothing is priced twice."""
+    their constants are unpacked here once. `verify_parts` prices its terms afresh rather than
+    keep those of the last `verify`, so that neither depends on when the other was called."""
 
     def __init__(self, s: Scenario, cat: Catalog, engine: EngineProfile) -> None:
         self.engine = engine
@@ -161,8 +161,6 @@ class EngineCost(OptionalCosts):
         self._step = (e.step_ms * 1e-3, e.step_request_us * 1e-6, e.output_request_us * 1e-6)
         self._exposed = e.exposed_ms * 1e-3
         self._async = e.async_scheduling
-        # the last verify's arguments and named parts, for verify_parts on the same pass
-        self._last: tuple[int, int, Chunks, VerifyParts] | None = None
         # links, rejection sampling and swaps are the roofline's (plus a sync for rejection)
         self.comm = self.base.comm
         self.broadcast = self.base.broadcast
@@ -213,11 +211,8 @@ class EngineCost(OptionalCosts):
     def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
         pairs = tokens * ctx / batch if batch else 0.0
         rows = tokens + chunks.completing
-        wall, sample = self.target.wall(tokens + chunks.tokens, rows, ctx + chunks.ctx, pairs + chunks.pairs,
-                                        rows)
-        host = self.verify_prep(batch, tokens, chunks)
-        self._last = (batch, tokens, chunks, VerifyParts(host, self._timer, sample))
-        return host + wall + self._sync + self._timer
+        wall, _ = self.target.wall(tokens + chunks.tokens, rows, ctx + chunks.ctx, pairs + chunks.pairs, rows)
+        return self.verify_prep(batch, tokens, chunks) + wall + self._sync + self._timer
 
     def verify_prep(self, batch: int, tokens: int, chunks: Chunks = NO_CHUNKS) -> float:
         """The verifier side's serial input preparation before its pass: the scorer's inputs,
@@ -230,11 +225,8 @@ class EngineCost(OptionalCosts):
         return host
 
     def verify_parts(self, batch: int, tokens: int, chunks: Chunks = NO_CHUNKS) -> VerifyParts:
-        """The named terms inside a target pass's time (seconds), for the step table: those the
-        last `verify` of this pass computed, else priced afresh."""
-        last = self._last
-        if last is not None and last[2] is chunks and last[0] == batch and last[1] == tokens:
-            return last[3]
+        """The named terms inside the time `verify` gives the same pass (seconds), for the step
+        table."""
         return VerifyParts(self.verify_prep(batch, tokens, chunks), self._timer,
                            self.target.sample_gpu(tokens + chunks.completing))
 
