@@ -167,3 +167,19 @@ def test_a_step_s_hot_terms_equal_the_named_ones(engine: str) -> None:
             cost.prepare(batch, batch) + cost.drafter.draft_wall(batch, k, ctx) + cost._sync, rel=1e-12)
         expected = cost.prepare(batch, batch * 4) + cost.metadata(batch) if cost.parallel else 0.0
         assert cost.driver_prep(batch, batch * 4) == pytest.approx(expected, rel=1e-12)
+
+
+def test_verify_parts_name_the_pass_whatever_was_priced_before():
+    """The named parts of a pass are a function of the pass, not of the call before them."""
+    from psdsim.sim.costs import Chunks
+
+    cost = step_cost(Scenario(engine="vllm-0.9.2-v0-eager"), CAT)
+    passes = [(8, 32, 4000, Chunks()), (16, 80, 9000, Chunks(64, 2048.0, 0, 1)), (4, 4, 900, Chunks())]
+    alone = []
+    for batch, tokens, ctx, chunks in passes:
+        cost.verify(batch, tokens, ctx, chunks)
+        alone.append(cost.verify_parts(batch, tokens, chunks))
+    for (batch, tokens, _, chunks), parts in zip(reversed(passes), reversed(alone), strict=True):
+        cost.verify(1, 1, 10)   # another pass priced in between
+        assert cost.verify_parts(batch, tokens, chunks) == parts
+        assert sum(parts) > 0
