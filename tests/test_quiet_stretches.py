@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psdsim.sim import quiet
 from psdsim.sim.kv import KVPools
-from psdsim.sim.methods import ar
 from psdsim.sim.methods.ar import AutoRegressive
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
@@ -53,7 +53,7 @@ def test_a_stretch_cut_short_by_its_size_cap_goes_on_as_another(monkeypatch: pyt
     s = Scenario(method="ar", requests=60, m=6, output_len=40, seed=4, engine="roofline", rate=30.0)
     whole = _everything(s)
     with monkeypatch.context() as patch:
-        patch.setattr(ar, "STRETCH_CELLS", 18)   # three steps of six requests a stretch
+        patch.setattr(quiet, "STRETCH_CELLS", 18)   # three steps of six requests a stretch
         _same(whole, _everything(s))
 
 
@@ -126,3 +126,28 @@ def test_ahead_is_ensure_plan_after_plan(blocks: int, size: int, lookahead: int,
     if used:
         kv.settle(ids, held[-1], used[-1])
         assert kv.used == replay.used and kv.peak == replay.peak and kv.held.tolist() == replay.held.tolist()
+
+
+def test_the_scheduler_plans_a_stretch_and_ar_prices_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stretch is planned by sim/quiet.py from the scheduler's first plan: it ends before the
+    step that would end a request, and its later plans are the scheduler's decode steps over
+    the same requests."""
+    from psdsim.sim.methods import ar
+
+    stretches = []
+    planned = quiet.plan_stretch
+
+    def recorded(sched, plan, lookahead):
+        stretch = planned(sched, plan, lookahead)
+        if stretch is not None:
+            left = sched.table.final_len[stretch.slots] - stretch.lengths
+            assert 2 <= stretch.steps <= left.min() - 1 or stretch.steps == len(stretch.used) + 1
+            stretches.append(stretch)
+        return stretch
+
+    monkeypatch.setattr(ar, "plan_stretch", recorded)
+    simulate(Scenario(method="ar", requests=30, m=6, output_len=40, seed=4, engine="roofline"))
+    assert stretches
+    later = stretches[0].plan(1, 0.0)
+    assert later is not None and later.decode is stretches[0].slots
+    assert later.kv_blocks == stretches[0].used[0]

@@ -1,14 +1,12 @@
 """`ar`: plain autoregressive decoding on the verifier group, one token per request per step.
 
-Quiet stretches (issue #15): between one request's admission or end and the next, AR's steps
-are the same decode step over the same running set, each request one token longer than at the
-step before, with no draw of chance. `quiet_steps` runs such a stretch at once: each step is
-still priced, booked and recorded as `step` does it (the same helpers, step after step), but the
-request table's work (one token each, the verification logs) and the KV growth the scheduler's
-plans would make are done once for the whole stretch. The stretch stops before a step that would
-end a request (the normal step does that one), that could admit one, or whose KV growth the pool
-would refuse, and after a step at whose end a client cancels; the results are the same, bit for
-bit (tests/test_quiet_stretches.py).
+Quiet stretches: between one request's admission or end and the next, AR's steps are the same
+decode step over the same running set, each request one token longer than at the step before,
+with no draw of chance. The scheduler plans such a stretch at once (sim/quiet.py) and
+`quiet_steps` prices, books and records each of its steps as `step` does (the same helpers, step
+after step), while the request table's work (one token each, the verification logs) and the KV
+growth are done once for the whole stretch; the results are the same, bit for bit
+(tests/test_quiet_stretches.py).
 """
 
 from __future__ import annotations
@@ -22,12 +20,9 @@ from psdsim.sim.costs import NO_CHUNKS, Chunks
 from psdsim.sim.devices import wait_until
 from psdsim.sim.methods.common import EngineMethod, record, verify_outcome
 from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work
+from psdsim.sim.quiet import plan_stretch
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
-
-# Requests x steps a quiet stretch plans at once (KVPools.ahead holds a matrix of that size, 8 MiB);
-# a longer stretch goes on as another one.
-STRETCH_CELLS = 1 << 20
 
 
 class AutoRegressive(EngineMethod):
@@ -58,44 +53,33 @@ class AutoRegressive(EngineMethod):
         record(self.sim, plan, start, st)
 
     def quiet_steps(self, plan: StepPlan) -> int:
-        """Run the quiet stretch that starts with `plan` (already planned); returns the steps run,
-        0 where `plan` does not start one (see the module docstring)."""
+        """Run the quiet stretch that starts with `plan` (already planned; sim/quiet.py), each
+        step priced and recorded as `step` does it; returns the steps run, 0 where `plan` does
+        not start one (or the run needs each step's events: a SimPy run, a timeline)."""
         sim = self.sim
-        sched, table, clock = sim.scheduler, sim.table, sim.env
-        if not isinstance(clock, Clock) or sim.timeline is not None or not sched.quiet(plan):
+        clock = sim.env
+        if not isinstance(clock, Clock) or sim.timeline is not None:
             return 0
-        ids = plan.decode
-        batch = len(ids)
-        lengths = table.kv_len[ids]
-        steps = int((table.final_len[ids] - lengths).min()) - 1   # the next step ends a request
-        steps = min(steps, STRETCH_CELLS // batch)   # KVPools.ahead's matrix stays small
-        if steps < 2:
+        stretch = plan_stretch(sim.scheduler, plan, self.lookahead)
+        if stretch is None:
             return 0
-        # the plans of steps 1, 2, ...: every request one token longer at each
-        held, used = sched.kv.ahead(ids, lengths + 1, steps - 1, self.lookahead)
-        steps = min(steps, len(used) + 1)
-        context = table.context(ids)
+        slots = stretch.slots
+        batch, context = len(slots), sim.table.context(slots)
         done = 0
-        while done < steps:
-            if done:
-                table.arrive_until(clock.now)
-                if sched.may_admit():
-                    break
-                plan = StepPlan()
-                plan.decode, plan.kv_blocks, plan.waiting = ids, used[done - 1], len(sched.waiting)
+        while done < stretch.steps:
+            planned = stretch.plan(done, clock.now)
+            if planned is None:
+                break
+            plan = planned
             st, start = StepRecord(), clock.now
             target, clock.now = self._priced(plan, st, start, batch, context + done * batch, NO_CHUNKS)
             st.generated = batch
             self._recorded(plan, st, start, batch, target)
             done += 1
-            if table.cancels and table.cancels[0][0] <= clock.now:
+            if stretch.cancel_due(clock.now):
                 break
-        table.kv_len[ids] = lengths + done
         none = np.zeros(batch, dtype=np.int64)
         for _ in range(done):
-            table.log_verification(ids, none, none)
-        if done > 1:
-            sched.kv.settle(ids, held[done - 2], used[done - 2])
-        if table.cancels and table.cancels[0][0] <= clock.now:
-            sched.close_step(plan, clock.now, self)   # the cancels due at the last step's end
+            sim.table.log_verification(slots, none, none)
+        stretch.settle(done, clock.now, self, plan)
         return done
