@@ -89,7 +89,11 @@ class PassModel:
 
     def gpu(self, tokens: float, rows: float, ctx: float, pairs: float) -> float:
         """GPU seconds of a pass of `tokens` tokens sampling `rows` positions."""
-        return self._roof.seconds(tokens, rows, ctx, pairs) + self.gpu_pass + self.sample_gpu(rows)
+        return self._gpu(tokens, rows, ctx, pairs, self.sample_gpu(rows))
+
+    def _gpu(self, tokens: float, rows: float, ctx: float, pairs: float, sample: float) -> float:
+        """`gpu` with its `sample_gpu(rows)` part already priced."""
+        return self._roof.seconds(tokens, rows, ctx, pairs) + self.gpu_pass + sample
 
     def sample_gpu(self, rows: float) -> float:
         """GPU seconds of gathering `rows` full-vocabulary logit rows to the first rank and
@@ -111,13 +115,9 @@ class PassModel:
 
     def wall(self, tokens: float, rows: float, ctx: float, pairs: float,
              host_rows: float) -> tuple[float, float]:
-        """`combine(cpu(host_rows), gpu(...))` of one pass in one call, and its `sample_gpu` part."""
+        """The wall time of one pass, `combine(cpu(host_rows), gpu(...))`, and its `sample_gpu` part."""
         sample = self.sample_gpu(rows)
-        gpu = self._roof.seconds(tokens, rows, ctx, pairs) + self.gpu_pass + sample
-        cpu = self.cpu_pass + (self._samp_host + host_rows * self._samp_row if host_rows else 0.0)
-        if self.eager:
-            return ((cpu if cpu > gpu else gpu) + (gpu if cpu > gpu else cpu) / self.layers), sample
-        return cpu + gpu, sample
+        return self.combine(self.cpu(host_rows), self._gpu(tokens, rows, ctx, pairs, sample)), sample
 
     def draft_gpu(self, batch: int, k: int, ctx: int) -> float:
         """GPU seconds of k chained draft passes of `batch` rows (pass j over ctx + j*batch)."""
@@ -126,12 +126,8 @@ class PassModel:
         return roof + k * fixed
 
     def draft_wall(self, batch: int, k: int, ctx: int) -> float:
-        """`combine(k * cpu(batch), draft_gpu(batch, k, ctx))` in one call."""
-        gpu = self._roof.draft_passes(batch, k, ctx) + k * (self.gpu_pass + self.sample_gpu(batch))
-        cpu = k * (self.cpu_pass + (self._samp_host + batch * self._samp_row if batch else 0.0))
-        if self.eager:
-            return (cpu if cpu > gpu else gpu) + (gpu if cpu > gpu else cpu) / self.layers
-        return cpu + gpu
+        """The wall time of k chained draft passes of `batch` rows."""
+        return self.combine(k * self.cpu(batch), self.draft_gpu(batch, k, ctx))
 
 
 class EngineCost(OptionalCosts):

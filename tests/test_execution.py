@@ -183,3 +183,17 @@ def test_verify_parts_name_the_pass_whatever_was_priced_before():
         cost.verify(1, 1, 10)   # another pass priced in between
         assert cost.verify_parts(batch, tokens, chunks) == parts
         assert sum(parts) > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(engine=st.sampled_from(["vllm-0.9.2-v0-eager", "vllm-v1"]), tp=st.sampled_from([1, 4]),
+       batch=st.integers(0, 64), k=st.integers(0, 6), ctx=st.integers(0, 100_000))
+def test_a_passs_wall_time_is_its_cpu_and_gpu_combined(engine: str, tp: int, batch: int, k: int,
+                                                        ctx: int) -> None:
+    """`wall` and `draft_wall` are `combine(cpu, gpu)` of the same pass, to the last bit."""
+    pm = _pass("qwen3-8b", CAT.engines[engine], tp)
+    tokens, pairs = batch * (k + 1), float(batch * ctx)
+    wall, sample = pm.wall(tokens, tokens, ctx, pairs, tokens)
+    assert wall == pm.combine(pm.cpu(tokens), pm.gpu(tokens, tokens, ctx, pairs))
+    assert sample == pm.sample_gpu(tokens)
+    assert pm.draft_wall(batch, k, ctx) == pm.combine(k * pm.cpu(batch), pm.draft_gpu(batch, k, ctx))
