@@ -67,31 +67,31 @@ class KVPools:
     def fits_ever(self, blocks: int) -> bool:
         return self.total - blocks >= self.watermark
 
-    def ensure(self, ids: np.ndarray, cached: np.ndarray, lookahead: int) -> bool:
+    def ensure(self, slots: np.ndarray, cached: np.ndarray, lookahead: int) -> bool:
         """Grow each request to hold its `cached` tokens + `lookahead` slots if the free blocks
         cover all of them at once (the common case, in a handful of numpy operations); False
         changes nothing."""
-        held = self.held[ids]
+        held = self.held[slots]
         needed = (cached + self._round_up(lookahead)) // self._block
         grown = np.maximum(needed, held)
         total = isum(grown - held)   # the new blocks: an exact integer sum
         if total > self.total - self.used:
             return False
         if total:
-            self.held[ids] = grown
+            self.held[slots] = grown
             self.used += total
             if self.used > self.peak:
                 self.peak = self.used
         return True
 
-    def ahead(self, ids: np.ndarray, cached: np.ndarray, plans: int,
+    def ahead(self, slots: np.ndarray, cached: np.ndarray, plans: int,
               lookahead: int) -> tuple[np.ndarray, list[int]]:
-        """What `ensure` would do over `plans` consecutive plans in which each of `ids` caches one
+        """What `ensure` would do over `plans` consecutive plans in which each of `slots` caches one
         token more than at the plan before (`cached` at the first): the blocks each request holds
         after each plan (a row per plan) and the blocks in use after each, cut before the first
         plan that `ensure` would refuse (the scheduler preempts there). Nothing changes until
         `settle` commits one of the rows (AR's quiet stretches, sim/methods/ar.py)."""
-        held0 = self.held[ids]
+        held0 = self.held[slots]
         steps = np.arange(plans)[:, None]
         needed = (cached[None, :] + steps + self._round_up(lookahead)) // self._block   # as `ensure`
         held = np.maximum(needed, held0[None, :])
@@ -99,30 +99,30 @@ class KVPools:
         fits = next((i for i, u in enumerate(used) if u > self.total), plans)
         return held[:fits], used[:fits]
 
-    def settle(self, ids: np.ndarray, held: np.ndarray, used: int) -> None:
-        """Commit one row of `ahead`: `ids` hold `held` blocks, `used` are in use."""
-        self.held[ids] = held
+    def settle(self, slots: np.ndarray, held: np.ndarray, used: int) -> None:
+        """Commit one row of `ahead`: `slots` hold `held` blocks, `used` are in use."""
+        self.held[slots] = held
         self.used = used
         if used > self.peak:
             self.peak = used
 
-    def extra_needed(self, ids: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    def extra_needed(self, slots: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """New blocks each request needs to hold `tokens` slots (0 where it holds enough)."""
-        return np.maximum(self.blocks_for(tokens) - self.held[ids], 0)
+        return np.maximum(self.blocks_for(tokens) - self.held[slots], 0)
 
-    def grow(self, ids: np.ndarray, extra: np.ndarray) -> None:
-        """Grant `extra` blocks to each of `ids` (the caller checked they are free)."""
+    def grow(self, slots: np.ndarray, extra: np.ndarray) -> None:
+        """Grant `extra` blocks to each of `slots` (the caller checked they are free)."""
         total = isum(extra)
         if total > self.free:
             raise RuntimeError("KV pool over-allocated")  # a scheduler bug, never user input
-        self.held[ids] += extra
+        self.held[slots] += extra
         self.used += total
         self.peak = max(self.peak, self.used)
 
-    def release(self, ids: np.ndarray) -> int:
-        """Free every block of `ids`; returns how many were freed."""
-        freed = isum(self.held[ids])
-        self.held[ids] = 0
+    def release(self, slots: np.ndarray) -> int:
+        """Free every block of `slots`; returns how many were freed."""
+        freed = isum(self.held[slots])
+        self.held[slots] = 0
         self.used -= freed
         return freed
 

@@ -215,14 +215,14 @@ class Scheduler:
         """Grow the KV of the decoding requests that allocate this step; preempt when short.
         Returns the decoding requests that keep running."""
         t, kv = self.table, self.kv
-        ids = method.allocating(decode)
-        if ids is None:
-            ids = decode
-        if kv.ensure(ids, t.kv_len[ids], method.lookahead):
+        slots = method.allocating(decode)
+        if slots is None:
+            slots = decode
+        if kv.ensure(slots, t.kv_len[slots], method.lookahead):
             return decode
-        extra = kv.extra_needed(ids, t.kv_len[ids] + method.lookahead)
+        extra = kv.extra_needed(slots, t.kv_len[slots] + method.lookahead)
         need = np.zeros(t.capacity, dtype=np.int64)
-        need[ids] = extra
+        need[slots] = extra
         queue = deque(decode.tolist())
         kept: list[int] = []
         while queue:
@@ -240,7 +240,7 @@ class Scheduler:
 
     def _preempt(self, r: int, method: EngineHooks, plan: StepPlan) -> None:
         t, kv = self.table, self.kv
-        ids = np.array([r])
+        slots = np.array([r])
         self.running = self.running[self.running != r]
         held = int(kv.held[r])
         if self.swap and t.state[r] == DECODING and self.swap_used + held <= self.swap_capacity:
@@ -255,8 +255,8 @@ class Scheduler:
             t.computed[r] = 0
             t.recomputed[r] += t.kv_len[r]
             self.waiting.appendleft(r)
-        method.left(ids)
-        kv.release(ids)
+        method.left(slots)
+        kv.release(slots)
         t.preemptions[r] += 1
         self.preemptions += 1
         plan.preempted += 1
@@ -275,12 +275,12 @@ class Scheduler:
             self._cpu_blocks[r] = 0
             plan.swap_blocks += blocks
             back.append(r)
-        ids = np.array(back, dtype=np.int64)
+        slots = np.array(back, dtype=np.int64)
         if back:
-            self.table.state[ids] = DECODING
-            self.running = np.concatenate([self.running, ids])
-            method.resumed(ids)
-        return ids
+            self.table.state[slots] = DECODING
+            self.running = np.concatenate([self.running, slots])
+            method.resumed(slots)
+        return slots
 
     # -- admission ------------------------------------------------------------------------
 
@@ -312,20 +312,20 @@ class Scheduler:
             chosen.append(r)
             tokens += n
             blocks_taken += blocks
-        ids = np.array(chosen, dtype=np.int64)
+        slots = np.array(chosen, dtype=np.int64)
         if chosen:
-            kv.grow(ids, kv.blocks_for(t.prefill_len[ids]))
-            self._start(ids, now, method, mixed=False)
-        return ids
+            kv.grow(slots, kv.blocks_for(t.prefill_len[slots]))
+            self._start(slots, now, method, mixed=False)
+        return slots
 
-    def _start(self, ids: np.ndarray, now: float, method: EngineHooks, mixed: bool) -> None:
+    def _start(self, slots: np.ndarray, now: float, method: EngineHooks, mixed: bool) -> None:
         t = self.table
-        t.state[ids] = PREFILLING
-        self.prefilling += len(ids)
-        fresh = np.isnan(t.admitted_s[ids])
-        t.admitted_s[ids[fresh]] = now
-        self.running = np.concatenate([self.running, ids])
-        method.admitted(ids, mixed)
+        t.state[slots] = PREFILLING
+        self.prefilling += len(slots)
+        fresh = np.isnan(t.admitted_s[slots])
+        t.admitted_s[slots[fresh]] = now
+        self.running = np.concatenate([self.running, slots])
+        method.admitted(slots, mixed)
 
     def _continue_prefills(self, method: EngineHooks, budget: int) -> tuple[np.ndarray, np.ndarray]:
         """Running partial prefills take their next chunks (in running order)."""
@@ -333,7 +333,7 @@ class Scheduler:
         prefilling = self.running[t.state[self.running] == PREFILLING]
         if not len(prefilling):
             return EMPTY, EMPTY
-        ids: list[int] = []
+        slots: list[int] = []
         chunks: list[int] = []
         for r in prefilling.tolist():
             chunk = min(int(t.prefill_len[r] - t.computed[r]), budget)
@@ -343,15 +343,15 @@ class Scheduler:
             if extra > kv.free:
                 continue
             kv.grow(np.array([r]), np.array([extra]))
-            ids.append(r)
+            slots.append(r)
             chunks.append(chunk)
             budget -= chunk
-        return np.array(ids, dtype=np.int64), np.array(chunks, dtype=np.int64)
+        return np.array(slots, dtype=np.int64), np.array(chunks, dtype=np.int64)
 
     def _admit_chunks(self, method: EngineHooks, budget: int, now: float) -> tuple[np.ndarray, np.ndarray]:
         """New prompts start prefilling in chunks within the remaining budget (FCFS)."""
         t, kv = self.table, self.kv
-        ids: list[int] = []
+        slots: list[int] = []
         chunks: list[int] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             r = self.waiting.head()
@@ -367,16 +367,16 @@ class Scheduler:
             one = np.array([r])
             self._start(one, now, method, mixed=True)
             kv.grow(one, np.array([blocks]))
-            ids.append(r)
+            slots.append(r)
             chunks.append(chunk)
             budget -= chunk
-        return np.array(ids, dtype=np.int64), np.array(chunks, dtype=np.int64)
+        return np.array(slots, dtype=np.int64), np.array(chunks, dtype=np.int64)
 
     # -- closing a step -------------------------------------------------------------------
 
     def close_step(self, plan: StepPlan, now: float, method: EngineHooks) -> tuple[np.ndarray, np.ndarray]:
         """Record prefill progress, then retire finished and aborted requests. Returns
-        (finished ids, aborted ids)."""
+        (finished slots, aborted slots)."""
         t = self.table
         if len(plan.uncomputed):
             t.computed[plan.uncomputed] += plan.marked
@@ -399,17 +399,17 @@ class Scheduler:
         aborted = self._cancel(t.due_cancels(now), now, method)
         return finished, aborted
 
-    def _leave_running(self, ids: np.ndarray, state: int, now: float, method: EngineHooks) -> None:
+    def _leave_running(self, slots: np.ndarray, state: int, now: float, method: EngineHooks) -> None:
         t = self.table
-        self.prefilling -= int(np.count_nonzero(t.state[ids] == PREFILLING))
-        t.state[ids] = state
-        t.end_s[ids] = now
-        method.left(ids)
-        self.kv.release(ids)
+        self.prefilling -= int(np.count_nonzero(t.state[slots] == PREFILLING))
+        t.state[slots] = state
+        t.end_s[slots] = now
+        method.left(slots)
+        self.kv.release(slots)
         keep = t.state[self.running]
         self.running = self.running[(keep == DECODING) | (keep == PREFILLING)]
-        t.retire(ids)
-        self.ended += len(ids)
+        t.retire(slots)
+        self.ended += len(slots)
 
     def _cancel(self, due: list[int], now: float, method: EngineHooks) -> np.ndarray:
         """Abort the cancelled requests that have not ended, wherever they are (vLLM's
@@ -417,11 +417,11 @@ class Scheduler:
         if not due:
             return EMPTY
         t = self.table
-        ids = np.array(due, dtype=np.int64)
-        running = ids[(t.state[ids] == DECODING) | (t.state[ids] == PREFILLING)]
+        slots = np.array(due, dtype=np.int64)
+        running = slots[(t.state[slots] == DECODING) | (t.state[slots] == PREFILLING)]
         if len(running):
             self._leave_running(running, ABORTED, now, method)
-        for r in ids[(t.state[ids] == WAITING) | (t.state[ids] == SWAPPED)].tolist():
+        for r in slots[(t.state[slots] == WAITING) | (t.state[slots] == SWAPPED)].tolist():
             if t.state[r] == SWAPPED:
                 self.swapped.remove(r)
                 self.swap_used -= int(self._cpu_blocks[r])
@@ -432,12 +432,12 @@ class Scheduler:
             t.end_s[r] = now
             t.retire([r])
             self.ended += 1
-        return ids
+        return slots
 
 
 class EngineHooks:
     """What the scheduler asks of a method, with the defaults of methods that keep no
-    per-request state of their own (AR, SD). PSD overrides them (sim/methods/refill.py)."""
+    per-request state of their own (AR, SD). PSD overrides them (sim/methods/sub_batching.py)."""
 
     lookahead: int = 0  # KV slots beyond the context a decode needs (k when drafts are scored)
 
@@ -445,21 +445,21 @@ class EngineHooks:
         """The decoding requests that grow their KV this step (None = all of `decode`)."""
         return None
 
-    def target_tokens(self, ids: np.ndarray) -> np.ndarray:
+    def target_tokens(self, slots: np.ndarray) -> np.ndarray:
         """Target tokens each decode scores this step (vllm-v1 counts them against the budget)."""
-        return np.full(len(ids), 1 + self.lookahead, dtype=np.int64)
+        return np.full(len(slots), 1 + self.lookahead, dtype=np.int64)
 
-    def admitted(self, ids: np.ndarray, mixed: bool) -> None:
+    def admitted(self, slots: np.ndarray, mixed: bool) -> None:
         """Requests entered the running set (mixed: with chunked prefill)."""
 
-    def left(self, ids: np.ndarray) -> None:
+    def left(self, slots: np.ndarray) -> None:
         """Requests left the running set (finished, aborted, preempted, swapped out); their
         state already says where they went."""
 
-    def resumed(self, ids: np.ndarray) -> None:
+    def resumed(self, slots: np.ndarray) -> None:
         """Swapped-out requests came back, decoding."""
 
-    def graduated(self, ids: np.ndarray) -> None:
+    def graduated(self, slots: np.ndarray) -> None:
         """Requests finished their prefill and start decoding."""
 
     def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:

@@ -258,12 +258,12 @@ def test_sd_pearl_and_minedrafts_psd_take_every_step_through_the_one_booked_step
 def test_the_pipeline_not_the_refill_policy_chooses_the_time_engine():
     """Who drafts (the driver within the step, or drafter workers in the background) is the
     pipeline's choice, and it alone says whether the run needs SimPy's events."""
-    from psdsim.sim.methods import pipelines, refill
+    from psdsim.sim.methods import pipelines, sub_batching
     from psdsim.sim.methods.pipelined import PipelinedSD
 
     minedraft, ring = Scenario(), Scenario(sub_batches=3, drafters=2)
     assert pipelines.pipeline_class(minedraft) is pipelines.DriverDrafting
     assert pipelines.pipeline_class(ring) is pipelines.RingDrafting
     assert not PipelinedSD.needs_events(minedraft) and PipelinedSD.needs_events(ring)
-    for policy in (refill.BatchManagerRefill, refill.RoundRobinRefill):
+    for policy in (sub_batching.BatchManagerSubBatching, sub_batching.RoundRobinSubBatching):
         assert not hasattr(policy, "background")

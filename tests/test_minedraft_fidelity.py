@@ -11,7 +11,7 @@ import pytest
 from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.kv import KVPools
 from psdsim.sim.methods.pearl import PEARL
-from psdsim.sim.methods.refill import BatchManagerRefill
+from psdsim.sim.methods.sub_batching import BatchManagerSubBatching
 from psdsim.sim.records import StepRecord
 from psdsim.sim.requests import DECODING, PREFILLING, RequestTable
 from psdsim.sim.run import simulate
@@ -129,7 +129,7 @@ def test_psd_computes_only_the_verified_sub_batchs_prompt_chunks():
     ._split_batched_requests: prompts whose batch_flag is not _send_batch_flag go with the drafted
     sub-batch to the proposer, which proposes nothing for prompts and runs no pass for them."""
     s = Scenario(m=2, requests=8, enable_chunked_prefill=True)
-    refill = BatchManagerRefill(8, s, lookahead=3)
+    refill = BatchManagerSubBatching(8, s, lookahead=3)
     refill.flag[:] = [True, False, True, False, True, False, True, False]
     refill.graduated(np.array([0, 1, 2, 3]))        # decoding: 0, 2 in True; 1, 3 in False
     prompts, decodes = np.array([4, 5, 6, 7]), np.array([0, 1, 2, 3])
@@ -138,7 +138,7 @@ def test_psd_computes_only_the_verified_sub_batchs_prompt_chunks():
     assert refill.computes_chunks(prompts, np.array([], dtype=np.int64)) is None  # prefill-only step
     refill.send = False
     assert refill.computes_chunks(prompts, decodes).tolist() == [False, True, False, True]
-    every = BatchManagerRefill(8, s.replace(psd_prefill_chunks="every-pass"), lookahead=3)
+    every = BatchManagerSubBatching(8, s.replace(psd_prefill_chunks="every-pass"), lookahead=3)
     every.flag[:] = refill.flag
     every.graduated(np.array([0, 1, 2, 3]))
     assert every.computes_chunks(prompts, decodes) is None

@@ -77,21 +77,21 @@ def test_fallback_when_one_sub_batch_empties():
 def test_each_change_of_a_sub_batchs_members_is_counted():
     """What PSD keeps of a sub-batch (its running context) is valid for the members counted
     in `changes`, not for whichever array happens to hold them."""
-    from psdsim.sim.methods.refill import RoundRobinRefill
+    from psdsim.sim.methods.sub_batching import RoundRobinSubBatching
     from psdsim.sim.requests import DECODING, FINISHED
 
-    refill = RoundRobinRefill(8, 3)
+    ring = RoundRobinSubBatching(8, 3)
     slots = np.array([0, 1, 2])
-    refill.admitted(slots, mixed=False, restart=True)
-    refill.graduated(slots)
-    joined = list(refill.changes)
-    assert sum(joined) == 3 and all(len(m) == 1 for m in refill.members)
+    ring.admitted(slots, mixed=False, restart=True)
+    ring.graduated(slots)
+    joined = list(ring.changes)
+    assert sum(joined) == 3 and all(len(m) == 1 for m in ring.members)
     state = np.full(8, DECODING)
     state[1] = FINISHED
-    b = int(refill.flag[1])
-    refill.left(np.array([1]), state)
-    assert refill.changes[b] == joined[b] + 1 and not len(refill.members[b])
-    assert [c for i, c in enumerate(refill.changes) if i != b] == [c for i, c in enumerate(joined) if i != b]
+    b = int(ring.flag[1])
+    ring.left(np.array([1]), state)
+    assert ring.changes[b] == joined[b] + 1 and not len(ring.members[b])
+    assert [c for i, c in enumerate(ring.changes) if i != b] == [c for i, c in enumerate(joined) if i != b]
 
 
 @pytest.mark.parametrize("changes", [{}, {"sub_batches": 3, "drafters": 2},
@@ -104,7 +104,7 @@ def test_psds_running_context_is_always_the_sum_of_its_members(monkeypatch, chan
 
     def checking(self, b):
         context = kept(self, b)
-        assert context == self.sim.table.context(self.refill.members[b])
+        assert context == self.sim.table.context(self.sub_batching.members[b])
         checked.append(b)
         return context
 

@@ -9,7 +9,7 @@ the method; then retire the finished requests. The methods differ only in their 
   `separate_verifier`).
 - `psd`: MineDraft. Two sub-batches; the target scores sub-batch S (drafted in the previous step)
   while the driver drafts the other one, D; S and D then swap. The worker's flag `send` and the
-  Batch Manager (sim/batches.py, the simulator's own class) follow sim/methods/refill.py exactly:
+  Batch Manager (sim/batches.py, the simulator's own class) follow sim/methods/sub_batching.py exactly:
   an init step (no proposals yet) and a fallback step (one sub-batch empty: verify all, draft
   nothing ahead) draft S first and are not parallelised.
 - `pearl`: every step scores every request's proposals while the driver drafts k tokens ahead of
@@ -60,7 +60,7 @@ class Engine:
         self.steps: list[StepRecord] = []
         self.decode: Callable[[StepRecord], None] = {
             "ar": self._ar, "sd": self._sd, "psd": self._psd, "pearl": self._pearl}[cfg.method]
-        # PSD: the Batch Manager (scheduler side) and the worker's state, as sim/methods/refill.py.
+        # PSD: the Batch Manager (scheduler side) and the worker's state, as sim/methods/sub_batching.py.
         self.batches = BatchManager()
         self.members: dict[bool, list[Request]] = {False: [], True: []}
         self.send = True

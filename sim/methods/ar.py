@@ -29,11 +29,11 @@ class AutoRegressive(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         sim, st = self.sim, StepRecord()
-        ids, env, start = plan.decode, sim.env, sim.env.now
-        batch = len(ids)
-        target, end = self._priced(plan, st, start, batch, sim.table.context(ids), chunk_work(sim, plan))
+        slots, env, start = plan.decode, sim.env, sim.env.now
+        batch = len(slots)
+        target, end = self._priced(plan, st, start, batch, sim.table.context(slots), chunk_work(sim, plan))
         yield from wait_until(env, end)
-        verify_outcome(sim, st, ids, np.zeros(batch, dtype=np.int64), 0)
+        verify_outcome(sim, st, slots, np.zeros(batch, dtype=np.int64), 0)
         self._recorded(plan, st, start, batch, target)
 
     def _priced(self, plan: StepPlan, st: StepRecord, start: float, batch: int, context: int,

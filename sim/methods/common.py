@@ -83,54 +83,54 @@ class EngineMethod(EngineHooks):
         return 0
 
 
-def draft_rows(sim: SimContext, ids: np.ndarray, st: StepRecord | None) -> int:
-    """Rows a drafting of `ids` runs: one each, and one more for every request whose drafts were
+def draft_rows(sim: SimContext, slots: np.ndarray, st: StepRecord | None) -> int:
+    """Rows a drafting of `slots` runs: one each, and one more for every request whose drafts were
     all accepted where the engine drafts that extra row (counted in the step's extra_rows; None:
     drafting outside any step)."""
-    if sim.all_accepted is None or not len(ids):
-        return len(ids)
-    extra = int(np.count_nonzero(sim.all_accepted[ids]))
+    if sim.all_accepted is None or not len(slots):
+        return len(slots)
+    extra = int(np.count_nonzero(sim.all_accepted[slots]))
     if st is not None:
         st.extra_rows += extra
-    return len(ids) + extra
+    return len(slots) + extra
 
 
-def draft_counts(plan: StepPlan, ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+def draft_counts(plan: StepPlan, slots: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Draft tokens each verified request gets scored: what was drafted, capped by the vllm-v1
     budget when the plan truncates drafts."""
     if plan.spec_cap is None:
         return wanted
     cap = dict(zip(plan.decode.tolist(), plan.spec_cap.tolist(), strict=True))
-    return np.minimum(wanted, np.array([cap[r] for r in ids.tolist()], dtype=np.int64))
+    return np.minimum(wanted, np.array([cap[r] for r in slots.tolist()], dtype=np.int64))
 
 
-def verify_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
+def verify_outcome(sim: SimContext, st: StepRecord, slots: np.ndarray, proposed: np.ndarray,
                    total_proposed: int) -> None:
     """Draw acceptance for verified requests, emit accepted + 1 tokens each, update stats.
     `total_proposed` is proposed.sum(), which every caller already knows."""
-    if not len(ids):
+    if not len(slots):
         return
     if total_proposed:
-        accepted = sim.acceptance.accepted(sim.table.log_acceptance[ids], proposed)
+        accepted = sim.acceptance.accepted(sim.table.log_acceptance[slots], proposed)
     else:
         accepted = proposed   # all zeros, never written: no second array needed
-    emit_outcome(sim, st, ids, proposed, total_proposed, accepted)
+    emit_outcome(sim, st, slots, proposed, total_proposed, accepted)
 
 
-def emit_outcome(sim: SimContext, st: StepRecord, ids: np.ndarray, proposed: np.ndarray,
+def emit_outcome(sim: SimContext, st: StepRecord, slots: np.ndarray, proposed: np.ndarray,
                  total_proposed: int, accepted: np.ndarray) -> None:
     """Emit accepted + 1 tokens for each verified request, log the verification, count it."""
-    t, n = sim.table, len(ids)
+    t, n = sim.table, len(slots)
     if sim.all_accepted is not None:
-        sim.all_accepted[ids] = accepted >= np.maximum(proposed, ONE)   # proposed > 0, all accepted
+        sim.all_accepted[slots] = accepted >= np.maximum(proposed, ONE)   # proposed > 0, all accepted
     if total_proposed:
         total_accepted = isum(accepted)
         unproposed = n - np.count_nonzero(proposed)
     else:   # nothing proposed, nothing accepted
         total_accepted = 0
         unproposed = n if sim.scenario.method != "ar" else 0
-    kept = t.emit(ids, accepted + ONE)
-    t.log_verification(ids, proposed, accepted)
+    kept = t.emit(slots, accepted + ONE)
+    t.log_verification(slots, proposed, accepted)
     st.proposed, st.accepted, st.unproposed = total_proposed, total_accepted, unproposed
     st.generated = total_accepted + n if kept is None else isum(kept)
 

@@ -41,12 +41,13 @@ class FixedLength:
         self.sim = sim
         self.width = width   # the most drafts a request holds
 
-    def k(self, ids: np.ndarray, context: int, chunks: Chunks, parallel: bool, over_link: bool = True) -> int:
-        """Drafts per request for a drafting of `ids` (`parallel`: it overlaps a target pass of
+    def k(self, slots: np.ndarray, context: int, chunks: Chunks, parallel: bool,
+          over_link: bool = True) -> int:
+        """Drafts per request for a drafting of `slots` (`parallel`: it overlaps a target pass of
         the same batch; `over_link`: the pass's messages cross the link)."""
         return self.width
 
-    def select(self, ids: np.ndarray, drafted: np.ndarray) -> Selection | None:
+    def select(self, slots: np.ndarray, drafted: np.ndarray) -> Selection | None:
         """Which drafts a verified batch scores (None: all of them)."""
         return None
 
@@ -61,10 +62,11 @@ class AdaptiveLength(FixedLength):
         super().__init__(sim, width)
         self.estimate = AcceptanceEstimate(sim.table.acceptance_mean)
 
-    def k(self, ids: np.ndarray, context: int, chunks: Chunks, parallel: bool, over_link: bool = True) -> int:
+    def k(self, slots: np.ndarray, context: int, chunks: Chunks, parallel: bool,
+          over_link: bool = True) -> int:
         sim = self.sim
-        return best_k(sim.cost, len(ids), context, chunks, self.width, self.estimate.rate, parallel,
-                      link_seconds(sim, len(ids), context, chunks) if over_link else None)
+        return best_k(sim.cost, len(slots), context, chunks, self.width, self.estimate.rate, parallel,
+                      link_seconds(sim, len(slots), context, chunks) if over_link else None)
 
     def seen(self, proposed: np.ndarray, total: int) -> None:
         if total:
@@ -74,18 +76,18 @@ class AdaptiveLength(FixedLength):
 class Tetris(FixedLength):
     """k + e drafts per request; a full batch scores the best k x m prefixes."""
 
-    def select(self, ids: np.ndarray, drafted: np.ndarray) -> Selection:
+    def select(self, slots: np.ndarray, drafted: np.ndarray) -> Selection:
         s, width = self.sim.scenario, self.width
-        log_q, accepted = draft_positions(self.sim.table.acceptance[ids], width, s.confidence_spread,
+        log_q, accepted = draft_positions(self.sim.table.acceptance[slots], width, s.confidence_spread,
                                           self.sim.rng)
         log_q = np.where(np.arange(width)[None, :] < drafted[:, None], log_q, -np.inf)
         lengths = drafted
-        if len(ids) >= s.m:
+        if len(slots) >= s.m:
             lengths = np.minimum(select_prefixes(log_q, s.k * s.m), drafted)
         return Selection(lengths, accepted)
 
 
-def draft_length(sim: SimContext) -> FixedLength:
+def draft_length_policy(sim: SimContext) -> FixedLength:
     """The scenario's draft-length policy."""
     s = sim.scenario
     if s.method == "psd+tetris":

@@ -68,25 +68,25 @@ class PEARL(EngineMethod):
         sim.table.track(self, "drafted")
         sim.table.track(self, "valid")
 
-    def left(self, ids: np.ndarray) -> None:
-        self.drafted[ids] = False
-        self.valid[ids] = False
+    def left(self, slots: np.ndarray) -> None:
+        self.drafted[slots] = False
+        self.valid[slots] = False
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         sim, st = self.sim, StepRecord()
         drafter, k, start = sim.drafter, sim.scenario.k, sim.env.now
         assert drafter is not None
-        ids = plan.decode
-        batch = len(ids)
-        chunks, context = chunk_work(sim, plan), sim.table.context(ids)
-        proposed, use_drafts = self._proposals(plan, ids)
+        slots = plan.decode
+        batch = len(slots)
+        chunks, context = chunk_work(sim, plan), sim.table.context(slots)
+        proposed, use_drafts = self._proposals(plan, slots)
         total = int(proposed.sum())
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks)
         # post-verify: draft the next k for everyone while the target verifies
         # V0's MultiStepWorker adds a row for each request whose last verification accepted all
         # its drafts (the set the code passes when drafting ahead), where the engine does
-        rows = draft_rows(sim, ids, st)
+        rows = draft_rows(sim, slots, st)
         ahead_s = sim.cost.draft(rows, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
         if batch:
             target.label("verify", k=k, drafts_used=use_drafts)
@@ -94,40 +94,41 @@ class PEARL(EngineMethod):
             target.label("prefill")
         beside = Drafting(ahead_s, "draft ahead", batch, k) if batch else None
         yield from booked_step(sim, plan, st, target, start, bool(batch), beside, drafter_waits=bool(batch))
-        self._verify(ids, proposed, total, st)
+        self._verify(slots, proposed, total, st)
         st.parallelised, st.verified, st.drafted, st.scored = batch > 0, batch, batch, tokens if batch else 0
         record(sim, plan, start, st)
 
-    def _proposals(self, plan: StepPlan, ids: np.ndarray) -> tuple[np.ndarray, bool]:
+    def _proposals(self, plan: StepPlan, slots: np.ndarray) -> tuple[np.ndarray, bool]:
         """Drafts each request has scored, and whether the pre-drafted tokens are used at all."""
         k = self.sim.scenario.k
         if self.per_request:
-            return draft_counts(plan, ids, self.valid[ids] * (k - 1)), len(ids) > 0
-        use_drafts = len(ids) > 0 and bool(self.valid[ids].any())
-        proposed = self.drafted[ids] * k if use_drafts else np.zeros(len(ids), dtype=np.int64)
-        return draft_counts(plan, ids, proposed), use_drafts
+            return draft_counts(plan, slots, self.valid[slots] * (k - 1)), len(slots) > 0
+        use_drafts = len(slots) > 0 and bool(self.valid[slots].any())
+        proposed = self.drafted[slots] * k if use_drafts else np.zeros(len(slots), dtype=np.int64)
+        return draft_counts(plan, slots, proposed), use_drafts
 
-    def _verify(self, ids: np.ndarray, proposed: np.ndarray, total: int, st: StepRecord) -> None:
+    def _verify(self, slots: np.ndarray, proposed: np.ndarray, total: int, st: StepRecord) -> None:
         """Score the drafts (stale ones as `pearl_stale` says) and note whose pre-drafted tokens
         continue the real sequence: the code's `has_accepted_all`, all drafts accepted (or, with
         none, the first drafted token matching the target's)."""
         sim, table = self.sim, self.sim.table
-        if not len(ids):
+        if not len(slots):
             return
         if total and self.stale_log_acceptance is not None and not self.per_request:
             # one uniform per request as for fresh drafts; a stale request's leading run is drawn
             # with the stale acceptance (ln 0 = -inf: none)
-            log_acceptance = np.where(self.valid[ids], table.log_acceptance[ids], self.stale_log_acceptance)
-            emit_outcome(sim, st, ids, proposed, total, sim.acceptance.accepted(log_acceptance, proposed))
+            valid = self.valid[slots]
+            log_acceptance = np.where(valid, table.log_acceptance[slots], self.stale_log_acceptance)
+            emit_outcome(sim, st, slots, proposed, total, sim.acceptance.accepted(log_acceptance, proposed))
         else:
-            verify_outcome(sim, st, ids, proposed, total)
-        first_match = sim.acceptance.bernoulli(table.log_acceptance[ids])
+            verify_outcome(sim, st, slots, proposed, total)
+        first_match = sim.acceptance.bernoulli(table.log_acceptance[slots])
         if self.per_request:  # every proposal passed, then the first token drafted ahead
-            self.valid[ids] = (table.last_accepted == proposed) & first_match
+            self.valid[slots] = (table.last_accepted == proposed) & first_match
         else:
             all_accepted = table.last_accepted == proposed
-            self.valid[ids] = np.where(proposed > 0, all_accepted, first_match)
-            self.drafted[ids] = True
+            self.valid[slots] = np.where(proposed > 0, all_accepted, first_match)
+            self.drafted[slots] = True
 
 
 def stale_log_acceptance(model: str, rate: float) -> float | None:

@@ -3,7 +3,7 @@
 N x m requests run in N sub-batches. Each step verifies one of them while the drafter drafts
 others, so drafting hides behind verification. Three choices plug in:
 
-- the refill policy (sim/methods/refill.py): which sub-batch each request joins and which one a
+- the sub-batching policy (sim/methods/sub_batching.py): which sub-batch each request joins and which one a
   step verifies (MineDraft's Batch Manager, or the ring's round robin);
 - the pipeline (sim/methods/pipelines.py): who drafts the sub-batches, and so which time engine
   runs the step. MineDraft's (N = 2, D = 1, docs/reference/paper.md §4.2): the driver drafts the
@@ -45,10 +45,10 @@ from psdsim.sim.methods.common import (
     record,
     verify_outcome,
 )
-from psdsim.sim.methods.draft_length import Selection, draft_length
+from psdsim.sim.methods.draft_length import Selection, draft_length_policy
 from psdsim.sim.methods.passes import Drafting, TargetPass, chunk_work
 from psdsim.sim.methods.pipelines import pipeline_class
-from psdsim.sim.methods.refill import EMPTY, BatchManagerRefill, RoundRobinRefill
+from psdsim.sim.methods.sub_batching import EMPTY, BatchManagerSubBatching, RoundRobinSubBatching
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
@@ -68,15 +68,15 @@ class PipelinedSD(EngineMethod):
     def __init__(self, sim: SimContext) -> None:
         super().__init__(sim)
         s, n = sim.scenario, sim.table.capacity
-        self.lengths = draft_length(sim)
-        self.lookahead = self.lengths.width
-        self.refill = (BatchManagerRefill(n, s, self.lookahead) if s.batch_managed
-                       else RoundRobinRefill(n, s.sub_batches))
+        self.draft_length = draft_length_policy(sim)
+        self.lookahead = self.draft_length.width
+        self.sub_batching = (BatchManagerSubBatching(n, s, self.lookahead) if s.batch_managed
+                       else RoundRobinSubBatching(n, s.sub_batches))
         self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
         sim.table.track(self, "proposals")
-        sim.table.track(self.refill, "flag")
+        sim.table.track(self.sub_batching, "flag")
         # Each sub-batch's context (KV tokens) as a running total, with the count of member changes
-        # it was summed at (Refill.changes): a decoding request's context grows only when it is
+        # it was summed at (SubBatching.changes): a decoding request's context grows only when it is
         # verified (by the tokens its sub-batch kept, added once the pass is back), so the total
         # holds until the members change: two sums saved per step.
         self.contexts: dict[int, tuple[int, int]] = {}
@@ -87,39 +87,39 @@ class PipelinedSD(EngineMethod):
     # -- scheduler hooks --------------------------------------------------------------------
 
     def allocating(self, decode: np.ndarray) -> np.ndarray | None:
-        return self.refill.allocating(decode)
+        return self.sub_batching.allocating(decode)
 
-    def target_tokens(self, ids: np.ndarray) -> np.ndarray:
-        tokens = self.refill.target_tokens(ids)
-        return super().target_tokens(ids) if tokens is None else tokens
+    def target_tokens(self, slots: np.ndarray) -> np.ndarray:
+        tokens = self.sub_batching.target_tokens(slots)
+        return super().target_tokens(slots) if tokens is None else tokens
 
     def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:
-        return self.refill.computes_chunks(prefill, decode)
+        return self.sub_batching.computes_chunks(prefill, decode)
 
-    def admitted(self, ids: np.ndarray, mixed: bool) -> None:
-        self.refill.admitted(ids, mixed, restart=len(self.sim.scheduler.running) == len(ids))
-        self.proposals[ids] = 0
+    def admitted(self, slots: np.ndarray, mixed: bool) -> None:
+        self.sub_batching.admitted(slots, mixed, restart=len(self.sim.scheduler.running) == len(slots))
+        self.proposals[slots] = 0
 
-    def graduated(self, ids: np.ndarray) -> None:
-        self.refill.graduated(ids)
+    def graduated(self, slots: np.ndarray) -> None:
+        self.sub_batching.graduated(slots)
 
-    def resumed(self, ids: np.ndarray) -> None:
-        self.refill.resumed(ids)
-        self.proposals[ids] = 0
+    def resumed(self, slots: np.ndarray) -> None:
+        self.sub_batching.resumed(slots)
+        self.proposals[slots] = 0
 
-    def left(self, ids: np.ndarray) -> None:
-        self.refill.left(ids, self.sim.table.state)
-        self.proposals[ids] = 0
+    def left(self, slots: np.ndarray) -> None:
+        self.sub_batching.left(slots, self.sim.table.state)
+        self.proposals[slots] = 0
 
     # -- a step -----------------------------------------------------------------------------
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         """One step, in the order of its critical path; the pipeline decides who drafts and
         how time passes (sim/methods/pipelines.py)."""
-        sim, refill, pipeline = self.sim, self.refill, self.pipeline
+        sim, sub_batching, pipeline = self.sim, self.sub_batching, self.pipeline
         st, start = StepRecord(), sim.env.now
-        v, ahead = refill.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
-        slots = refill.members[v] if v is not None else EMPTY
+        v, ahead = sub_batching.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
+        slots = sub_batching.members[v] if v is not None else EMPTY
         batch = len(slots)
         context = self._context(v) if v is not None else 0
         chunks = chunk_work(sim, plan)
@@ -146,46 +146,46 @@ class PipelinedSD(EngineMethod):
         st.verified, st.scored = batch, tokens if v is not None else 0
         record(sim, plan, start, st)
 
-    def _scored(self, plan: StepPlan, v: int | None, ids: np.ndarray,
+    def _scored(self, plan: StepPlan, v: int | None, slots: np.ndarray,
                 parallelised: bool) -> tuple[np.ndarray, Selection | None, int]:
         """Drafts each verified request has scored (TETRIS's choice, the vllm-v1 cap), TETRIS's
         selection, and how many requests on the verified drafts are shifted (`misaligned`)."""
-        proposed = self.proposals[ids]
-        selection = self.lengths.select(ids, proposed) if len(ids) else None
+        proposed = self.proposals[slots]
+        selection = self.draft_length.select(slots, proposed) if len(slots) else None
         if selection is not None:
-            proposed = draft_counts(plan, ids, selection.lengths)  # TETRIS accepts among those scored
+            proposed = draft_counts(plan, slots, selection.lengths)  # TETRIS accepts among those scored
             selection = Selection(proposed, selection.accepted)
         elif plan.spec_cap is not None:
-            proposed = draft_counts(plan, ids, proposed)
-        shift = self.refill.misaligned(ids, parallelised) if v is not None else 0
+            proposed = draft_counts(plan, slots, proposed)
+        shift = self.sub_batching.misaligned(slots, parallelised) if v is not None else 0
         if shift:  # swapped-in requests at the end push every proposal `shift` requests on
             return np.concatenate([np.zeros(shift, dtype=np.int64), proposed[:-shift]]), None, shift
         return proposed, selection, 0
 
-    def _verified(self, v: int | None, ahead: int | None, ids: np.ndarray, proposed: np.ndarray, total: int,
+    def _verified(self, v: int | None, ahead: int | None, slots: np.ndarray, proposed: np.ndarray, total: int,
                   selection: Selection | None, shift: int, st: StepRecord) -> None:
         """The pass is back: the verified requests' drafts are used up, their tokens emitted."""
-        self.proposals[ids] = 0
+        self.proposals[slots] = 0
         if shift:  # drafts scored against another request's sequence: rejected
-            emit_outcome(self.sim, st, ids, proposed, total, np.zeros(len(ids), dtype=np.int64))
+            emit_outcome(self.sim, st, slots, proposed, total, np.zeros(len(slots), dtype=np.int64))
         elif selection is None:
-            verify_outcome(self.sim, st, ids, proposed, total)
-            self.lengths.seen(proposed, total)
+            verify_outcome(self.sim, st, slots, proposed, total)
+            self.draft_length.seen(proposed, total)
         else:
-            emit_outcome(self.sim, st, ids, proposed, total, selection.leading())
+            emit_outcome(self.sim, st, slots, proposed, total, selection.leading())
         if v is not None:
-            self.refill.verified(v, ahead)
+            self.sub_batching.verified(v, ahead)
 
     # -- drafting ---------------------------------------------------------------------------
 
     def _context(self, b: int) -> int:
         """The context of sub-batch `b`: the running total while its members are those it was
         summed for, else summed afresh."""
-        changes = self.refill.changes[b]
+        changes = self.sub_batching.changes[b]
         known = self.contexts.get(b)
         if known is not None and known[0] == changes:
             return known[1]
-        context = self.sim.table.context(self.refill.members[b])
+        context = self.sim.table.context(self.sub_batching.members[b])
         self.contexts[b] = (changes, context)
         return context
 
@@ -199,12 +199,12 @@ class PipelinedSD(EngineMethod):
         its requests hold its k drafts once it is done."""
         if ahead is None:
             return None
-        sim, ids = self.sim, self.refill.members[ahead]
+        sim, slots = self.sim, self.sub_batching.members[ahead]
         context = self._context(ahead)
-        k = self.lengths.k(ids, context, NO_CHUNKS, parallel=True)
-        self.proposals[ids] = k   # held from when the drafting beside the pass ends
-        st.drafted = len(ids)
+        k = self.draft_length.k(slots, context, NO_CHUNKS, parallel=True)
+        self.proposals[slots] = k   # held from when the drafting beside the pass ends
+        st.drafted = len(slots)
         seconds = 0.0
         if k:
-            seconds = sim.cost.draft(draft_rows(sim, ids, st), k, context) * self.drafter.slowdown[0]
-        return Drafting(seconds, "draft", len(ids), k, ahead)
+            seconds = sim.cost.draft(draft_rows(sim, slots, st), k, context) * self.drafter.slowdown[0]
+        return Drafting(seconds, "draft", len(slots), k, ahead)

@@ -30,7 +30,7 @@ from psdsim.sim.costs import Chunks
 from psdsim.sim.devices import DraftJob, wait_until
 from psdsim.sim.methods.common import draft_rows
 from psdsim.sim.methods.passes import Drafting, TargetPass, book_drafting, booked_step, queued_after_pass
-from psdsim.sim.methods.refill import EMPTY
+from psdsim.sim.methods.sub_batching import EMPTY
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import StepPlan
@@ -56,11 +56,11 @@ class DriverDrafting:
                   at: float) -> Ready:
         """Drafted beside the last pass (parallelised), else drafted first now, from `at`."""
         psd = self.psd
-        if psd.refill.drafted(v):
+        if psd.sub_batching.drafted(v):
             st.parallelised = True
             return at, None
         sim = psd.sim
-        k = psd.lengths.k(slots, context, chunks, parallel=False)
+        k = psd.draft_length.k(slots, context, chunks, parallel=False)
         seconds = 0.0
         if k:
             seconds = sim.cost.draft(draft_rows(sim, slots, st), k, context) * psd.drafter.slowdown[0]
@@ -89,7 +89,7 @@ class RingDrafting:
         """Queue every other non-empty sub-batch without drafts for the drafter workers; also
         the record's split: `batch0` is the verified sub-batch and `batch1` the others."""
         self.open = st
-        members = self.psd.refill.members
+        members = self.psd.sub_batching.members
         decoding = sum(len(m) for m in members)
         st.batch0 = len(members[v]) if v is not None else 0
         st.batch1 = decoding - st.batch0
@@ -140,7 +140,7 @@ class RingDrafting:
         sim, k, drafted, whose = psd.sim, psd.lookahead, [EMPTY], [EMPTY]
 
         def size() -> tuple[float, dict[str, Any]]:
-            drafted[0] = slots = psd.refill.members[b]
+            drafted[0] = slots = psd.sub_batching.members[b]
             whose[0] = sim.table.request[slots]
             rows = draft_rows(sim, slots, st if st is not None else self.open)
             seconds = sim.cost.draft(rows, k, sim.table.context(slots))

@@ -26,7 +26,7 @@ from psdsim.sim.methods.common import (
     record,
     verify_outcome,
 )
-from psdsim.sim.methods.draft_length import draft_length
+from psdsim.sim.methods.draft_length import draft_length_policy
 from psdsim.sim.methods.passes import Drafting, TargetPass, book_drafting, booked_step, chunk_work
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
@@ -40,7 +40,7 @@ class StandardSD(EngineMethod):
     def __init__(self, sim: SimContext) -> None:
         super().__init__(sim)
         self.over_link = layout_for(sim.scenario).over_link
-        self.lengths = draft_length(sim)
+        self.draft_length = draft_length_policy(sim)
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         """Draft, then the target pass scores the drafts, then the driver's work: priced in turn
@@ -48,18 +48,20 @@ class StandardSD(EngineMethod):
         sim, st = self.sim, StepRecord()
         drafter, start = sim.drafter, sim.env.now
         assert drafter is not None
-        ids = plan.decode
-        batch = len(ids)
-        context, chunks = sim.table.context(ids), chunk_work(sim, plan)
-        k = self.lengths.k(ids, context, chunks, parallel=False, over_link=self.over_link) if batch else 0
+        slots = plan.decode
+        batch = len(slots)
+        context, chunks = sim.table.context(slots), chunk_work(sim, plan)
+        k = 0
+        if batch:
+            k = self.draft_length.k(slots, context, chunks, parallel=False, over_link=self.over_link)
         wanted = np.empty(batch, dtype=np.int64)
         wanted.fill(k)   # np.full's Python-level wrapper costs more than the array at a batch's size
-        proposed = draft_counts(plan, ids, wanted)
+        proposed = draft_counts(plan, slots, wanted)
         capped = plan.spec_cap is not None   # else every request drafts k: no reductions needed
         t = start
         if batch and k:   # draft, then the target pass scores the drafts
             drafted = int(proposed.max()) if capped else k
-            seconds = sim.cost.draft(draft_rows(sim, ids, st), drafted, context) * drafter.slowdown[0]
+            seconds = sim.cost.draft(draft_rows(sim, slots, st), drafted, context) * drafter.slowdown[0]
             t = book_drafting(sim, st, t, Drafting(seconds, "draft", batch, drafted))
         total = isum(proposed) if capped else batch * k
         tokens = total + batch
@@ -70,8 +72,8 @@ class StandardSD(EngineMethod):
             target.label("prefill")
         # rejection sampling runs on the driver, not the drafter (drafter_busy)
         yield from booked_step(sim, plan, st, target, t, bool(batch) and k > 0, reject_on=DRIVER)
-        verify_outcome(sim, st, ids, proposed, total)
-        self.lengths.seen(proposed, total)
+        verify_outcome(sim, st, slots, proposed, total)
+        self.draft_length.seen(proposed, total)
         st.verified, st.scored = batch, tokens if batch else 0
         record(sim, plan, start, st)
 

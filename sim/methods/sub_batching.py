@@ -1,7 +1,7 @@
 """Which of a pipelined method's sub-batches each running request belongs to, and which
-sub-batch each step verifies: the refill policy of `PipelinedSD` (sim/methods/pipelined.py).
+sub-batch each step verifies: the sub-batching policy of `PipelinedSD` (sim/methods/pipelined.py).
 
-`BatchManagerRefill` is MineDraft's (2 sub-batches, docs/reference/paper.md §4.2): the scheduler's
+`BatchManagerSubBatching` is MineDraft's (2 sub-batches, docs/reference/paper.md §4.2): the scheduler's
 Batch Manager (sim/batches.py) flags each admitted request; the worker verifies the decoding
 sub-batch whose flag equals `send` while it drafts the other one, and flips `send`. When one
 sub-batch is empty, everything is verified and nothing is drafted ahead; `send` resets to True
@@ -22,7 +22,7 @@ what-if (docs/minedraft-fidelity.md):
   its step (MineDraft's `_schedule_swapped` runs after the flag flipped), where it has no drafts
   and shifts the proposals of the others (`misaligned`); `drafted` puts it where newcomers go.
 
-`RoundRobinRefill` is the ring's (N sub-batches, beyond the paper, docs/design.md §2): steps verify the
+`RoundRobinSubBatching` is the ring's (N sub-batches, beyond the paper, docs/design.md §2): steps verify the
 non-empty sub-batches in turn; refills join the sub-batch verified last, which is drafted next
 (before any decode, the emptiest one). KV grows for every running request at every step (no
 has_deferred patch). In the step table `batch0` is the verified sub-batch and `batch1` the others.
@@ -40,7 +40,7 @@ from psdsim.sim.scheduler import StepPlan
 EMPTY = np.empty(0, dtype=np.int64)
 
 
-class Refill:
+class SubBatching:
     """What both policies keep: each request's sub-batch and each sub-batch's decoding members
     (in graduation order; the verified set is always exactly one of them), and how many times
     each sub-batch's members have changed (`changes`), so that what is known of a sub-batch
@@ -56,10 +56,10 @@ class Refill:
         self.members[b] = members
         self.changes[b] += 1
 
-    def graduated(self, ids: np.ndarray) -> None:
-        flags = self.flag[ids]
+    def graduated(self, slots: np.ndarray) -> None:
+        flags = self.flag[slots]
         for b in range(len(self.members)):
-            joining = ids[flags == b]
+            joining = slots[flags == b]
             if len(joining):
                 self._set_members(b, np.concatenate([self.members[b], joining]))
 
@@ -67,7 +67,7 @@ class Refill:
         """Which planned prompt chunks the step's target pass computes (None: all)."""
         return None
 
-    def misaligned(self, ids: np.ndarray, parallelised: bool) -> int:
+    def misaligned(self, slots: np.ndarray, parallelised: bool) -> int:
         """Verified requests whose scored drafts belong to another request (none here)."""
         return 0
 
@@ -77,7 +77,7 @@ class Refill:
             self._set_members(b, members[state[members] == DECODING])
 
 
-class BatchManagerRefill(Refill):
+class BatchManagerSubBatching(SubBatching):
     """MineDraft's Batch Manager and worker (see the module docstring)."""
 
     def __init__(self, requests: int, s: Scenario, lookahead: int) -> None:
@@ -107,13 +107,13 @@ class BatchManagerRefill(Refill):
         if not self.deferred:
             return None
         verified = self._verified_flag()
-        ids = self.members[verified] if verified is not None else EMPTY
+        slots = self.members[verified] if verified is not None else EMPTY
         if self.fresh:  # a request's first decode step always allocates
-            ids = np.union1d(ids, np.array(self.fresh, dtype=np.int64))
-        return ids
+            slots = np.union1d(slots, np.array(self.fresh, dtype=np.int64))
+        return slots
 
-    def target_tokens(self, ids: np.ndarray) -> np.ndarray | None:
-        verified = self.flag[ids] == self._verified_flag()
+    def target_tokens(self, slots: np.ndarray) -> np.ndarray | None:
+        verified = self.flag[slots] == self._verified_flag()
         return np.where(verified, 1 + self.lookahead, 0)
 
     def computes_chunks(self, prefill: np.ndarray, decode: np.ndarray) -> np.ndarray | None:
@@ -128,27 +128,27 @@ class BatchManagerRefill(Refill):
             return None
         return self.flag[prefill] == v
 
-    def admitted(self, ids: np.ndarray, mixed: bool, restart: bool) -> None:
+    def admitted(self, slots: np.ndarray, mixed: bool, restart: bool) -> None:
         if restart:  # nothing was running before
             self.batches.reset()
         balanced = mixed or self.rebalance
-        self.flag[ids] = [self.batches.assign(balanced) for _ in range(len(ids))]
+        self.flag[slots] = [self.batches.assign(balanced) for _ in range(len(slots))]
 
-    def graduated(self, ids: np.ndarray) -> None:
-        super().graduated(ids)
-        self.fresh.extend(ids.tolist())
+    def graduated(self, slots: np.ndarray) -> None:
+        super().graduated(slots)
+        self.fresh.extend(slots.tolist())
 
-    def resumed(self, ids: np.ndarray) -> None:
+    def resumed(self, slots: np.ndarray) -> None:
         if self.swap_in_verified and not self.rebalance:
             decodes_now = bool(len(self.members[False]) or len(self.members[True]))
-            self.flag[ids] = [self.batches.assign_swapped_in(decodes_now) for _ in range(len(ids))]
-            self.swapped_in = np.concatenate([self.swapped_in, ids])
+            self.flag[slots] = [self.batches.assign_swapped_in(decodes_now) for _ in range(len(slots))]
+            self.swapped_in = np.concatenate([self.swapped_in, slots])
         else:
-            self.flag[ids] = [self.batches.assign(self.rebalance) for _ in range(len(ids))]
-        self.graduated(ids)
+            self.flag[slots] = [self.batches.assign(self.rebalance) for _ in range(len(slots))]
+        self.graduated(slots)
 
-    def misaligned(self, ids: np.ndarray, parallelised: bool) -> int:
-        """Requests swapped in this step among the verified `ids` (at their end, in MineDraft's
+    def misaligned(self, slots: np.ndarray, parallelised: bool) -> int:
+        """Requests swapped in this step among the verified `slots` (at their end, in MineDraft's
         scheduled order). When the step scores drafts made a step earlier, the worker's
         `_prepare_previous_proposals` meets a batch longer than its proposals and takes its
         chunked-prefill branch: the first that many requests get none and each other request the
@@ -156,15 +156,15 @@ class BatchManagerRefill(Refill):
         swapped, self.swapped_in = self.swapped_in, EMPTY
         if not parallelised or not len(swapped):
             return 0
-        return int(np.isin(ids, swapped).sum())
+        return int(np.isin(slots, swapped).sum())
 
-    def left(self, ids: np.ndarray, state: np.ndarray) -> None:
-        flags = self.flag[ids]
+    def left(self, slots: np.ndarray, state: np.ndarray) -> None:
+        flags = self.flag[slots]
         for flag in flags.tolist():
             self.batches.recycle(flag)
         self._drop_left(flags, state)
         if self.fresh:
-            gone = set(ids.tolist())
+            gone = set(slots.tolist())
             self.fresh = [r for r in self.fresh if r not in gone]
 
     # -- the worker -------------------------------------------------------------------------
@@ -191,7 +191,7 @@ class BatchManagerRefill(Refill):
         self.have_previous, self.send = (True, not self.send) if ahead is not None else (False, True)
 
 
-class RoundRobinRefill(Refill):
+class RoundRobinSubBatching(SubBatching):
     """The ring's round-robin order (see the module docstring)."""
 
     def __init__(self, requests: int, sub_batches: int) -> None:
@@ -203,22 +203,22 @@ class RoundRobinRefill(Refill):
     def allocating(self, decode: np.ndarray) -> np.ndarray | None:
         return None
 
-    def target_tokens(self, ids: np.ndarray) -> np.ndarray | None:
+    def target_tokens(self, slots: np.ndarray) -> np.ndarray | None:
         return None
 
-    def admitted(self, ids: np.ndarray, mixed: bool, restart: bool) -> None:
-        for r in ids.tolist():
+    def admitted(self, slots: np.ndarray, mixed: bool, restart: bool) -> None:
+        for r in slots.tolist():
             # refills join the sub-batch drafted next; before any decode, balance the ring
             target = self.last_verified if self.last_verified is not None else int(np.argmin(self.flagged))
             self.flag[r] = target
             self.flagged[target] += 1
 
-    def resumed(self, ids: np.ndarray) -> None:
-        self.admitted(ids, False, False)
-        self.graduated(ids)
+    def resumed(self, slots: np.ndarray) -> None:
+        self.admitted(slots, False, False)
+        self.graduated(slots)
 
-    def left(self, ids: np.ndarray, state: np.ndarray) -> None:
-        flags = self.flag[ids]
+    def left(self, slots: np.ndarray, state: np.ndarray) -> None:
+        flags = self.flag[slots]
         for b in set(flags.tolist()):
             self.flagged[b] -= int(np.count_nonzero(flags == b))
         self._drop_left(flags, state)
