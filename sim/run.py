@@ -135,7 +135,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         drafter = Drafter(env, tracks, tl, slow.driver_idle, slow.overlap, workers=events)
     sim = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
                      verifier=Verifier(env, link, tl, slow.verifier_idle), link=link, vocab=target.vocab,
-                     acceptance=AcceptanceSampler(rng), drafter=drafter,
+                     acceptance=AcceptanceSampler(rng), layout=layout, drafter=drafter,
                      hidden=target.hidden if s.speculates and cat.models[s.draft].eagle else 0,
                      timeline=tl, slow=slow, overlap_prefill=s.overlap_draft_prefill and dedicated)
     if drafter is not None and slow.overlap is not None:   # worker drafting and passes contend
@@ -156,7 +156,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
     # summarize (metrics.valid_figures), not left to numpy's warnings.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        summary = summarize(s, steps, requests, gpus=kind.gpus(s), speculates=s.speculates,
+        summary = summarize(s, steps, requests, gpus=layout.gpus, speculates=s.speculates,
                             drafter_busy_s=drafter.busy_s if drafter is not None else 0.0,
                             verifier_busy_s=sim.verifier.busy_s, kv=kv)
     summary["warnings"] = scenario_warnings(s) + stream.warnings

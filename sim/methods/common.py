@@ -13,7 +13,7 @@ from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.clock import Clock
 from psdsim.sim.costs import StepCost
 from psdsim.sim.devices import Drafter, Link, Verifier
-from psdsim.sim.layout import layout_for
+from psdsim.sim.layout import Layout, layout_for
 from psdsim.sim.numbers import isum
 from psdsim.sim.overlap import NO_SLOWDOWNS, Slowdowns
 from psdsim.sim.records import DECODE, StepRecord, StepRows, row
@@ -39,6 +39,7 @@ class SimContext:
     link: Link
     vocab: int
     acceptance: AcceptanceSampler
+    layout: Layout                   # where the method puts its models, computed once per run
     drafter: Drafter | None = None   # the drafter GPU(s); None without a draft model
     hidden: int = 0              # the target's hidden size when the draft is an EAGLE head
     steps: StepRows = field(default_factory=StepRows)   # records.row of each step, packed

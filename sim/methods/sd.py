@@ -17,7 +17,6 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
-from psdsim.sim.layout import layout_for
 from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
@@ -39,7 +38,7 @@ class StandardSD(EngineMethod):
 
     def __init__(self, sim: SimContext) -> None:
         super().__init__(sim)
-        self.over_link = layout_for(sim.scenario).over_link
+        self.over_link = sim.layout.over_link
         self.draft_length = draft_length_policy(sim)
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
