@@ -14,7 +14,7 @@ Deterministic FIFO servers need no events of their own: a step that waits for it
 and nothing else can disturb (every method but the PSD ring, whose drafter workers may slow a
 pass that has started) books the pass at a time of its own (`Verifier.book`): its transfers, its
 compute and its return are priced there and then, as SimPy would have timed them, and the step
-waits once, for its end (`wait_until`). The ring's steps hand the pass over (`submit`) and wait
+waits once, for its end (`wait_until`). The ring's steps hand the pass over (`queue`) and wait
 for it in SimPy, because drafting that starts meanwhile can push its end later.
 
 The drafter GPUs (`Drafter`) do two kinds of work. Work the driver runs in its own process and
@@ -22,7 +22,12 @@ waits for in the same step (MineDraft's driver runs on its drafter GPU; SD's dra
 driver's loop) is booked like a target pass (`Drafter.book`): no event of its own. Work handed
 to drafter workers (a PSD ring drafts sub-batches in the background, across steps) goes through
 a queue, urgent before background and first come first served within each, served by D
-processes, one job at a time each.
+processes, one job at a time each (`Drafter.queue`).
+
+The names say which time engine a call needs: `book` prices work at once from a given time and
+returns its end (any engine, the plain clock included); `queue` hands it over in SimPy and
+returns the event of its end (the ring's runs only). The methods' helpers follow suit
+(sim/methods/passes.py: `book_after_pass`, `queue_after_pass`).
 
 When the run records a timeline (sim/timeline.py) each transfer, each target pass and each piece
 of drafter work adds a slice with its exact start and end; otherwise the only cost is a None
@@ -130,14 +135,14 @@ class Verifier:
     def book(self, job: VerifyJob, at: float) -> float:
         """Serve `job` from `at`, when the verifier is free and nothing can slow the pass once it
         has started (no drafter workers): its inputs' transfer, compute and output's transfer
-        are priced now, as `submit` would time them. Returns when the output is back."""
+        are priced now, as `queue` would time them. Returns when the output is back."""
         assert self._job is None, "book() needs a free verifier"
         computed = at + (self._begin(job, at, False) + job.compute_s)
         back = self._finish(job, computed)
         self.pass_start, self.pass_end = math.inf, -math.inf
         return computed if back is None else computed + back
 
-    def submit(self, job: VerifyJob) -> simpy.Event:
+    def queue(self, job: VerifyJob) -> simpy.Event:
         """Hand `job` over in SimPy: served in order, one at a time, by callbacks on its timeouts
         (a job costs no process switch); the event fires when its output is back."""
         job.done = self.env.event()
@@ -294,7 +299,7 @@ class Drafter:
 
     # -- drafter workers ------------------------------------------------------------------
 
-    def submit(self, job: Job, urgent: bool) -> simpy.Event:
+    def queue(self, job: Job, urgent: bool) -> simpy.Event:
         """Queue `job` for the first free drafter; returns the event of its end. Jobs submitted
         in one instant are handed out once the submitter waits, urgent first."""
         job.done = self.env.event()

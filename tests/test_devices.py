@@ -34,8 +34,8 @@ def test_urgent_work_goes_first_and_each_drafter_does_one_thing_at_a_time():
     def driver():
         yield env.timeout(1.0)
         for name in ("b1", "b2", "b3"):
-            drafter.submit(_job(name, 2.0, done, env), urgent=False)
-        yield drafter.submit(_job("urgent", 0.5, done, env), urgent=True)
+            drafter.queue(_job(name, 2.0, done, env), urgent=False)
+        yield drafter.queue(_job("urgent", 0.5, done, env), urgent=True)
 
     env.process(driver())
     env.run()
@@ -54,10 +54,10 @@ def test_the_driver_work_after_a_pass_is_slowed_by_the_drafter_idling_before_it(
     done: list[tuple[str, float]] = []
 
     def driver():
-        yield drafter.submit(_job("draft", 1.0, done, env), urgent=False)   # 0 -> 1
+        yield drafter.queue(_job("draft", 1.0, done, env), urgent=False)   # 0 -> 1
         yield env.timeout(0.5)                                             # waits for a pass
-        yield drafter.submit(AfterPassJob((("reject", 0.2),), waited_from=1.0), urgent=True)
-        yield drafter.submit(_job("next", 1.0, done, env), urgent=False)
+        yield drafter.queue(AfterPassJob((("reject", 0.2),), waited_from=1.0), urgent=True)
+        yield drafter.queue(_job("next", 1.0, done, env), urgent=False)
 
     env.process(driver())
     env.run()
@@ -86,9 +86,9 @@ def test_drafting_in_flight_and_a_target_pass_slow_each_other():
     job = VerifyJob(1.0, send_bytes=8, return_bytes=8)
 
     def driver():
-        drafter.submit(_job("draft", 3.0, done, env), urgent=False)
+        drafter.queue(_job("draft", 3.0, done, env), urgent=False)
         yield env.timeout(1.0)
-        yield verifier.submit(job)
+        yield verifier.queue(job)
 
     env.process(driver())
     env.run()
@@ -104,9 +104,9 @@ def test_drafting_that_starts_during_a_pass_pushes_the_pass_later():
     ends: list[float] = []
 
     def driver():
-        finished = verifier.submit(job)
+        finished = verifier.queue(job)
         yield env.timeout(0.5)
-        drafter.submit(_job("draft", 1.0, done, env), urgent=False)
+        drafter.queue(_job("draft", 1.0, done, env), urgent=False)
         yield finished
         ends.append(env.now)
 
@@ -155,7 +155,7 @@ def test_wait_until_reaches_a_float_no_single_delay_reaches():
                           st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=8),
        st.booleans())
 def test_a_booked_pass_is_timed_as_a_submitted_one(passes, idle_slowdown):
-    """Verifier.book prices a pass from a given time as submit serves it in SimPy: the same end
+    """Verifier.book prices a pass from a given time as queue serves it in SimPy: the same end
     (bit for bit), the same link and compute figures, the same timeline slices."""
     after_idle = (lambda idle: 1.0 + min(idle, 1.0) / 10) if idle_slowdown else None
 
@@ -175,7 +175,7 @@ def test_a_booked_pass_is_timed_as_a_submitted_one(passes, idle_slowdown):
                     end = verifier.book(job, env.now)
                     yield from wait_until(env, end)
                 else:
-                    yield verifier.submit(job)
+                    yield verifier.queue(job)
                 ends.append(env.now)
 
         env.process(driver())

@@ -19,7 +19,7 @@ from psdsim.sim.clock import Clock
 from psdsim.sim.costs import NO_CHUNKS, Chunks
 from psdsim.sim.devices import wait_until
 from psdsim.sim.methods.common import EngineMethod, record, verify_outcome
-from psdsim.sim.methods.passes import TargetPass, after_pass_end, chunk_work
+from psdsim.sim.methods.passes import TargetPass, book_after_pass, chunk_work
 from psdsim.sim.quiet import plan_stretch
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
@@ -44,7 +44,7 @@ class AutoRegressive(EngineMethod):
         target = TargetPass(sim, batch, batch, context, chunks, over_link=False)
         target.label("decode" if batch else "prefill")
         back = target.book(start)
-        return target, after_pass_end(sim, plan, st, chunks, batch, False, back, back, reject_on=None,
+        return target, book_after_pass(sim, plan, st, chunks, batch, False, back, back, reject_on=None,
                                       emitting=batch)
 
     def _recorded(self, plan: StepPlan, st: StepRecord, start: float, batch: int, target: TargetPass) -> None:

@@ -2,7 +2,7 @@
 
 `TargetPass` owns what the pass costs: its prefill chunks' work, the bytes its inputs and sampler
 output put on the link, the contention with drafting that runs beside it (sim/overlap.py), and
-what the step's figures say of it (verify_s, comm_s, link_critical_s). `after_pass_end` is the
+what the step's figures say of it (verify_s, comm_s, link_critical_s). `book_after_pass` is the
 driver's work once the pass is back: what is left of the draft model's prompt pass, rejection
 sampling, the framework overhead and KV swaps, slowed by the drafter's idling where a profile
 measured it.
@@ -109,9 +109,9 @@ class TargetPass:
         returns when its output is back."""
         return self.sim.verifier.book(self.job, at)
 
-    def submit(self) -> simpy.Event:
+    def queue(self) -> simpy.Event:
         """Hand the pass to the verifier in SimPy (the PSD ring: drafting may slow it)."""
-        return self.sim.verifier.submit(self.job)
+        return self.sim.verifier.queue(self.job)
 
     def label(self, name: str, sub_batch: int | None = None, k: int | None = None,
               drafts_used: bool | None = None) -> None:
@@ -142,9 +142,9 @@ class TargetPass:
             st.link_critical_s = max(transfer + compute, beside) - max(compute, beside)
 
 
-def queued_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
+def queue_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
                       scored: bool, waited_from: float, emitting: int) -> Generator[Any, Any, None]:
-    """The driver's work once the target pass is back (see `after_pass_end`), in a PSD ring,
+    """The driver's work once the target pass is back (see `book_after_pass`), in a PSD ring,
     whose drafters draft in the background: the drafter's part (the draft model's prompt pass,
     rejection sampling) waits for a free drafter worker, and the driver's part follows it."""
     env, drafter, tl = sim.env, sim.drafter, sim.timeline
@@ -152,7 +152,7 @@ def queued_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: C
     sync_s, reject_s, swap_s, overhead = _after_pass_work(sim, plan, st, chunks, tokens, scored, DRAFTER,
                                                           emitting)
     if sync_s + reject_s:
-        yield drafter.submit(AfterPassJob(((DRAFT_PREFILL, sync_s), (REJECT, reject_s)), waited_from),
+        yield drafter.queue(AfterPassJob(((DRAFT_PREFILL, sync_s), (REJECT, reject_s)), waited_from),
                              urgent=True)
     st.draft_s += sync_s
     on_cpu = env.now
@@ -172,7 +172,7 @@ def _after_pass_work(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Ch
     return sync_s, reject_s, swap_s, overhead
 
 
-def after_pass_end(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
+def book_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
                    scored: bool, waited_from: float, now: float, reject_on: str | None = DRAFTER,
                    emitting: int = 0) -> float:
     """The driver's work once the target pass is back at `now` (it waited from `waited_from`),
@@ -236,7 +236,7 @@ def booked_step(sim: SimContext, plan: StepPlan, st: StepRecord, target: TargetP
     """The rest of a step from `at`, when nothing else runs beside it: the driver prepares the
     target's inputs, hands the pass over, runs `beside` (drafting for a later step, its seconds
     alone; the pass and it slow each other where a profile measured that) while the pass runs,
-    waits for both, then does its work after the pass (`after_pass_end`; `scored`: rejection
+    waits for both, then does its work after the pass (`book_after_pass`; `scored`: rejection
     sampling runs). Each part is priced in turn, and the step waits once, for its end.
     `drafter_waits`: the drafter's wait for the pass is the step's wait_s, and the drafting
     beside the pass decides how much of the link's time is on the critical path."""
@@ -249,7 +249,7 @@ def booked_step(sim: SimContext, plan: StepPlan, st: StepRecord, target: TargetP
     now = back if back > drafted_at else drafted_at
     if drafter_waits:
         st.wait_s = now - drafted_at
-    end = after_pass_end(sim, plan, st, target.chunks, target.tokens, scored, drafted_at, now,
+    end = book_after_pass(sim, plan, st, target.chunks, target.tokens, scored, drafted_at, now,
                          reject_on=reject_on, emitting=target.requests)
     yield from wait_until(sim.env, end)
     target.measured(st, drafting_s if drafter_waits else None)

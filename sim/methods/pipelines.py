@@ -29,7 +29,7 @@ import simpy
 from psdsim.sim.costs import Chunks
 from psdsim.sim.devices import DraftJob, wait_until
 from psdsim.sim.methods.common import draft_rows
-from psdsim.sim.methods.passes import Drafting, TargetPass, book_drafting, booked_step, queued_after_pass
+from psdsim.sim.methods.passes import Drafting, TargetPass, book_drafting, booked_step, queue_after_pass
 from psdsim.sim.methods.sub_batching import EMPTY
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
@@ -99,7 +99,7 @@ class RingDrafting:
         for i in range(1, n):
             b = (v + i) % n
             if len(members[b]) and not self.ready[b] and b not in self.drafting:
-                self.drafting[b] = self.psd.drafter.submit(self._draft_job(b), urgent=False)
+                self.drafting[b] = self.psd.drafter.queue(self._draft_job(b), urgent=False)
                 st.drafted += len(members[b])
 
     def drafts_of(self, v: int, slots: np.ndarray, context: int, chunks: Chunks, st: StepRecord,
@@ -112,7 +112,7 @@ class RingDrafting:
         if self.ready[v]:
             st.parallelised = True
             return at, None
-        return at, self.psd.drafter.submit(self._draft_job(v, st), urgent=True)
+        return at, self.psd.drafter.queue(self._draft_job(v, st), urgent=True)
 
     def verify(self, plan: StepPlan, st: StepRecord, target: TargetPass, at: float, v: int | None,
                beside: Drafting | None) -> Generator[Any, Any, None]:
@@ -122,8 +122,8 @@ class RingDrafting:
         t = target.prepared(st, at)
         if target.prep_s:
             yield from wait_until(env, t)
-        yield target.submit()
-        yield from queued_after_pass(self.psd.sim, plan, st, target.chunks, target.tokens, v is not None, t,
+        yield target.queue()
+        yield from queue_after_pass(self.psd.sim, plan, st, target.chunks, target.tokens, v is not None, t,
                                      emitting=target.requests)
         target.measured(st)
         if v is not None:
