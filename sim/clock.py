@@ -15,7 +15,19 @@ had happened.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Protocol
+
+
+class Time(Protocol):
+    """What a step asks of simulated time, whichever engine answers (the plain clock or a
+    simpy.Environment): the time `now`, and a wait of `delay` to yield (`timeout`). Booking work
+    on a device needs nothing more (sim/devices.py: `book`); waiting for an event, by yielding
+    it, is SimPy's alone (`queue`), and the plain clock refuses it (`run_clocked`)."""
+
+    @property
+    def now(self) -> float: ...
+
+    def timeout(self, delay: float) -> Any: ...
 
 
 class Clock:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from psdsim.sim.clock import Time
 from psdsim.sim.overlap import overlapped
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ TO_VERIFIER = "to_verifier"
 TO_DRAFTER = "to_drafter"
 
 
-def wait_until(env: simpy.Environment, at: float) -> Generator[simpy.Timeout, Any, None]:
+def wait_until(env: Time, at: float) -> Generator[Any, Any, None]:
     """Wait until the absolute time `at` (>= now) exactly, in one timeout but in rare cases. A
     step that computes its end as the sum of its parts, in the order the timeouts it replaces
     would have added them, ends on the very same float this way (`at - now` alone can miss it by
@@ -74,7 +75,7 @@ def wait_until(env: simpy.Environment, at: float) -> Generator[simpy.Timeout, An
 
 
 class Link:
-    def __init__(self, env: simpy.Environment, to_verifier: Callable[[int], float],
+    def __init__(self, env: Time, to_verifier: Callable[[int], float],
                  to_drafter: Callable[[int], float], timeline: Timeline | None = None) -> None:
         self.env = env
         self.timeline = timeline
@@ -118,7 +119,7 @@ class Verifier:
     """The target model's TP group: serves VerifyJobs one at a time. With drafter workers
     (`drafter`), the drafting they do and the pass slow each other (Drafter.contend, slowed_by)."""
 
-    env: simpy.Environment
+    env: Time   # SimPy's environment where passes are queued
     link: Link
     timeline: Timeline | None = None
     # Slowdown of a pass after the verifier idled this long (sim/overlap.py); None: none.
@@ -260,7 +261,7 @@ class Drafter:
     after idling (sim/overlap.py: `idle(seconds)` -> factor, None: none), set when it takes up
     the driver's work after a pass and kept until it next does."""
 
-    def __init__(self, env: simpy.Environment, tracks: list[str], timeline: Timeline | None = None,
+    def __init__(self, env: Time, tracks: list[str], timeline: Timeline | None = None,
                  idle: Callable[[float], float] | None = None, overlap: tuple[float, float] | None = None,
                  verifier: Verifier | None = None, workers: bool = True) -> None:
         self.env = env

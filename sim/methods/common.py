@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import simpy
 from psdsim.sim.acceptance import AcceptanceSampler
-from psdsim.sim.clock import Clock
+from psdsim.sim.clock import Time
 from psdsim.sim.costs import StepCost
 from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.layout import Layout, layout_for
@@ -29,7 +28,7 @@ ONE = np.array(1)
 
 @dataclass
 class SimContext:
-    env: simpy.Environment | Clock
+    env: Time   # the plain clock, or SimPy where work runs beside the steps
     scenario: Scenario
     cost: StepCost
     rng: np.random.Generator
