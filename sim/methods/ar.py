@@ -45,7 +45,7 @@ class AutoRegressive(EngineMethod):
         target.label("decode" if batch else "prefill")
         back = target.book(start)
         return target, book_after_pass(sim, plan, st, chunks, batch, False, back, back, reject_on=None,
-                                      emitting=batch)
+                                       emitting=batch)
 
     def _recorded(self, plan: StepPlan, st: StepRecord, start: float, batch: int, target: TargetPass) -> None:
         target.measured(st)

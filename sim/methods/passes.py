@@ -143,7 +143,7 @@ class TargetPass:
 
 
 def queue_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
-                      scored: bool, waited_from: float, emitting: int) -> Generator[Any, Any, None]:
+                     scored: bool, waited_from: float, emitting: int) -> Generator[Any, Any, None]:
     """The driver's work once the target pass is back (see `book_after_pass`), in a PSD ring,
     whose drafters draft in the background: the drafter's part (the draft model's prompt pass,
     rejection sampling) waits for a free drafter worker, and the driver's part follows it."""
@@ -173,8 +173,8 @@ def _after_pass_work(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Ch
 
 
 def book_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
-                   scored: bool, waited_from: float, now: float, reject_on: str | None = DRAFTER,
-                   emitting: int = 0) -> float:
+                    scored: bool, waited_from: float, now: float, reject_on: str | None = DRAFTER,
+                    emitting: int = 0) -> float:
     """The driver's work once the target pass is back at `now` (it waited from `waited_from`),
     run in one go by the driver (MineDraft's driver runs on its drafter GPU): what is left of the
     draft model's prompt pass, rejection sampling of the `tokens` scored positions (if `scored`),
@@ -250,6 +250,6 @@ def booked_step(sim: SimContext, plan: StepPlan, st: StepRecord, target: TargetP
     if drafter_waits:
         st.wait_s = now - drafted_at
     end = book_after_pass(sim, plan, st, target.chunks, target.tokens, scored, drafted_at, now,
-                         reject_on=reject_on, emitting=target.requests)
+                          reject_on=reject_on, emitting=target.requests)
     yield from wait_until(sim.env, end)
     target.measured(st, drafting_s if drafter_waits else None)

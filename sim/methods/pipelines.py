@@ -124,7 +124,7 @@ class RingDrafting:
             yield from wait_until(env, t)
         yield target.queue()
         yield from queue_after_pass(self.psd.sim, plan, st, target.chunks, target.tokens, v is not None, t,
-                                     emitting=target.requests)
+                                    emitting=target.requests)
         target.measured(st)
         if v is not None:
             self.ready[v] = False   # its drafts are used up
