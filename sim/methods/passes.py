@@ -18,12 +18,13 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import simpy
 from psdsim.sim.costs import NO_CHUNKS, NO_PARTS, Chunks
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob, wait_until
 from psdsim.sim.execution import DRIVER_PREP
 from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
-from psdsim.sim.methods.common import SimContext
+from psdsim.sim.methods.common import SimContext, draft_rows
 from psdsim.sim.numbers import isum
 from psdsim.sim.overlap import overlapped
 from psdsim.sim.records import StepRecord
@@ -218,6 +219,13 @@ class Drafting:
     batch: int
     k: int
     sub_batch: int | None = None
+
+
+def drafting_s(sim: SimContext, st: StepRecord, slots: np.ndarray, k: int, context: int) -> float:
+    """Seconds alone of the driver drafting `slots`, k tokens each over `context` cached tokens,
+    on drafter 0: slowed after its idling, with the engine's extra rows (counted in the step)."""
+    assert sim.drafter is not None
+    return sim.cost.draft(draft_rows(sim, slots, st), k, context) * sim.drafter.slowdown[0]
 
 
 def book_drafting(sim: SimContext, st: StepRecord, at: float, drafting: Drafting) -> float:

@@ -44,12 +44,11 @@ from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
     draft_counts,
-    draft_rows,
     emit_outcome,
     record,
     verify_outcome,
 )
-from psdsim.sim.methods.passes import Drafting, TargetPass, booked_step, chunk_work
+from psdsim.sim.methods.passes import Drafting, TargetPass, booked_step, chunk_work, drafting_s
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 
@@ -74,8 +73,7 @@ class PEARL(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         sim, st = self.sim, StepRecord()
-        drafter, k, start = sim.drafter, sim.scenario.k, sim.env.now
-        assert drafter is not None
+        k, start = sim.scenario.k, sim.env.now
         slots = plan.decode
         batch = len(slots)
         chunks, context = chunk_work(sim, plan), sim.table.context(slots)
@@ -86,13 +84,12 @@ class PEARL(EngineMethod):
         # post-verify: draft the next k for everyone while the target verifies
         # V0's MultiStepWorker adds a row for each request whose last verification accepted all
         # its drafts (the set the code passes when drafting ahead), where the engine does
-        rows = draft_rows(sim, slots, st)
-        ahead_s = sim.cost.draft(rows, k, context + batch * k) * drafter.slowdown[0] if batch else 0.0
+        beside = None
         if batch:
+            beside = Drafting(drafting_s(sim, st, slots, k, context + batch * k), "draft ahead", batch, k)
             target.label("verify", k=k, drafts_used=use_drafts)
         else:
             target.label("prefill")
-        beside = Drafting(ahead_s, "draft ahead", batch, k) if batch else None
         yield from booked_step(sim, plan, st, target, start, bool(batch), beside, drafter_waits=bool(batch))
         self._verify(slots, proposed, total, st)
         st.parallelised, st.verified, st.drafted, st.scored = batch > 0, batch, batch, tokens if batch else 0

@@ -40,13 +40,12 @@ from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
     draft_counts,
-    draft_rows,
     emit_outcome,
     record,
     verify_outcome,
 )
 from psdsim.sim.methods.draft_length import Selection, draft_length_policy
-from psdsim.sim.methods.passes import Drafting, TargetPass, chunk_work
+from psdsim.sim.methods.passes import Drafting, TargetPass, chunk_work, drafting_s
 from psdsim.sim.methods.pipelines import pipeline_class
 from psdsim.sim.methods.sub_batching import EMPTY, BatchManagerSubBatching, RoundRobinSubBatching
 from psdsim.sim.numbers import isum
@@ -204,7 +203,5 @@ class PipelinedSD(EngineMethod):
         k = self.draft_length.k(slots, context, NO_CHUNKS, parallel=True)
         self.proposals[slots] = k   # held from when the drafting beside the pass ends
         st.drafted = len(slots)
-        seconds = 0.0
-        if k:
-            seconds = sim.cost.draft(draft_rows(sim, slots, st), k, context) * self.drafter.slowdown[0]
+        seconds = drafting_s(sim, st, slots, k, context) if k else 0.0
         return Drafting(seconds, "draft", len(slots), k, ahead)

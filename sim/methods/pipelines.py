@@ -29,7 +29,14 @@ import simpy
 from psdsim.sim.costs import Chunks
 from psdsim.sim.devices import DraftJob, wait_until
 from psdsim.sim.methods.common import draft_rows
-from psdsim.sim.methods.passes import Drafting, TargetPass, book_drafting, booked_step, queue_after_pass
+from psdsim.sim.methods.passes import (
+    Drafting,
+    TargetPass,
+    book_drafting,
+    booked_step,
+    drafting_s,
+    queue_after_pass,
+)
 from psdsim.sim.methods.sub_batching import EMPTY
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
@@ -61,9 +68,7 @@ class DriverDrafting:
             return at, None
         sim = psd.sim
         k = psd.draft_length.k(slots, context, chunks, parallel=False)
-        seconds = 0.0
-        if k:
-            seconds = sim.cost.draft(draft_rows(sim, slots, st), k, context) * psd.drafter.slowdown[0]
+        seconds = drafting_s(sim, st, slots, k, context) if k else 0.0
         psd.proposals[slots] = k   # held once the drafting is done
         return book_drafting(sim, st, at, Drafting(seconds, "draft", len(slots), k, v)), None
 

@@ -21,12 +21,11 @@ from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,
     draft_counts,
-    draft_rows,
     record,
     verify_outcome,
 )
 from psdsim.sim.methods.draft_length import draft_length_policy
-from psdsim.sim.methods.passes import Drafting, TargetPass, book_drafting, booked_step, chunk_work
+from psdsim.sim.methods.passes import Drafting, TargetPass, book_drafting, booked_step, chunk_work, drafting_s
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
@@ -45,8 +44,7 @@ class StandardSD(EngineMethod):
         """Draft, then the target pass scores the drafts, then the driver's work: priced in turn
         from the step's start, waited for once (nothing else runs beside an SD step)."""
         sim, st = self.sim, StepRecord()
-        drafter, start = sim.drafter, sim.env.now
-        assert drafter is not None
+        start = sim.env.now
         slots = plan.decode
         batch = len(slots)
         context, chunks = sim.table.context(slots), chunk_work(sim, plan)
@@ -60,7 +58,7 @@ class StandardSD(EngineMethod):
         t = start
         if batch and k:   # draft, then the target pass scores the drafts
             drafted = int(proposed.max()) if capped else k
-            seconds = sim.cost.draft(draft_rows(sim, slots, st), drafted, context) * drafter.slowdown[0]
+            seconds = drafting_s(sim, st, slots, drafted, context)
             t = book_drafting(sim, st, t, Drafting(seconds, "draft", batch, drafted))
         total = isum(proposed) if capped else batch * k
         tokens = total + batch
