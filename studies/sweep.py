@@ -25,7 +25,14 @@ from typing import Any
 import numpy as np
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import check_memory
-from psdsim.sim.output.results import landing, output_lock, table_csv, write_file
+from psdsim.sim.output.results import (
+    is_own_file,
+    landing,
+    output_lock,
+    remove_own_file,
+    table_csv,
+    write_file,
+)
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario
 from psdsim.studies.executors import run_local, run_ray
@@ -34,6 +41,8 @@ from psdsim.studies.sweep_design import Design
 STATE = "sweep.json"
 RUNS = "runs"
 TABLES = ("results.csv", "results.parquet")
+FIGURES = "figures"
+FIGURE_SUFFIXES = (".png", ".svg")
 STATUSES = ("ok", "error", "infeasible")
 _RUN_FILE = re.compile(r"^[0-9a-f]{16}\.json$")
 Progress = Callable[[int, int, int], None]  # (done, total, failed)
@@ -80,6 +89,7 @@ class Store:
         holds DIR's lock (output_lock). The checks look where the writes land (`new/../mine` is
         `mine`, though `new/` is missing)."""
         real = landing(self.out, "--out")
+        self._refuse_what_psdsim_did_not_write(real)
         state = real / STATE
         if state.exists():
             try:
@@ -92,15 +102,9 @@ class Store:
                                     "use a new --out DIR, or --force to replace it (runs of unchanged "
                                     "scenarios are kept)")
         elif real.exists() and any(  # a sweep killed before sweep.json is empty
-                not (e.name.startswith(".") or e.name == RUNS) for e in real.iterdir()):
-            if not force:
-                raise ScenarioError("--out", f"{str(self.out)!r} is not empty and holds no sweep",
-                                    "use a new or empty --out DIR, or --force to write into it")
-            taken = [name for name in TABLES if (real / name).exists()]
-            if taken:   # --force writes beside a user's files, never over them
-                raise ScenarioError("--out", f"{str(self.out)!r} holds {', '.join(taken)}, which psdsim "
-                                    "did not write and the sweep would replace",
-                                    "move them, or use a new --out DIR")
+                not (e.name.startswith(".") or e.name == RUNS) for e in real.iterdir()) and not force:
+            raise ScenarioError("--out", f"{str(self.out)!r} is not empty and holds no sweep",
+                                "use a new or empty --out DIR, or --force to write into it")
         made = [p for p in (real / RUNS, real) if not p.exists()]
         try:
             with self.writing():
@@ -112,9 +116,25 @@ class Store:
                     folder.rmdir()
             raise
         wanted = {p.run_id for p in design.runs}
-        for path in self.runs.iterdir():  # temp files of a killed sweep; runs of an older design
-            if path.name.startswith(".") or (_RUN_FILE.match(path.name) and path.stem not in wanted):
-                path.unlink(missing_ok=True)
+        for path in self.runs.iterdir():  # runs of an older design (each one psdsim wrote: checked above)
+            if _RUN_FILE.match(path.name) and path.stem not in wanted:
+                remove_own_file(path)
+
+    def _refuse_what_psdsim_did_not_write(self, real: Path) -> None:
+        """Refuse, before any run, a DIR holding a file under a name the sweep writes or deletes
+        (sweep.json, the tables, runs/ID.json, figures/*.png|svg) that psdsim did not write, or
+        that was edited since (each has its record: sim.output.results.record_file), and a file
+        where its runs/ or figures/ folder goes; with --force too, which writes beside a user's
+        files, never over them."""
+        for folder in (real / RUNS, real / FIGURES):
+            if folder.exists() and not folder.is_dir():
+                raise ScenarioError("--out", f"{str(self.out)!r} holds a file {folder.name!r} where the "
+                                    "sweep writes a folder", "move it, or use a new --out DIR")
+        theirs = sorted(p.relative_to(real).as_posix() for p in sweep_files(real) if not is_own_file(p))
+        if theirs:
+            raise ScenarioError("--out", f"{str(self.out)!r} holds {', '.join(theirs[:3])}: files psdsim did "
+                                "not write, or changed since, that the sweep would replace or delete",
+                                "move them, or use a new --out DIR")
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -139,12 +159,21 @@ class Store:
             if ok:
                 records[path.stem] = record
             else:
-                path.unlink(missing_ok=True)
+                remove_own_file(path)
         return records
 
     def save(self, run_id: str, record: dict[str, Any]) -> None:
         with self.writing():
             write_file(self.runs / f"{run_id}.json", json.dumps(record, indent=1) + "\n")
+
+
+def sweep_files(real: Path) -> list[Path]:
+    """The files in the sweep folder `real` under a name a sweep writes, replaces or deletes."""
+    runs, figures = real / RUNS, real / FIGURES
+    named = [real / STATE, *(real / name for name in TABLES)]
+    named += [p for p in (runs.iterdir() if runs.is_dir() else ()) if _RUN_FILE.match(p.name)]
+    named += [p for p in (figures.iterdir() if figures.is_dir() else ()) if p.suffix in FIGURE_SUFFIXES]
+    return [p for p in named if p.exists() or p.is_symlink()]
 
 
 def _state_json(design: Design, extra: Mapping[str, Any]) -> str:
@@ -275,8 +304,7 @@ def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "l
     with output_lock(out, "--out"):   # held from the checks to the last write (a no-op if held already)
         store.claim(design, force)
         for stale in TABLES:
-            with contextlib.suppress(FileNotFoundError):
-                (store.out / stale).unlink()
+            remove_own_file(store.out / stale)
         records = store.load()
         if retry_errors:
             records = {k: r for k, r in records.items() if r["status"] != "error"}

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.output.plots import figure_file, legend_outside
-from psdsim.sim.output.results import write_file
+from psdsim.sim.output.results import write_files
 from psdsim.studies.theory_bridge import BridgeReport
 from psdsim.theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
 from psdsim.theory.published import A0, PUBLISHED_RATIO, paper_ratio, peak, ratio_at_least, statement_vs_model
@@ -83,9 +83,9 @@ def bridge_json(rep: BridgeReport) -> dict[str, Any]:
     }
 
 
-def _save(fig: Any, path: Path) -> None:
-    """Write a figure atomically, in the format its suffix names, with psdsim's metadata."""
-    write_file(path, figure_file(fig, path.suffix.lstrip(".").lower(), dpi=130, bbox_inches="tight"))
+def _figure_bytes(fig: Any, path: Path) -> bytes:
+    """A figure in the format its suffix names, with psdsim's metadata."""
+    return figure_file(fig, path.suffix.lstrip(".").lower(), dpi=130, bbox_inches="tight")
 
 
 # The files plot_theory writes into its folder (which may hold a user's other files).
@@ -113,14 +113,12 @@ def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
+    files: list[tuple[str, Path, str | bytes]] = []
     for names, fig in ((THEORY_FIGURES[:2], per_token_figure(m)), (THEORY_FIGURES[2:], ratio_figure(m))):
-        for name in names:
-            _save(fig, out_dir / name)
-            paths.append(out_dir / name)
+        files += [("--plot", out_dir / name, _figure_bytes(fig, out_dir / name)) for name in names]
         plt.close(fig)
-    return paths
+    write_files(files)   # all or none: a disk that fills after two figures leaves none of the four
+    return [path for _, path, _ in files]
 
 
 TIME_UNIT = "model time units"   # the unit V and t are given in; alpha is per that unit

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.results import MARKER, check_output_file, write_folder
 
 from psdsim.cli import main
@@ -139,16 +140,20 @@ def test_single_output_files_are_replaced_only_when_psdsim_wrote_them(capsys, tm
     assert trace.read_bytes() == first
 
 
-def test_a_figure_psdsim_wrote_names_it(tmp_path):
+def test_a_figure_is_psdsim_s_by_its_record_not_by_its_metadata(tmp_path):
     import matplotlib
     from psdsim.sim.output.plots import figure_formats
+    from psdsim.sim.output.results import write_file
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     for fmt, data in figure_formats(plt.figure()).items():
-        path = tmp_path / f"f.{fmt}"
-        path.write_bytes(data)
-        check_output_file(path, "--plot")  # recognised as psdsim's own: no error
+        ours, copied = tmp_path / f"f.{fmt}", tmp_path / f"copy.{fmt}"
+        write_file(ours, data)
+        check_output_file(ours, "--plot")  # written with its record: psdsim's own, no error
+        copied.write_bytes(data)   # the same bytes, psdsim's metadata and all, but no record
+        with pytest.raises(ScenarioError, match="did not write"):
+            check_output_file(copied, "--plot")
 
 
 @pytest.mark.parametrize("option", ["--out", "--plot", "--samples"])
@@ -188,7 +193,7 @@ def test_sweep_checks_its_folder_where_it_lands(capsys, tmp_path):
     (tmp_path / "mydir").mkdir()
     (tmp_path / "mydir" / "results.csv").write_text("my table")
     err = _refused(capsys, ["sweep", str(PLAN.with_name("sweep.toml")), "--out", "new/../mydir"])
-    assert "holds no sweep" in err
+    assert "holds results.csv: files psdsim did not write" in err
     assert (tmp_path / "mydir" / "results.csv").read_text() == "my table"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mydir"]
 
@@ -225,7 +230,7 @@ def test_calibrate_never_writes_over_its_trace(capsys, tmp_path, spelling):
         err = _refused(capsys, args)
         assert err.startswith(f"psdsim: error: {option}: ") and "would overwrite the input" in err
     assert trace.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".t.json.psdsim.json", "t.json"]   # and its record
 
 
 def test_a_run_re_runs_its_own_scenario_into_its_own_folder(capsys, tmp_path):

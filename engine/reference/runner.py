@@ -101,8 +101,8 @@ def trace_files(cfg: EngineConfig) -> tuple[Path | None, list[Path]]:
 def check_trace_dir(cfg: EngineConfig) -> None:
     """ScenarioError naming --trace-dir when the run's traces would land on what psdsim did not
     write: a file where the folder goes, or a user's file under one of the trace names. Its own
-    JSONL opens with its metadata; its Kineto traces hold its `psdsim:` ranges somewhere (torch
-    writes the file, so the whole of it is searched)."""
+    JSONL has the record write_file keeps beside it; its Kineto traces hold its `psdsim:` ranges
+    somewhere (torch writes the file, so the whole of it is searched)."""
     jsonl, kineto = trace_files(cfg)
     if jsonl is None:
         return
@@ -110,7 +110,7 @@ def check_trace_dir(cfg: EngineConfig) -> None:
     if folder.exists() and not folder.is_dir():
         raise ScenarioError("--trace-dir", f"{str(cfg.trace_dir)!r} is a file, not a folder",
                             "name a folder for the traces with --trace-dir DIR")
-    check_output_file(jsonl, "--trace-dir", (JSONL_SIGNATURE,))
+    check_output_file(jsonl, "--trace-dir")   # written by write_file, with its record
     for path in kineto:
         check_output_file(path, "--trace-dir", (b'"psdsim:',), head=None)
 
@@ -152,10 +152,6 @@ def _target(cfg: EngineConfig, core: int | None, kineto: Path | None) -> LocalTa
     worker = TargetWorker(model, cfg.max_running, cfg.temperature, cfg.profile)
     worker.warmup(cfg.warmup_passes)
     return LocalTarget(worker)
-
-
-# How a trace this engine wrote opens: trace.write_jsonl's bundle line, _metadata's first key.
-JSONL_SIGNATURE = b'{"metadata": {"engine": "psdsim-reference"'
 
 
 def _metadata(cfg: EngineConfig, cores: list[int]) -> dict[str, object]:

@@ -84,7 +84,7 @@ def _acceptance_sources(args: argparse.Namespace) -> bool:
 
 def run_acceptance(args: argparse.Namespace) -> int:
     """Read the metrics, write the pair's prior as a catalog file, say what was measured."""
-    from psdsim.calibration.vllm_metrics import ENTRY_SIGNATURE, AcceptanceEntry, combined, read_acceptance
+    from psdsim.calibration.vllm_metrics import AcceptanceEntry, combined, read_acceptance
     from psdsim.sim.output.results import check_no_clash, check_output_file, output_locks, write_files
     from psdsim.sim.scenario import FIELDS
 
@@ -102,7 +102,7 @@ def run_acceptance(args: argparse.Namespace) -> int:
     out = args.out or Path("acceptance.toml")
     with output_locks([("--out", out)]):
         check_no_clash([("--out", out)], args.traces)
-        check_output_file(out, "--out", (ENTRY_SIGNATURE.encode(),))
+        check_output_file(out, "--out")
         counts = combined([read_acceptance(path) for path in args.traces], args.traces)
         entry = AcceptanceEntry(counts, args.draft, args.target, spread, args.dataset,
                                 tuple(path.name for path in args.traces))
@@ -122,9 +122,8 @@ def run_acceptance(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from psdsim.calibration.calibrate import calibrate
     from psdsim.calibration.report import fit_figure, report_lines
-    from psdsim.calibration.samples import COLUMNS, sample_columns
+    from psdsim.calibration.samples import sample_columns
     from psdsim.sim.output.results import (
-        OWN_FILE_SIGNATURES,
         check_no_clash,
         check_output_file,
         output_locks,
@@ -136,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
     if _acceptance_sources(args):
         return run_acceptance(args)
     args.out = args.out or Path("profile.json")
-    samples_header = ",".join(COLUMNS).encode()
     if args.plot is not None and args.plot.suffix.lower() not in PLOT_TYPES:
         raise user_error("--plot", f"{str(args.plot)!r} is no figure type psdsim writes",
                          f"name it {', '.join('FILE' + t for t in PLOT_TYPES)}")
@@ -145,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
     with output_locks(outputs):   # from the checks to the last rename
         check_no_clash(outputs, args.traces)
         for option, path in outputs:
-            ours = (samples_header,) if option == "--samples" else OWN_FILE_SIGNATURES
-            check_output_file(path, option, ours)
+            check_output_file(path, option)
         source = {"engine": args.engine, "engine_version": args.engine_version, "gpu": args.gpu,
                   "drafter_gpu": args.drafter_gpu, "target": args.target, "draft": args.draft,
                   "tensor_parallel_size": args.tp}

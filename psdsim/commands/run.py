@@ -59,10 +59,11 @@ def _simulate_and_write(args: argparse.Namespace, s: Any, trace: Path | None, ou
         check_no_clash,
         check_output_file,
         check_results_folder,
+        staged_files,
         summary_json,
         write_result,
     )
-    from psdsim.sim.output.timeline import write_trace
+    from psdsim.sim.output.timeline import trace_json
     from psdsim.sim.run import simulate
     from psdsim.sim.scenario import PATH_FIELDS
 
@@ -81,12 +82,12 @@ def _simulate_and_write(args: argparse.Namespace, s: Any, trace: Path | None, ou
             sys.stdout.write(summary_json(result.summary))
         print(f"psdsim: error: {nothing_fits({s.method: result}, s)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if trace is not None:
-        guarded_write(trace, lambda: write_trace(result, trace), "--trace",
-                      "choose a writable file with --trace FILE")
     where = None
-    if out is not None:
-        where = str(guarded_write(out, lambda: write_result(result, out, plots=args.plots))) + "/"
+    # all or none: the timeline is staged first and renamed in only once the results folder is
+    traced = [] if trace is None else [("--trace", trace, trace_json(result))]
+    with staged_files(traced):
+        if out is not None:
+            where = str(guarded_write(out, lambda: write_result(result, out, plots=args.plots))) + "/"
     if args.json:
         sys.stdout.write(summary_json(result.summary))
     else:

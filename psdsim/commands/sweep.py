@@ -67,14 +67,14 @@ def _work(design: Any, workers: int, out: Path) -> Work:
 
 
 def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: str) -> list[Path]:
-    from psdsim.sim.output.results import write_file
+    from psdsim.sim.output.results import remove_own_file, write_file
+    from psdsim.studies.sweep import FIGURES, sweep_files
     from psdsim.studies.sweep_figures import sweep_figures
 
-    folder = out / "figures"
-    if folder.is_dir():
-        for old in folder.iterdir():
-            if old.suffix in (".png", ".svg"):
-                old.unlink()
+    folder = out / FIGURES
+    for old in sweep_files(out):   # the last run's figures (only psdsim's: the sweep checked them)
+        if old.parent == folder:
+            remove_own_file(old)
     ok = [r for r in rows if r["status"] == "ok"]
     if ok and "k" in swept and "m" in swept and metric not in ok[0]:
         print(f"psdsim: warning: --metric {metric!r} is not a column of the results; no heat map "

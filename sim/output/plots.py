@@ -116,10 +116,10 @@ def figure_legend(fig: Any, **options: Any) -> Any:
     return fig.legend(handles.values(), handles.keys(), loc="outside right center", fontsize=8, **options)
 
 
-# Every figure names psdsim in its metadata (near the file's start), which is how a later run knows
-# the file is its own to replace (sim.results.check_output_file); SVGs and PDFs carry no date, and
-# SVG ids are salted with a fixed string (matplotlib salts them at random), so that the same
-# figure always gives the same bytes.
+# Every figure names psdsim in its metadata (a later run knows its own files by the record written
+# beside them, sim.output.results.record_file, not by this); SVGs and PDFs carry no date, and SVG ids
+# are salted with a fixed string (matplotlib salts them at random), so that the same figure always
+# gives the same bytes.
 FIGURE_METADATA = {"png": {"Software": "psdsim"}, "svg": {"Date": None, "Creator": "psdsim"},
                    "pdf": {"Creator": "psdsim", "CreationDate": None}}
 FIGURE_SETTINGS = {"svg.hashsalt": "psdsim"}

@@ -28,7 +28,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,13 +45,10 @@ except ImportError:   # not POSIX: writes are not locked
     fcntl = None  # type: ignore[assignment]
 
 MARKER = ".psdsim-results.json"
-# The bytes by which psdsim recognises a single file it wrote, near its start: a profile's format
-# key, a timeline's psdsim_version, the creator metadata of a PNG, SVG or PDF figure, validate's
-# JUnit suite. Such a file may be replaced by a later run; any other may not (a user's file that
-# merely mentions psdsim is not one of ours).
-OWN_FILE_SIGNATURES = (b'"format": "psdsim-profile"', b'{"otherData":{"psdsim_version"',
-                       b"Software\x00psdsim", b"<dc:title>psdsim</dc:title>", b"/Creator (psdsim)",
-                       b'<testsuite name="psdsim validate"')
+# The hidden record beside a single file psdsim wrote (`.NAME.psdsim.json`): its size and sha256,
+# renamed into place with it. A later run replaces the file only while it still holds those bytes:
+# a file without a record (a user's, whatever it mentions) or one edited since is refused.
+RECORD_SUFFIX = ".psdsim.json"
 # The marker's file list of a folder a command fills file by file and never empties (validate):
 # the same command may write into it again, overwriting only the names it writes, as long as each
 # file the marker's `written` records (size and sha256, noted as it was written) is unchanged.
@@ -135,44 +132,101 @@ def csv_parts(columns: Mapping[str, np.ndarray]) -> Iterator[str]:
 
 
 def write_file(path: Path, content: str | bytes, option: str = "--out") -> Path:
-    """Write one file atomically: a temporary file beside it, then a rename, under its lock
-    (output_lock; a no-op where the caller holds it). Returns `path` as given."""
-    path = Path(path)
-    with output_lock(path, option):
-        real = _placed(path)
-        tmp = _stage(real, content)
-        try:
-            os.replace(tmp, real)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _record(real, content)
-    return path
+    """Write one file atomically (staged_files): a temporary file beside it, then a rename, under
+    its lock (output_lock; a no-op where the caller holds it). An existing file there is replaced
+    only when psdsim can show it wrote it (check_output_file's rule). Returns `path` as given."""
+    with staged_files([(option, Path(path), content)]):
+        pass
+    return Path(path)
 
 
 def write_files(files: Sequence[tuple[str, Path, str | bytes]]) -> None:
-    """Write several files as one (option, path, content): all are staged beside their places
-    first and renamed into place only once every one is staged, so a file that cannot be written
-    (a --plot folder that is a file) leaves none of them written. An OSError names its option."""
-    staged: list[tuple[Path, Path]] = []
+    """Write several files as one (option, path, content): all or none (staged_files)."""
+    with staged_files(files):
+        pass
+
+
+@dataclass
+class _Staged:
+    """One file staged beside its place: its temporary file, that of its record (None inside a
+    claimed folder, whose marker records it), and the size and sha256 of what it holds."""
+
+    real: Path
+    tmp: Path
+    record_tmp: Path | None
+    entry: dict[str, Any]
+
+    def discard(self) -> None:
+        for tmp in (self.tmp, self.record_tmp):
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)   # one already renamed into place is gone: a no-op
+
+
+@contextlib.contextmanager
+def staged_files(files: Sequence[tuple[str, Path, str | bytes]]) -> Iterator[None]:
+    """Stage `files` (option, path, content) beside their places on entry, and rename every one
+    into place only when the block ends without an error: a command with several outputs (a
+    results folder written inside the block, a --plot folder that is a file, a full disk) leaves
+    all of them written or none. Each place is locked for the block, and an existing file is
+    replaced only when psdsim wrote it and it is unchanged; an OSError names its option."""
+    staged: list[_Staged] = []
     with output_locks([(option, Path(path)) for option, path, _ in files]):
         try:
             for option, path, content in files:
-                if Path(path).is_dir():   # a rename over a folder fails only once others are in place
-                    raise _refuse(option, Path(path), "is a folder")
-                try:
-                    real = _placed(Path(path))
-                    staged.append((_stage(real, content), real))
-                except OSError as exc:
-                    raise ScenarioError(option, f"cannot write {str(path)!r} ({exc.strerror or exc})",
-                                        f"choose a writable file with {option} FILE") from None
-            for (tmp, real), (_, _, content) in zip(staged, files, strict=True):
-                os.replace(tmp, real)
-                _record(real, content)
+                staged.append(_stage_file(option, Path(path), content))
+            yield
+            for item, (option, path, _) in zip(staged, files, strict=True):
+                with _naming(option, Path(path)):
+                    _put_in_place(item)
         except BaseException:
-            for tmp, _ in staged:
-                tmp.unlink(missing_ok=True)   # a temporary already renamed into place is gone: a no-op
+            for item in staged:
+                item.discard()
             raise
+
+
+@contextlib.contextmanager
+def _naming(option: str, path: Path) -> Iterator[None]:
+    """An OSError in the block (a full disk, a read-only folder) as one line naming `option`."""
+    try:
+        yield
+    except OSError as exc:
+        raise ScenarioError(option, f"cannot write {str(path)!r} ({exc.strerror or exc})",
+                            f"free some space, or choose a writable place with {option}") from None
+
+
+def _stage_file(option: str, path: Path, content: str | bytes) -> _Staged:
+    """`content` staged beside the place of `path`, with its record, once that place is found to
+    be new or a file psdsim may replace."""
+    real = _placed(path)
+    if real.is_dir() and not real.is_symlink():   # a rename over a folder fails only once others are in place
+        raise _refuse(option, path, "is a folder")
+    _refuse_unless_ours(real, path, option)
+    entry = _entry(content)
+    with _naming(option, path):
+        tmp = _stage(real, content)
+        try:
+            record_tmp = None if _claimed_folder(real) else _stage(
+                record_file(real), json.dumps(entry) + "\n", _staging_prefix(real))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    return _Staged(real, tmp, record_tmp, entry)
+
+
+def _put_in_place(item: _Staged) -> None:
+    """Rename a staged file and its record into place (or note it in its claimed folder's marker).
+    The record goes first: a writer killed between the two renames leaves a new file absent, not
+    present without a record (which a later run would refuse, as a resumed sweep's run files)."""
+    if item.record_tmp is not None:
+        os.replace(item.record_tmp, record_file(item.real))
+    os.replace(item.tmp, item.real)
+    if item.record_tmp is None:
+        _record(item.real, item.entry)
+
+
+def record_file(real: Path) -> Path:
+    """The hidden record (size and sha256) of the single file `real` that psdsim wrote."""
+    return real.parent / f".{real.name}{RECORD_SUFFIX}"
 
 
 def _placed(path: Path) -> Path:
@@ -181,10 +235,11 @@ def _placed(path: Path) -> Path:
     return path.parent.resolve() / path.name
 
 
-def _stage(path: Path, content: str | bytes) -> Path:
-    """`content` in a temporary file beside `path` (its folder made if missing), to rename over it."""
+def _stage(path: Path, content: str | bytes, prefix: str | None = None) -> Path:
+    """`content` in a temporary file beside `path` (its folder made if missing), to rename over it;
+    `prefix` names it as staging of another destination (a record, cleared with its file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_staging_prefix(path), dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=prefix or _staging_prefix(path), dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(content.encode("utf-8") if isinstance(content, str) else content)
@@ -248,6 +303,7 @@ def output_lock(path: Path, option: str = "--out") -> Iterator[Path]:
     if fcntl is None or _covering(real) is not None:
         yield real
         return
+    _check_umask(Path(path))
     with _sigterm_raises():
         lock = _acquire(real, Path(path), option)
         _HELD[real] = lock
@@ -272,38 +328,47 @@ def output_locks(outputs: Sequence[tuple[str, Path | None]]) -> Iterator[None]:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM while psdsim writes, raised where the process is, as Ctrl-C raises
-    KeyboardInterrupt: the staging is removed and the lock let go on the way out, and the CLI
-    exits with SIGTERM's conventional code."""
+    """SIGTERM (or SIGHUP, what a closed terminal sends, or SIGQUIT) while psdsim writes, raised
+    where the process is, as Ctrl-C raises KeyboardInterrupt: the staging is removed and the lock
+    let go on the way out, and the CLI exits with the signal's conventional code, 128 + its number."""
 
-    exit_code = 143
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum
+
+
+# The signals that end psdsim cleanly while it writes (those a platform lacks are skipped).
+_ENDING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT")
+                        if hasattr(signal, name))
 
 
 @contextlib.contextmanager
 def _sigterm_raises() -> Iterator[None]:
-    """While the first lock is held, SIGTERM raises Terminated in this process (only the main
-    thread may set a handler; a lock taken inside another one leaves it as it is)."""
+    """While the first lock is held, SIGTERM, SIGHUP and SIGQUIT raise Terminated in this process
+    (only the main thread may set a handler; a lock taken inside another one leaves them as they are)."""
     if _HELD or threading.current_thread() is not threading.main_thread():
         yield
         return
     owner = os.getpid()
 
     def terminate(signum: int, frame: Any) -> None:
-        if os.getpid() != owner:   # a worker forked meanwhile: die as SIGTERM would have it
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+        if os.getpid() != owner:   # a worker forked meanwhile: die as the signal would have it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
             return
-        raise Terminated
+        raise Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous = {signum: signal.signal(signum, terminate) for signum in _ENDING_SIGNALS}
     try:
         yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 
 def _acquire(real: Path, given: Path, option: str) -> _Lock:
+    _refuse_if_inside_a_locked_folder(real, given, option)
     made = _make_folders(real.parent, given, option)
     try:
         fd = _locked_fd(lock_file(real), given, option)
@@ -313,12 +378,36 @@ def _acquire(real: Path, given: Path, option: str) -> _Lock:
     lock = _Lock(fd, lock_file(real), made)
     try:
         _clear_stale(real, _holder(fd).get("mark"))
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "mark": _MARK}).encode() + b"\n", 0)
+        with _naming(option, given):   # a full disk has no room even for the lock's few bytes
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "mark": _MARK}).encode() + b"\n", 0)
     except BaseException:
         _release(lock)
         raise
     return lock
+
+
+def _refuse_if_inside_a_locked_folder(real: Path, given: Path, option: str) -> None:
+    """Refuse a destination inside a folder another psdsim is writing: that writer replaces its
+    folder whole, or checked it before it began, so anything written into it meanwhile would be
+    lost or never checked. A lock file is probed with a shared lock, which fails while its
+    holder has it."""
+    for folder in real.parents:
+        if not folder.name or _covering(folder) is not None:
+            continue
+        try:
+            fd = os.open(lock_file(folder), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:   # none there (or none readable): nobody writes that folder
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            pid = _holder(fd).get("pid", "unknown")
+            raise ScenarioError(option, f"{str(given)!r} lies in {str(folder)!r}, which another psdsim "
+                                f"(pid {pid}) is writing", f"wait for it to finish, or choose another "
+                                f"{option} outside that folder") from None
+        finally:
+            os.close(fd)
 
 
 def _locked_fd(path: Path, given: Path, option: str) -> int:
@@ -464,8 +553,12 @@ def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> 
         raise _refuse(option, given, "is the working directory or holds it")
     if given.is_symlink() or (out.exists() and not out.is_dir()):
         raise _refuse(option, given, "is an existing file")
-    if not out.exists():
-        return
+    if out.exists():
+        _check_contents(out, given, command, option)
+
+
+def _check_contents(out: Path, given: Path, command: str, option: str) -> None:
+    """check_results_folder's rule on the existing folder `out` (named `given` in a refusal)."""
     files, folders = _contents(out)
     if not files and not folders:
         return
@@ -478,14 +571,14 @@ def check_results_folder(out_dir: Path, command: str, option: str = "--out") -> 
     listed = marker["files"]
     if listed == INCREMENTAL:   # never emptied: only what it wrote, and may write again, must be intact
         written = marker.get("written") if isinstance(marker.get("written"), dict) else {}
-        _refuse_any(option, given, "files changed since psdsim wrote them", _changed(out, files, written))
+        _refuse_changed(out, given, option, files, written)
         return
     if not isinstance(listed, dict):
         raise _refuse(option, given, "was written by an earlier psdsim whose marker records no sizes or "
                                      "hashes, so nothing proves which of its files are psdsim's")
     holding = {parent.as_posix() for name in listed for parent in Path(name).parents}
     _refuse_any(option, given, "files psdsim did not write", files - set(listed) - {MARKER})
-    _refuse_any(option, given, "files changed since psdsim wrote them", _changed(out, files, listed))
+    _refuse_changed(out, given, option, files, listed)
     _refuse_any(option, given, "folders psdsim did not make", {f"{n}/" for n in folders - holding})
 
 
@@ -494,9 +587,13 @@ def _refuse_any(option: str, out: Path, why: str, names: set[str]) -> None:
         raise _refuse(option, out, f"holds {why} ({', '.join(sorted(names)[:3])})")
 
 
-def _changed(out: Path, files: set[str], record: Mapping[str, Any]) -> set[str]:
-    """The files present that `record` lists but that no longer hold what it recorded."""
-    return {name for name in files & set(record) if not _matches(out / name, record[name])}
+def _refuse_changed(out: Path, given: Path, option: str, files: set[str], record: Mapping[str, Any]) -> None:
+    """Refuse the files present that `record` lists but that no longer hold what it recorded; one
+    psdsim cannot read is named as such (it may be unchanged, but nothing shows it)."""
+    changed = {name for name in files & set(record) if not _matches(out / name, record[name])}
+    unreadable = {name for name in changed if not os.access(out / name, os.R_OK)}
+    _refuse_any(option, given, "files psdsim cannot read, so nothing shows it wrote them", unreadable)
+    _refuse_any(option, given, "files changed since psdsim wrote them", changed)
 
 
 def _contents(out: Path) -> tuple[set[str], set[str]]:
@@ -550,30 +647,92 @@ def check_no_clash(outputs: Sequence[tuple[str, Path]], inputs: Sequence[Path | 
                                     f"write {option} somewhere else")
 
 
-def check_output_file(path: Path, option: str, signatures: tuple[bytes, ...] = OWN_FILE_SIGNATURES,
+def check_output_file(path: Path, option: str, signatures: tuple[bytes, ...] = (),
                       head: int | None = 4096) -> None:
-    """Refuse (ScenarioError) to overwrite an existing file that psdsim did not write (its first
-    and last `head` bytes hold none of `signatures`: by default psdsim's own; a CSV passes its
-    header row; a PDF names its creator in the trailer at its end), a folder, a link, or what is
-    not a regular file."""
+    """Refuse (ScenarioError) a folder, a link or what is not a regular file as the single-file
+    output `path`, and an existing file that psdsim cannot show it wrote: one with no record beside
+    it (record_file), or one changed since (its size or sha256 differ from the record's). Inside a
+    folder claimed for file-by-file writing, that folder's marker is the record. `signatures`
+    admits files another program writes for psdsim (the engine's traces, written by torch), found
+    by their first and last `head` bytes (None: the whole file)."""
     path = Path(path)
     real = landing(path, option)
     if path.is_symlink() or real.is_dir():
         raise _refuse(option, path, "is a folder or a link")
     if real.exists() and not real.is_file():   # a pipe or a device: reading its head would block
         raise _refuse(option, path, "is not a regular file")
-    if real.exists():
+    if real.exists() and not (signatures and _signed(real, path, option, signatures, head)):
+        _refuse_unless_ours(real, path, option)
+
+
+def _signed(real: Path, path: Path, option: str, signatures: tuple[bytes, ...], head: int | None) -> bool:
+    """Whether the file `real` holds one of `signatures` in its first or last `head` bytes."""
+    try:
+        with real.open("rb") as fh:   # head=None: the whole file (a signature written late)
+            start = fh.read(-1 if head is None else head)
+            if head is not None and fh.seek(0, os.SEEK_END) > head:
+                fh.seek(max(head, fh.tell() - head))
+                start += fh.read()
+    except OSError as exc:
+        raise ScenarioError(option, f"cannot read {str(path)!r} ({exc.strerror or exc})",
+                            "choose another file") from None
+    return any(signature in start for signature in signatures)
+
+
+def _refuse_unless_ours(real: Path, path: Path, option: str) -> None:
+    """Refuse to replace the file at `real` (if any) unless its record shows psdsim wrote it."""
+    if not (real.exists() or real.is_symlink()):
+        return
+    why = _not_ours(real)
+    if why is not None:
+        raise ScenarioError(option, f"{str(path)!r} {why}; psdsim never deletes or overwrites what it "
+                            "did not write", f"choose another file with {option} (or remove that one "
+                            "yourself)")
+
+
+def is_own_file(real: Path) -> bool:
+    """Whether psdsim may replace or delete the existing file `real`: its record shows it wrote
+    these very bytes."""
+    return _not_ours(real) is None
+
+
+def remove_own_file(real: Path) -> None:
+    """Delete the file `real` and its record, if it is there and psdsim wrote it (is_own_file)."""
+    if (real.exists() or real.is_symlink()) and is_own_file(real):
+        real.unlink()
+        record_file(real).unlink(missing_ok=True)
+
+
+def _not_ours(real: Path) -> str | None:
+    """Why the existing file `real` is not one psdsim may replace, or None when it is."""
+    if real.is_symlink() or not real.is_file():
+        return "is a link or not a regular file"
+    claimed = _claimed_folder(real)
+    if claimed is not None:   # its marker records it; what earlier versions wrote there recorded nothing
+        entry = claimed[1].get(real.relative_to(claimed[0]).as_posix())
+    else:
         try:
-            with real.open("rb") as fh:   # head=None: the whole file (a signature written late)
-                start = fh.read(-1 if head is None else head)
-                if head is not None and fh.seek(0, os.SEEK_END) > head:
-                    fh.seek(max(head, fh.tell() - head))
-                    start += fh.read()
-        except OSError as exc:
-            raise ScenarioError(option, f"cannot read {str(path)!r} ({exc.strerror or exc})",
-                                "choose another file") from None
-        if not any(signature in start for signature in signatures):
-            raise _refuse(option, path, "is an existing file psdsim did not write")
+            entry = json.loads(record_file(real).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return ("is an existing file psdsim did not write (or wrote before it kept a record "
+                    "of its files)")
+        except (OSError, UnicodeDecodeError, ValueError):
+            entry = {}
+    if entry is None or _matches(real, entry):
+        return None
+    if not os.access(real, os.R_OK):
+        return "cannot be read, so nothing shows psdsim wrote it"
+    return "has changed since psdsim wrote it"
+
+
+def _claimed_folder(real: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The folder claimed for file-by-file writing (claim_folder) that holds `real`, and the
+    record of what was written there, or None."""
+    lock = _covering(real)
+    for folder, (_, written) in (lock.claimed.items() if lock is not None else ()):
+        if folder in real.parents:
+            return folder, written
+    return None
 
 
 def claim_folder(out_dir: Path, command: str, option: str = "--out") -> Path:
@@ -596,13 +755,13 @@ def claim_folder(out_dir: Path, command: str, option: str = "--out") -> Path:
     return out_dir
 
 
-def _record(real: Path, content: str | bytes) -> None:
-    """Note in the marker of a claimed folder holding `real` (just written) what it holds, so
-    that a later run can tell it from a file the user has edited since."""
+def _record(real: Path, entry: dict[str, Any]) -> None:
+    """Note in the marker of a claimed folder holding `real` (just written) its size and sha256
+    (`entry`), so that a later run can tell it from a file the user has edited since."""
     lock = _covering(real)
     for folder, (command, written) in (lock.claimed.items() if lock is not None else ()):
         if folder in real.parents and real != folder / MARKER:
-            written[real.relative_to(folder).as_posix()] = _entry(content)
+            written[real.relative_to(folder).as_posix()] = entry
             _write_claim(folder, command, written)
 
 
@@ -631,7 +790,7 @@ def write_folder(out_dir: Path, files: Mapping[str, str | bytes | Mapping[str, n
             marker = {"command": command, "files": written}
             (tmp / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
             _follow_umask(tmp)
-            _swap_in(tmp, out)
+            _swap_in(tmp, out, lambda aside: _check_contents(aside, Path(out_dir), command, option))
         except BaseException:
             _remove(tmp)
             raise
@@ -652,12 +811,13 @@ def _write_recorded(path: Path, content: str | bytes | Mapping[str, np.ndarray])
     return {"size": size, "sha256": digest.hexdigest()}
 
 
-def _swap_in(tmp: Path, out: Path) -> None:
+def _swap_in(tmp: Path, out: Path, check: Callable[[Path], None]) -> None:
     """Rename the staged folder `tmp` to `out`, setting aside the folder it replaces until the new
     one is in place: a rename that fails (a read-only folder) puts the old one back and leaves
-    nothing beside it."""
+    nothing beside it. The folder set aside is checked again (`check`, which raises) before it is
+    deleted: what appeared in it, or made it, while the new one was staged is put back, untouched."""
     if not out.exists():
-        os.replace(tmp, out)
+        os.replace(tmp, out)   # fails, rather than replaces, where a folder with files appeared meanwhile
         return
     aside = Path(tempfile.mkdtemp(prefix=_staging_prefix(out), dir=out.parent))
     try:
@@ -666,12 +826,23 @@ def _swap_in(tmp: Path, out: Path) -> None:
         aside.rmdir()
         raise
     try:
+        check(aside / out.name)
         os.replace(tmp, out)
     except BaseException:
         os.replace(aside / out.name, out)
         aside.rmdir()
         raise
     _remove(aside)
+
+
+def _check_umask(given: Path) -> None:
+    """Refuse, before any work, a umask that takes the owner's write or search permission off
+    what psdsim makes: its staging folders could not be filled, renamed or replaced."""
+    mask = _umask()
+    if mask & 0o300:
+        raise ScenarioError("umask", f"{mask:03o} takes your own write or search permission off the files "
+                            f"and folders psdsim makes, so it could not write {str(given)!r}",
+                            "run psdsim under a umask that keeps them, e.g. `umask 022`")
 
 
 def _umask() -> int:

@@ -107,7 +107,6 @@ def trace_document(result: Result) -> dict[str, Any]:
             row = rows[args["step"]]
             args = {**args, **{key: row[col] for key, col in OUTCOME.items()}}
         events.append(_event(sl.name, sl.cat, tids[sl.track], sl.start_s, sl.end_s, args))
-    # otherData first: it names psdsim near the file's start (sim.results.check_output_file)
     return {"otherData": {
         "psdsim_version": _version(), "scenario": s.name, "method": s.method, "seed": s.seed,
         "scenario_digest": s.digest(), "makespan_s": result.summary["makespan_s"], "notes": list(NOTES)},
@@ -124,7 +123,13 @@ def _version() -> str:
         return "unknown"
 
 
-def write_trace(result: Result, path: Path | str) -> Path:
-    """Write the run's trace-event JSON to `path` atomically."""
-    text = json.dumps(trace_document(result), separators=(",", ":"), allow_nan=False)
-    return write_file(Path(path), text + "\n")
+def trace_json(result: Result) -> str:
+    """The run's trace-event JSON, as write_trace writes it."""
+    return json.dumps(trace_document(result), separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def write_trace(result: Result, path: Path | str, option: str = "path") -> Path:
+    """Write the run's trace-event JSON to `path` atomically. An existing file there is replaced
+    only when psdsim wrote it and it is unchanged (write_file), as write_result replaces only
+    its own folder: ScenarioError naming `option` otherwise."""
+    return write_file(Path(path), trace_json(result), option)
