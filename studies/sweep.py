@@ -8,6 +8,8 @@ The folder DIR holds:
   results.csv   one row per distinct run, in design order, rebuilt from runs/ (and results.parquet
                 where pyarrow is installed); no wall-clock times, so reruns give identical tables
   figures/      throughput vs rate per method, and heat maps over (k, m), when those fields vary
+Each of these files has its hidden record beside it (sim.output.results.record_file), and a sweep
+replaces or deletes only those whose record shows it wrote them, unchanged.
 """
 
 from __future__ import annotations

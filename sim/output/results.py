@@ -8,7 +8,8 @@ psdsim never deletes or overwrites what it did not write. A results folder carri
 the same command may replace that folder only while every file in it is one the marker lists, byte
 for byte, and every folder in it holds one of them: an existing file, a file or folder the user
 added or a file the user edited, the working directory or a folder above it are refused before any
-work is written.
+work is written. A single file psdsim writes has a hidden record beside it (record_file: its size
+and sha256), and is replaced only while it still holds those bytes.
 
 Each write holds a lock on its destination (output_lock) from its checks to its last rename, so
 that two psdsim processes never write one place at once; the lock file records the holder's pid
