@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(_module(args.command).run(args))
     except SystemExit as exc:   # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
-    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM while writing (exit 143)
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM, SIGHUP, SIGQUIT while writing
         print("psdsim: interrupted; nothing was written", file=sys.stderr)
         return interrupted_exit(exc)
     except Exception as exc:
