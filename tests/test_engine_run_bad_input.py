@@ -130,6 +130,7 @@ def test_a_trace_folder_takes_its_own_traces_again(tmp_path, capsys, monkeypatch
     for _ in range(2):   # the second run replaces what the first wrote: JSONL and Kineto traces
         assert main([*TINY, "--trace-dir", "runs", "--profile"]) == 0, capsys.readouterr().err[-2000:]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        ".reference_psd_k2_m2.jsonl.psdsim.json",   # the JSONL's record (psdsim writes it; torch the rest)
         "notes.txt", "reference_psd_k2_m2.jsonl", "reference_psd_k2_m2_driver.pt.trace.json",
         "reference_psd_k2_m2_verifier.pt.trace.json"]
 
