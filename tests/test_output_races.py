@@ -81,6 +81,13 @@ def test_a_destination_inside_a_folder_another_psdsim_writes_is_refused(capsys, 
 # ---------------------------------------------------------------------------------------------
 # A single file: replaced only when its record shows psdsim wrote it, unchanged
 
+def test_a_file_made_where_the_trace_goes_while_the_run_writes_is_kept(capsys, monkeypatch, tmp_path):
+    _staging_then(monkeypatch, lambda: Path("tl.json").write_text("my only copy"))
+    err = _refused(capsys, ["run", *FAST, "--trace", "tl.json", "--out", "res"])
+    assert "'tl.json' is an existing file psdsim did not write" in err
+    assert (tmp_path / "tl.json").read_text() == "my only copy"
+
+
 def test_a_file_that_merely_names_a_psdsim_signature_is_kept(capsys, tmp_path):
     notes = tmp_path / "notebook.txt"
     notes.write_text('Lab notebook: grep for {"otherData":{"psdsim_version" and <testsuite name="psdsim '

@@ -176,6 +176,8 @@ def staged_files(files: Sequence[tuple[str, Path, str | bytes]]) -> Iterator[Non
             for option, path, content in files:
                 staged.append(_stage_file(option, Path(path), content))
             yield
+            for item, (option, path, _) in zip(staged, files, strict=True):   # what appeared meanwhile
+                _refuse_unless_ours(item.real, Path(path), option)
             for item, (option, path, _) in zip(staged, files, strict=True):
                 with _naming(option, Path(path)):
                     _put_in_place(item)
