@@ -107,8 +107,9 @@ def summary_md() -> str:
              "`psdsim run` writes these to `summary.json` (and prints them with `--json`); sweeps and plans "
              "flatten them into columns (`latency_ms_p99`, `kv_pool_blocks_drafter`). Fractions are in "
              "[0, 1]; `null` where a metric does not apply to the method or nothing was counted (no SLO "
-             "set, no decode step), and no figure is ever NaN or infinite: a run where one would be, or "
-             "whose makespan passes the 1e9 s the simulated clock resolves, is refused by name "
+             "set, no decode step), and no figure is ever NaN or infinite: a run where one would be, "
+             "whose makespan passes the 1e9 s the simulated clock resolves, or whose steps took under a "
+             "nanosecond each (work priced at nothing: no hardware steps that fast) is refused by name "
              "(`psdsim: error: summary: …`, exit 2) and nothing is written. Keys ending in `_ms` with "
              f"percentiles hold {', '.join(PERCENTILES)}. The paper's definitions (throughput, E2EL, VSR, "
              "parallelization rate) follow MineDraft's analysis scripts (docs/design.md §4).", 100), "",

@@ -399,7 +399,30 @@ def valid_figures(s: Scenario, summary: dict[str, Any]) -> dict[str, Any]:
         raise ScenarioError("summary", f"makespan_s {makespan:.3g} s from {_inputs(s)} is past the "
                             f"{MAX_SPAN_S:g} s within which the simulated clock (a float64) resolves a "
                             "tenth of a microsecond: its step times are lost to rounding", fix)
+    _check_steps_took_time(s, summary, fix)
     return summary
+
+
+# The shortest time an engine step can take: a nanosecond, the finest any trace times, and far
+# below a GPU kernel launch (microseconds); a run faster than that per step measured nothing.
+MIN_STEP_S = 1e-9
+
+
+def _check_steps_took_time(s: Scenario, summary: dict[str, Any], fix: str) -> None:
+    """A run that took steps (emitted tokens) in no time, or in less than a nanosecond a step,
+    priced its work at nothing: its throughput is infinite or absurd and its latencies 0."""
+    steps = sum(summary.get(key) or 0 for key in ("decode_steps", "mixed_steps", "prefill_steps"))
+    if not steps:
+        return
+    latency = summary.get("latency_ms") or {}
+    timed = [("makespan_s", summary["makespan_s"], steps * MIN_STEP_S)]
+    if isinstance(latency.get("mean"), float):
+        timed.append(("latency_ms.mean", latency["mean"], MIN_STEP_S * 1e3))
+    for name, value, least in timed:
+        if value < least:
+            raise ScenarioError("summary", f"{name} {value:.3g} from {_inputs(s)} means its {steps:,} "
+                                f"steps took under {MIN_STEP_S:g} s each: no hardware runs a step that "
+                                "fast, so its costs are no measurement", fix)
 
 
 def infeasible_summary(s: Scenario, reason: str, gpus: int) -> dict[str, Any]:

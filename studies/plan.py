@@ -222,6 +222,16 @@ class RateSearch:
     runs: dict[float, dict[str, Any]] = field(default_factory=dict)
 
 
+def _first_guess(offline: dict[str, Any], rate_min: float, rate_max: float) -> float:
+    """Half the offline capacity (requests over the offline makespan), within the search's
+    bounds; a run that took no time (no step ran: every request refused) names no capacity, so
+    the search starts at the top."""
+    makespan = offline["makespan_s"]
+    if makespan <= 0:
+        return rate_max
+    return min(max(offline["requests"] / makespan / 2, rate_min), rate_max)
+
+
 def max_rate(s: Scenario, objectives: Mapping[str, float], *, rate_min: float = 0.05,
              rate_max: float = 1000.0, tolerance: float = 0.05,
              run: Callable[[Scenario], dict[str, Any]] | None = None,
@@ -240,7 +250,7 @@ def max_rate(s: Scenario, objectives: Mapping[str, float], *, rate_min: float = 
     offline = run(s.replace(rate=None))  # capacity guess: requests over the offline makespan
     if not offline.get("fits"):
         return RateSearch(None, None, None, violations(offline, objectives, defaults), runs)
-    guess = min(max(offline["requests"] / offline["makespan_s"] / 2, rate_min), rate_max)
+    guess = _first_guess(offline, rate_min, rate_max)
     lo: float | None = None
     hi: float | None = None
     rate = guess

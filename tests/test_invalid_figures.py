@@ -13,7 +13,7 @@ from psdsim.sim.costs import ConstantCost
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.metrics import valid_figures
 from psdsim.sim.output.results import write_file
-from psdsim.sim.profile import MAX_COEF_S, Profile, Term
+from psdsim.sim.profile import FEATURES, MAX_COEF_S, Profile, Term
 from psdsim.sim.run import compare_methods, simulate
 from psdsim.sim.scenario import Scenario, load_scenario
 
@@ -97,4 +97,26 @@ def test_figures_that_do_not_apply_stay_none_and_pass() -> None:
 def test_a_nested_figure_is_named_by_its_path() -> None:
     summary = {"makespan_s": 1.0, "latency_ms": {"mean": 1.0, "p50": math.nan}, "vsr": None}
     with pytest.raises(ScenarioError, match=r"summary: latency_ms\.p50 came out nan from the scenario's"):
+        valid_figures(Scenario(), summary)
+
+
+@pytest.mark.parametrize("coef", [0.0, 1e-300])
+def test_a_profile_that_prices_every_step_at_nothing_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], coef: float) -> None:
+    """Zero (or 1e-300) coefficients in every term printed a makespan and latencies of 0, or a
+    throughput of 1e302 tok/s, exit 0: a run whose steps took under a nanosecond each is refused."""
+    terms = {name: Term(name, (coef,) * len(features), 10, 0.01, None) for name, features in FEATURES.items()}
+    profile = write_file(tmp_path / "p0.json", Profile(terms).to_json())
+    sets = [*SMALL, f"profile={profile}"]
+    with pytest.raises(ScenarioError, match=r"^summary: makespan_s \S+ from .*p0\.json means its \d+ steps "
+                                            r"took under 1e-09 s each"):
+        simulate(load_scenario(overrides=sets))
+    assert main(["run", "--out", str(tmp_path / "r"), *(a for item in sets for a in ("--set", item))]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_zero_latencies_with_steps_are_refused() -> None:
+    summary = {"makespan_s": 1.0, "decode_steps": 4, "latency_ms": {"mean": 0.0}}
+    with pytest.raises(ScenarioError, match=r"^summary: latency_ms\.mean 0 from .* 4 steps took under"):
         valid_figures(Scenario(), summary)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.profile import FEATURES
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 from psdsim.studies.plan import configurations, load_plan, max_rate, violations
@@ -218,3 +219,25 @@ def test_the_default_plan_folder_for_plan_toml_has_no_doubled_word(
     (folder,) = (tmp_path / "results").iterdir()
     assert folder.name.startswith("plan-") and not folder.name.startswith("plan-plan-")
     assert len(folder.name) == len("plan-") + 8
+
+
+def test_a_profile_that_prices_work_at_nothing_is_one_line_not_a_crash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A profile of zero coefficients ran in no time and the rate search divided by its makespan
+    (ZeroDivisionError): now the run's summary is refused by name, and plan says so in one line."""
+    terms = {name: {"features": list(features), "coef": [0.0] * len(features)}
+             for name, features in FEATURES.items()}
+    (tmp_path / "p0.json").write_text(json.dumps({"format": "psdsim-profile", "version": 1, "terms": terms}))
+    plan = _plan(tmp_path, f'[base]\nrequests = 10\noutput_len = 16\nprofile = "{tmp_path / "p0.json"}"\n'
+                           '[space]\nk = [2, 3]\n[slo]\nlatency_p99_ms = 60000\n')
+    assert main(["plan", str(plan), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("psdsim: error: summary: makespan_s 0 ") and err.count("\n") == 1, err
+
+
+def test_a_run_that_took_no_time_starts_the_search_at_the_top() -> None:
+    """An offline run in which no step ran (makespan 0) names no capacity to halve."""
+    s = load_scenario(overrides=["requests=4", "output_len=8", "method=ar", "rate=1.0"])
+    summary = {"fits": True, "requests": 4, "makespan_s": 0.0, "latency_ms": {"p99": 1.0}}
+    found = max_rate(s, {"latency_p99_ms": 10.0}, rate_max=64.0, run=lambda sc: summary)
+    assert found.rate == 64.0 and found.failing_rate is None
