@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from psdsim.calibration.fit import MIN_SAMPLES, TermFit, acceptance_stats, fit_term
+from psdsim.calibration.fit import MIN_SAMPLES, TermFit, acceptance_stats, check_k, fit_term
 from psdsim.calibration.kineto import GZIP_MAGIC, read_kineto
 from psdsim.calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
 from psdsim.calibration.nsys import SQLITE_MAGIC, read_nsys
@@ -135,6 +135,7 @@ def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str |
     if not samples:
         why = ", ".join(f"{reason} ({n})" for reason, n in dropped.most_common(3)) or "no matching ranges"
         raise TraceError("traces", f"no usable samples: {why}")
+    check_k(samples)
 
     fits: dict[str, TermFit] = {}
     for term in TERMS:

@@ -29,6 +29,7 @@ from psdsim.sim.profile import (
     prefill_features,
     verify_features,
 )
+from psdsim.sim.scenario import MAX_K
 from scipy.optimize import nnls
 
 OUTLIER_SIGMAS = 5.0
@@ -190,6 +191,21 @@ def _missing_attr(name: str, s: StepSample) -> str:
     return ", ".join(gone) or "an attribute"
 
 
+def check_k(samples: list[StepSample]) -> None:
+    """A drafting or a verify pass (not one mixed with prompt tokens) with more draft tokens a
+    request than a scenario's k may be is a corrupt trace (its features would leave any profile's
+    ranges, and the per-token rate's bisection would sum that many powers): refused, naming where
+    the first came from."""
+    too_many = [s for s in samples if s.kind in ("draft", "verify") and not s.mixed and s.k > MAX_K]
+    if too_many:
+        s = too_many[0]
+        where = f" at {s.source}" if s.source else ""
+        raise TraceError("traces", f"{len(too_many)} {s.kind} samples have more than {MAX_K} draft tokens a "
+                         f"request (e.g. k={s.k:g}{where})",
+                         f"check the k= or proposed_len counts the trace records: psdsim simulates k up to "
+                         f"{MAX_K}")
+
+
 def acceptance_stats(samples: list[StepSample]) -> dict[str, float]:
     """Acceptance where verify samples carry it: VSR (accepted / proposed draft tokens), mean
     accepted per verified request, and the per-token acceptance rate a that gives that mean under
@@ -206,6 +222,7 @@ def acceptance_stats(samples: list[StepSample]) -> dict[str, float]:
         raise TraceError("traces", f"{len(impossible)} verify steps accepted more drafts than they proposed, "
                          f"or fewer than none (e.g. accepted={s.accepted:g} at batch={s.batch:g}, k={s.k:g})",
                          "check the accepted= and k= counts the trace records")
+    check_k(rows)
     accepted = sum(s.accepted for s in rows)
     proposed = sum(s.batch * s.k for s in rows)
     requests = sum(s.batch for s in rows)

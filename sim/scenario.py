@@ -458,7 +458,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           "path separators, leading dots or spaces)", f"write name = {safe!r}")
     _need(s.method in METHODS, "method", f"unknown method {s.method!r}",
           f"use one of: {', '.join(METHODS)}")
-    _in_range(s, "k", 1, 32)
+    _in_range(s, "k", 1, MAX_K)
     _in_range(s, "m", 1, 4096)
     _in_range(s, "extra", 0, 32)
     if s.method == "psd+tetris":
@@ -665,6 +665,8 @@ def warnings(s: Scenario) -> list[str]:
 # The longest arrival span a run may have: a float64 second count keeps steps of 1.2e-7 s at 1e9 s
 # (2^-53 relative); beyond it a step's duration starts to vanish into the clock's rounding.
 MAX_SPAN_S = 1e9
+# The most draft tokens a request may propose a step (k): beyond what any speculative decoder runs.
+MAX_K = 32
 
 # Analytic constants that only the roofline engine reads: an engine execution profile (sim/execution.py)
 # replaces them with its own per-kernel and framework terms.

@@ -127,6 +127,10 @@ CASES: dict[str, tuple[Callable[[Path], Path], str | None]] = {
         lambda d: minedraft(d, lambda rs: [r.update(accepted_num=1000, generated_num=1004)
                                            for r in _steps(rs)]),
         "accepted more drafts"),
+    "kineto: a proposal of 1e18 drafts (hung the per-token rate)": (
+        lambda d: kineto(d, " k=1000000000000000000 accepted=1"), "more than 32 draft tokens a request"),
+    "minedraft: a proposed_len of 2**63 (hung the per-token rate)": (
+        lambda d: minedraft(d, _set("proposed_len", 2**63)), "more than 32 draft tokens a request"),
     "nsys: an event type id that is text": (
         lambda d: nsys(d, "DROP TABLE ENUM_NSYS_EVENT_TYPE",
                        "CREATE TABLE ENUM_NSYS_EVENT_TYPE (id, name, label)",
