@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import stat
 from collections import Counter
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from psdsim.calibration.fit import MIN_SAMPLES, TermFit, acceptance_stats, check_k, fit_term
+from psdsim.calibration.fit import MIN_SAMPLES, RANGE_ATTRIBUTE, TermFit, acceptance_stats, check_k, fit_term
 from psdsim.calibration.kineto import GZIP_MAGIC, read_kineto
 from psdsim.calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
 from psdsim.calibration.nsys import SQLITE_MAGIC, read_nsys
@@ -26,7 +27,8 @@ from psdsim.calibration.phases import Built, TraceInfo
 from psdsim.calibration.ranges import AUTO_ORDER, parse_rules
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
-from psdsim.sim.profile import TERMS, Profile
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.profile import TERMS, Profile, profile_from_json
 
 SNIFF_BYTES = 1 << 20
 MINEDRAFT_KEYS = (b'"traces"', b'"start_us"', b'"is_prompt_run"')
@@ -163,7 +165,44 @@ def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str |
     }
     profile = Profile({name: f.term for name, f in fits.items()}, prov, acceptance_stats(samples),
                       tuple(notes))
+    _check_readable(profile, fits)
     return Calibration(profile, fits, samples, dropped, notes, traces)
+
+
+# Where the profile reader names a fitted term's value: terms.verify.coef[0], terms.comm.ranges.bytes[1].
+_TERM_VALUE = re.compile(r"terms\.(?P<term>\w+)\.(?P<part>coef|ranges)(\.(?P<var>\w+))?\[(?P<end>\d)\]")
+
+
+def _check_readable(profile: Profile, fits: dict[str, TermFit]) -> None:
+    """The profile as `psdsim run --profile` will read it, by the reader's own rules: one it
+    would refuse (a range of 1e300 tokens, a negative byte count, an hour per pass from a kernel
+    that started before the epoch) is never written; the error names the sample behind it."""
+    try:
+        profile_from_json(profile.to_json(), "the profile it would write")
+    except ScenarioError as exc:
+        raise TraceError("traces", f"{exc.problem}{_behind(exc.problem, fits)}",
+                         "remove the corrupt steps from the trace, or record it again") from None
+
+
+def _behind(problem: str, fits: dict[str, TermFit]) -> str:
+    """The sample that gave the refused value: the one at the refused end of a fitted range, or
+    the longest of a refused coefficient's fit."""
+    m = _TERM_VALUE.search(problem)
+    if m is None or m["term"] not in fits:
+        return ""
+    kept = fits[m["term"]].kept
+    if m["part"] == "coef":
+        s = max(kept, key=lambda s: s.duration_s)
+        return f", from the {m['term']} samples (the longest: {_where(s)}, {s.duration_s:.3g} s)"
+    low, high = fits[m["term"]].term.ranges[m["var"]]
+    value = high if m["end"] == "1" else low
+    attr = RANGE_ATTRIBUTE.get(m["var"], m["var"])
+    s = next((s for s in kept if getattr(s, attr) == value), None)
+    return "" if s is None else f", from the {m['term']} sample at {_where(s)}"
+
+
+def _where(s: StepSample) -> str:
+    return s.source or f"{s.start_s:.9g} s into the trace"
 
 
 def _check_finite(fits: dict[str, TermFit]) -> None:

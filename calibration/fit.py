@@ -37,7 +37,7 @@ OUTLIER_FLOOR = 0.02
 MAX_ROUNDS = 5
 FOLDS = 5
 MIN_SAMPLES = 3
-_RANGE_ATTR = {"bytes": "nbytes"}
+RANGE_ATTRIBUTE = {"bytes": "nbytes"}
 
 
 def _tokens(s: StepSample) -> float:
@@ -171,7 +171,7 @@ def fit_term(name: str, samples: list[StepSample], timing: str = "busy") -> Term
     kept = [s for s, k in zip(usable, mask, strict=True) if k]
     ranges = {}
     for var in RANGE_VARIABLES[name]:
-        attr = _RANGE_ATTR.get(var, var)
+        attr = RANGE_ATTRIBUTE.get(var, var)
         values = np.array([_tokens(s) if attr == "tokens" and name == "verify" else getattr(s, attr)
                            for s in kept], dtype=float)
         values = values[~np.isnan(values)]

@@ -131,6 +131,13 @@ CASES: dict[str, tuple[Callable[[Path], Path], str | None]] = {
         lambda d: kineto(d, " k=1000000000000000000 accepted=1"), "more than 32 draft tokens a request"),
     "minedraft: a proposed_len of 2**63 (hung the per-token rate)": (
         lambda d: minedraft(d, _set("proposed_len", 2**63)), "more than 32 draft tokens a request"),
+    "nsys: a range of 1e300 tokens (a profile psdsim refuses was written)": (
+        lambda d: nsys(d, "UPDATE NVTX_EVENTS SET text = replace(text, 'tokens=32 ', 'tokens=1e300 ')"),
+        "the profile it would write: terms.verify.ranges.tokens[1]: 1e+300 is outside [0, 1e+15], from the "
+        "verify sample at t.sqlite:psdsim:verify batch=8 tokens=1e300"),
+    "nsys: a kernel that started before the epoch (an hour per pass)": (
+        lambda d: nsys(d, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = -(1 << 62) WHERE rowid = 1"),
+        "the profile it would write: terms.verify.coef[0]"),
     "nsys: an event type id that is text": (
         lambda d: nsys(d, "DROP TABLE ENUM_NSYS_EVENT_TYPE",
                        "CREATE TABLE ENUM_NSYS_EVENT_TYPE (id, name, label)",
