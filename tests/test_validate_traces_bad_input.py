@@ -83,6 +83,7 @@ RECORDS = {   # case: (kind, edit, first record only, what the line says)
     "verify_len_zero": ("Step", _spec(verify_len=0), False, "exceeds verify_len 0"),
     # V8: request times
     "end_before_start": ("Request", lambda r: r.update(end_us=r["start_us"] - 1e6), False, "ends before"),
+    "zero_length_requests": ("Request", lambda r: r.update(end_us=r["start_us"]), False, "took no time ("),
     "end_us_nan": ("Request", _set(end_us=NAN), True, "end_us is nan"),
     "end_us_inf": ("Request", _set(end_us=INF), True, "end_us is inf"),
 }

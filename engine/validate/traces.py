@@ -302,6 +302,11 @@ def _check_records(path: Path, it: Iteration) -> None:
         if r.get("end_us") is not None and r["end_us"] < r["start_us"]:
             raise TraceError(_at(path, r), f"the request ends before it starts (end_us {r['end_us']:g} < "
                              f"start_us {r['start_us']:g})", CORRUPT)
+        if r.get("end_us") is not None and r["end_us"] == r["start_us"]:
+            # A finished request ran at least its prefill step, and decode steps took time: its
+            # latency of 0 would enter the measured E2EL and percentiles.
+            raise TraceError(_at(path, r), "the request took no time (end_us = start_us = "
+                             f"{r['start_us']:g}) while the run's steps took time", CORRUPT)
 
 
 def _check_iteration(folder: Path, s: Scenario, it: Iteration, where: str) -> None:
