@@ -162,13 +162,13 @@ def _bad(problem: str, path: str) -> ScenarioError:
 MAX_COEF_S = 3600.0
 COEF_WHY = " (seconds per unit: a fit is never negative, and no measured unit takes an hour)"
 # Contention and after-idle factors are ratios of two timings of the same work on the same
-# hardware (engine/validate/contention.py: concurrent or after idling, over alone back to back). A
-# slowdown, but a measured median can come out a little under 1 (timing noise, a busy neighbour
-# holding a shared clock up: measured 0.92 to 1.38): the same work never runs twice as fast
-# because something else shares the hardware, so below 0.5 is a corrupt file, not a measurement,
-# and would speed runs up in proportion. A hundred times slower is no slowdown of shared hardware
-# either, and would scale step times out of the clock's resolution.
-FACTOR_BOUNDS = (0.5, 100.0)
+# hardware (engine/validate/contention.py: concurrent or after idling, over alone back to back).
+# Slowdowns, but a measured median does come out under 1: 0.92 in tests/data/validate_small, 0.33
+# on a loaded shared machine, where other work slowed the "alone" timings. So [1, 100] would
+# refuse real measurements, validate's own profiles among them; ten times faster is past any such
+# noise, a corrupt file that would speed runs up as much. A hundred times slower is no slowdown of
+# shared hardware either, and would scale step times out of the clock's resolution.
+FACTOR_BOUNDS = (0.1, 100.0)
 # Range variables are sizes of a step (batch, k, tokens, cached tokens, bytes, positions): no
 # step comes near a thousand trillion of any, and a bound keeps the range warnings' figures finite.
 MAX_RANGE = 1e15
@@ -271,7 +271,7 @@ CONTENTION_KEYS = ("draft", "verify", "after_idle", "source")
 SIDES = ("draft", "verify")
 
 
-FACTOR_WHY = " (a slowdown of the same work: never twice as fast, never 100 times slower)"
+FACTOR_WHY = " (a slowdown of the same work: never 10 times faster, nor 100 times slower)"
 
 
 def _factor(value: Any, where: str, path: str) -> float:
