@@ -34,9 +34,10 @@ from typing import Any
 from psdsim.sim.costs import NO_CHUNKS, Chunks, OptionalCosts, StepCost, complete
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.layout import DEDICATED, layout_for
 from psdsim.sim.numbers import finite
 from psdsim.sim.overlap import idle_factor
-from psdsim.sim.scenario import MAX_SPAN_S
+from psdsim.sim.scenario import MAX_SPAN_S, catalog_for
 
 PROFILE_FORMAT = "psdsim-profile"
 PROFILE_VERSION = 1
@@ -483,6 +484,7 @@ class FittedCost(OptionalCosts):
         missing = [n for n in TERMS if n not in self.profile.terms]
         if missing:
             out.append(f"profile: no fitted {', '.join(missing)}; those costs are analytic estimates")
+        out += coefficient_notes(self.profile)
         for name, term in self.profile.terms.items():
             seen = self.seen[name]
             for i, var in enumerate(RANGE_VARIABLES[name]):
@@ -493,6 +495,21 @@ class FittedCost(OptionalCosts):
                     out.append(f"profile: {name} {var} {_num(seen.lo[i])}-{_num(seen.hi[i])} used, "
                                f"fitted on {_num(lo)}-{_num(hi)}: extrapolated")
         return out
+
+
+def coefficient_notes(profile: Profile) -> list[str]:
+    """What the run takes as 0 without a measurement saying so: the coefficients of features a
+    profile from an older psdsim does not list, and a term whose every coefficient is 0 (its
+    samples took no time: that work is free in the run)."""
+    out = []
+    for name, term in profile.terms.items():
+        unlisted = FEATURES[name][len(term.coef):]
+        if unlisted:
+            out.append(f"profile: {name} lists {len(term.coef)} of this psdsim's features (an older psdsim's "
+                       f"profile); {', '.join(unlisted)} count 0")
+        if not any(term.coef):
+            out.append(f"profile: every {name} coefficient is 0: that work costs nothing in this run")
+    return out
 
 
 def _num(x: float) -> str:
@@ -511,4 +528,68 @@ def source_warnings(profile: Profile, s: Any) -> list[str]:
         fitted = profile.source.get(key)
         if fitted not in (None, "") and hasattr(s, attr) and str(getattr(s, attr)) != str(fitted):
             out.append(f"profile: fitted for {key} {fitted}, scenario has {getattr(s, attr)}")
+    return out + floor_warnings(profile, s)
+
+
+# A profile whose passes are this many times faster than reading the weights once allows is no
+# measurement of these GPUs at all (a trace of 1 ns kernels, a hand-edited file): its run is
+# refused. Within it, a profile from faster GPUs than the scenario's is still told apart by a warning.
+FLOOR_REFUSAL = 10.0
+
+
+@dataclass(frozen=True)
+class _Floor:
+    """The least time one pass of a model can take on its GPUs: its weights read once at the
+    GPUs' full memory bandwidth (the analytic model's roofline with no compute, no KV and a
+    perfect memory system)."""
+
+    side: str        # "verify" (the target) or "draft"
+    model: str
+    gpu: str
+    seconds: float
+
+
+def _floors(s: Any) -> list[_Floor]:
+    cat = catalog_for(s)
+    layout = layout_for(s)
+    target_gpu = cat.gpus[s.gpu]
+    floors = [_Floor("verify", s.target, s.gpu, cat.models[s.target].dense_streamed_bytes
+                     / layout.verifier_tp / (target_gpu.memory_bandwidth_gbps * 1e9))]
+    if s.speculates:
+        gpu_key = s.drafter_gpu_key if layout.drafter == DEDICATED else s.gpu
+        floors.append(_Floor("draft", s.draft, gpu_key, cat.models[s.draft].dense_streamed_bytes
+                             / (cat.gpus[gpu_key].memory_bandwidth_gbps * 1e9)))
+    return floors
+
+
+def _cheapest_pass(term: Term) -> float:
+    """The term's price of one pass at the low end of every range it was fitted on: with every
+    coefficient >= 0 and each feature growing with each size, no pass within its ranges costs less."""
+    low = {var: lo for var, (lo, _) in term.ranges.items()}
+    if term.name == "verify":
+        return term(verify_features(max(low.get("tokens", 1.0), 1.0), low.get("ctx", 0.0)))
+    k = max(low.get("k", 1.0), 1.0)
+    return term(draft_features(max(low.get("batch", 1.0), 1.0), k, low.get("ctx", 0.0))) / k
+
+
+def floor_warnings(profile: Profile, s: Any) -> list[str]:
+    """Where the profile prices a target or a draft pass below the time the scenario's GPUs take
+    to read that model's weights once: a warning, since it cannot describe this hardware; a
+    refusal where it is FLOOR_REFUSAL times below, since it describes no hardware."""
+    out = []
+    for floor in _floors(s):
+        term = profile.terms.get(floor.side)
+        if term is None:
+            continue
+        priced = _cheapest_pass(term)
+        if priced >= floor.seconds:
+            continue
+        what = (f"prices a {floor.side} pass at {priced * 1e3:.3g} ms, below the {floor.seconds * 1e3:.3g} "
+                f"ms {floor.gpu} takes to read {floor.model}'s weights once")
+        if priced * FLOOR_REFUSAL < floor.seconds:
+            raise ScenarioError("profile", f"{s.profile or 'the profile given'}: {what}, over "
+                                f"{FLOOR_REFUSAL:g}x below it: no measurement of these GPUs",
+                                "calibrate on traces of this hardware and models, or check the trace's "
+                                "kernel times")
+        out.append(f"profile: {what}: it does not describe this hardware")
     return out

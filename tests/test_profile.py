@@ -11,7 +11,15 @@ import pytest
 from psdsim.sim.costs import AnalyticCost, Chunks
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.results import write_file
-from psdsim.sim.profile import FittedCost, Profile, Term, load_profile, profile_from_json, unrecorded
+from psdsim.sim.profile import (
+    FEATURES,
+    FittedCost,
+    Profile,
+    Term,
+    load_profile,
+    profile_from_json,
+    unrecorded,
+)
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
 
@@ -179,3 +187,50 @@ def test_cli_reads_profiles_and_rejects_bad_ones(tmp_path: Path, capsys: pytest.
 def test_load_profile_reads_files() -> None:
     with pytest.raises(ScenarioError, match="not found"):
         load_profile("/nonexistent/profile.json")
+
+
+def _run_warnings(tmp_path: Path, profile: Profile, *sets: str) -> list[str]:
+    path = write_file(tmp_path / "p.json", profile.to_json())
+    return simulate(load_scenario(overrides=[f"profile={path}", "requests=20", "output_len=16", *sets])
+                    ).summary["warnings"]
+
+
+def test_a_profile_faster_than_reading_the_weights_once_is_flagged(tmp_path: Path) -> None:
+    """A verify pass priced at 9 ms on 4 L40S running Qwen3-32B (16 GB of weights a GPU at
+    864 GB/s: 18.5 ms) cannot describe that hardware: the run says so."""
+    fast = Term("verify", (0.009, 1e-5, 1e-8), 100, 0.01, None, {"batch": (1, 16), "tokens": (4, 64)})
+    w = _run_warnings(tmp_path, Profile({"verify": fast}))
+    assert ("profile: prices a verify pass at 9.04 ms, below the 18.5 ms l40s takes to read "
+            "qwen3-32b's weights once: it does not describe this hardware") in w
+    assert not any("weights once" in x for x in _run_warnings(tmp_path, Profile({"verify": VERIFY})))
+    # the same profile read for GPUs it can describe: no warning
+    on_b200 = _run_warnings(tmp_path, Profile({"verify": fast}), "gpu=b200")
+    assert not any("weights once" in x for x in on_b200)
+
+
+@pytest.mark.parametrize("side", ["verify", "draft"])
+def test_a_profile_of_1ns_kernels_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              side: str) -> None:
+    """A trace whose kernels all took 1 ns calibrated to passes of 3 ns and ran at 8,718 tok/s,
+    past what reading the weights allows: more than 10x below that floor is refused."""
+    terms = {"verify": VERIFY, "draft": DRAFT,
+             side: Term(side, (3e-9,) + (0.0,) * (len(FEATURES[side]) - 1), 40, 0.01, None)}
+    path = write_file(tmp_path / "p1.json", Profile(terms).to_json())
+    sets = ["--set", "requests=10", "--set", "output_len=16"]
+    assert main(["run", "--no-write", "--profile", str(path), *sets]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"psdsim: error: profile: {path}: prices a {side} pass at 3e-06 ms, below the ")
+    assert "over 10x below it" in err and err.count("\n") == 1
+
+
+def test_coefficients_the_run_takes_as_zero_are_noted(tmp_path: Path) -> None:
+    """A profile listing fewer features than this psdsim's (the documented older-profile rule)
+    and a term of zeros used to be taken as 0 without a word."""
+    short = Term("verify", (0.03,), 100, 0.01, None)
+    free = Term("broadcast", (0.0, 0.0), 100, 0.01, None)
+    w = _run_warnings(tmp_path, Profile({"verify": short, "draft": DRAFT, "broadcast": free}))
+    assert ("profile: verify lists 1 of this psdsim's features (an older psdsim's profile); tokens, ctx "
+            "count 0") in w
+    assert "profile: every broadcast coefficient is 0: that work costs nothing in this run" in w
+    full = _run_warnings(tmp_path, Profile({"verify": VERIFY}))
+    assert not any("count 0" in x or "costs nothing" in x for x in full)
