@@ -21,7 +21,6 @@ import math
 import os
 import tempfile
 import tomllib
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -74,9 +73,9 @@ class UncertainInput:
     low: float
     high: float
     why: str
-    table: str = ""
+    table: str = ""    # the catalog table and entry key it lives in; empty: a Scenario field
     key: str = ""
-    field: str = ""
+    field: str = ""    # the field it sets (of the entry, or of the Scenario)
 
     def value(self, u: float) -> float:
         """The input at quantile u of its (uniform) range."""
@@ -111,21 +110,23 @@ def uncertain_inputs(s: Scenario, methods: Sequence[str]) -> list[UncertainInput
     cat = catalog_for(s)
     inputs = [*_scenario_inputs(s), *_acceptance_input(s, cat, methods), *_catalog_inputs(s, cat)]
     return [*inputs, UncertainInput(SEED_INPUT, 0.0, float(SEED_SPAN - 1),
-                                    "the simulation's own noise: requests, arrivals, acceptances")]
+                                    "the simulation's own noise: requests, arrivals, acceptances",
+                                    field="seed")]
 
 
 def _scenario_inputs(s: Scenario) -> Iterable[UncertainInput]:
     for name, r in SCENARIO_RANGES.items():
         if getattr(s, name) == FIELDS[name].default and r.applies(s):
-            yield UncertainInput(name, r.low, r.high, r.why)
+            yield UncertainInput(name, r.low, r.high, r.why, field=name)
 
 
 def _acceptance_input(s: Scenario, cat: Catalog, methods: Sequence[str]) -> Iterable[UncertainInput]:
     if s.acceptance is not None or set(methods) == {"ar"}:   # AR drafts nothing
         return
-    r = cat.ranges.get(("acceptance", f"{s.draft} -> {s.target}", "alpha"))
+    pair = f"{s.draft} -> {s.target}"
+    r = cat.ranges.get(("acceptance", pair, "alpha"))
     if r is not None:
-        yield UncertainInput("acceptance", r.low, r.high, r.why)
+        yield UncertainInput(f"acceptance {pair}", r.low, r.high, r.why, field="acceptance")
 
 
 def _catalog_inputs(s: Scenario, cat: Catalog) -> Iterable[UncertainInput]:
@@ -148,22 +149,29 @@ def unit_points(s: Scenario, draws: int, dimensions: int) -> np.ndarray:
 def make_draws(s: Scenario, methods: Sequence[str], inputs: Sequence[UncertainInput],
                points: np.ndarray) -> list[Draw]:
     """The scenario and catalog entries of each draw."""
-    base_doc = _user_catalog_doc(s)
-    cat = catalog_for(s)
     out = []
     for row in points:
-        changes: dict[str, Any] = {}
-        entries: dict[tuple[str, str], dict[str, float]] = {}
-        for inp, u in zip(inputs, row, strict=True):
-            if inp.name == SEED_INPUT:
-                changes["seed"] = int(inp.value(u))
-            elif inp.table:
-                entries.setdefault((inp.table, inp.key), {})[inp.field] = inp.value(u)
-            else:
-                changes[inp.name] = inp.value(u)
-        text = _catalog_toml(base_doc, cat, entries) if entries else ""
+        changes, entries = draw_changes(inputs, row)
+        text = catalog_toml(s, entries) if entries else ""
         out.append(Draw(s.replace(**changes), tuple(methods), text))
     return out
+
+
+Entries = dict[tuple[str, str], dict[str, float]]   # (table, key) -> drawn fields
+
+
+def draw_changes(inputs: Sequence[UncertainInput], row: np.ndarray) -> tuple[dict[str, Any], Entries]:
+    """One point's scenario field changes and drawn catalog fields."""
+    changes: dict[str, Any] = {}
+    entries: Entries = {}
+    for inp, u in zip(inputs, row, strict=True):
+        if inp.field == "seed":
+            changes["seed"] = int(inp.value(u))
+        elif inp.table:
+            entries.setdefault((inp.table, inp.key), {})[inp.field] = inp.value(u)
+        else:
+            changes[inp.field or inp.name] = inp.value(u)
+    return changes, entries
 
 
 def _user_catalog_doc(s: Scenario) -> dict[str, Any]:
@@ -172,11 +180,11 @@ def _user_catalog_doc(s: Scenario) -> dict[str, Any]:
     return tomllib.loads(Path(s.catalog).read_text(encoding="utf-8"))
 
 
-def _catalog_toml(base_doc: dict[str, Any], cat: Catalog,
-                  entries: dict[tuple[str, str], dict[str, float]]) -> str:
-    """The user's catalog document with each drawn entry replaced by its full fields, drawn ones
-    changed, as TOML."""
-    doc = {table: dict(tables) for table, tables in base_doc.items()}
+def catalog_toml(s: Scenario, entries: Entries) -> str:
+    """The scenario's catalog file (if any) with each drawn entry replaced by its full fields,
+    drawn ones changed, as TOML."""
+    cat = catalog_for(s)
+    doc = {table: dict(tables) for table, tables in _user_catalog_doc(s).items()}
     groups = {"engines": cat.engines, "links": cat.links, "gpus": cat.gpus}
     for (table, key), values in entries.items():
         fields_ = {name: v for name, v in asdict(groups[table][key]).items() if name != "key"}
@@ -283,19 +291,13 @@ def propagate(s: Scenario, draws: int, methods: Sequence[str] | None = None,
               progress: Callable[[float], None] | None = None) -> Propagation:
     """Simulate `draws` draws of `s`'s uncertain inputs (default: all of them) under `methods`
     (default: the scenario's own), on local worker processes (default: one per CPU)."""
-    from psdsim.studies.executors import run_local
+    from psdsim.studies.parallel import map_in_order
 
     check_draws(draws)
     methods = tuple(methods or (s.method,))
     inputs = tuple(uncertain_inputs(s, methods) if inputs is None else inputs)
     points = unit_points(s, draws, len(inputs)) if inputs else np.zeros((draws, 0))
     jobs = make_draws(s, methods, inputs, points)
-    summaries: list[Any] = [None] * draws
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        for done, (i, result) in enumerate(run_local(simulate_draw, jobs, workers or os.cpu_count() or 1)):
-            summaries[i] = result
-            if progress is not None:
-                progress((done + 1) / draws)
+    summaries = map_in_order(simulate_draw, jobs, workers or os.cpu_count() or 1, progress)
     values = np.array([[inp.value(u) for inp, u in zip(inputs, row, strict=True)] for row in points])
     return Propagation(inputs, values.reshape(draws, len(inputs)), tuple(summaries))

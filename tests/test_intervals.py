@@ -69,7 +69,8 @@ def test_only_acceptance_uncertain_gives_the_closed_form_step_interval():
     interval (steps fall as acceptance rises), within 5 %."""
     s = Scenario(method="psd", m=16, k=3, output_len=128, prompt_len=32, requests=32,
                  acceptance_spread=1e6)   # every request at the drawn mean, as the closed form
-    prop = propagate(s, 16, inputs=[UncertainInput("acceptance", 0.5, 0.8, "test")], workers=1)
+    acceptance = UncertainInput("acceptance", 0.5, 0.8, "test", field="acceptance")
+    prop = propagate(s, 16, inputs=[acceptance], workers=1)
     steps = interval(prop.figure("psd", ("decode_steps",)))
     low_a, _, high_a = np.quantile(prop.values[:, 0], QUANTILES)
 
@@ -82,7 +83,8 @@ def test_only_acceptance_uncertain_gives_the_closed_form_step_interval():
 
 
 def test_an_input_of_zero_range_leaves_every_figure_a_point():
-    prop = propagate(SMALL, 4, inputs=[UncertainInput("mem_efficiency", 0.81, 0.81, "test")], workers=1)
+    flat = UncertainInput("mem_efficiency", 0.81, 0.81, "test", field="mem_efficiency")
+    prop = propagate(SMALL, 4, inputs=[flat], workers=1)
     doc = intervals_json(prop, ["psd"], [])
     for iv in doc["figures"]["psd"].values():
         assert iv["low"] == iv["median"] == iv["high"]
@@ -109,10 +111,11 @@ def test_the_same_seed_gives_the_same_intervals_bit_for_bit():
 
 def test_inputs_the_user_gave_are_not_drawn():
     names = {i.name for i in uncertain_inputs(SMALL, ["psd"])}
-    assert {"acceptance", "mem_efficiency", "engines.vllm-0.9.2-v0-eager.launch_us", "seed"} <= names
-    given = {i.name for i in uncertain_inputs(SMALL.replace(acceptance=0.6, mem_efficiency=0.7), ["psd"])}
+    assert {"acceptance qwen3-1.7b -> qwen3-32b", "mem_efficiency", "engines.vllm-0.9.2-v0-eager.launch_us",
+            "seed"} <= names
+    given = {i.field for i in uncertain_inputs(SMALL.replace(acceptance=0.6, mem_efficiency=0.7), ["psd"])}
     assert "acceptance" not in given and "mem_efficiency" not in given
-    assert "acceptance" not in {i.name for i in uncertain_inputs(SMALL, ["ar"])}
+    assert "acceptance" not in {i.field for i in uncertain_inputs(SMALL, ["ar"])}
 
 
 def test_a_user_catalog_is_kept_under_the_draws(tmp_path):
@@ -157,3 +160,35 @@ def test_a_bad_number_of_draws_is_one_line(capsys, n):
     assert main(["run", *FAST, "--no-write", "--intervals", n]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("psdsim: error: --intervals: must be 2..")
+
+
+PLAN = """[base]
+target = "qwen3-32b"
+requests = 24
+output_len = 32
+
+[space]
+method = ["sd", "psd"]
+
+[slo]
+latency_p99_ms = 60000
+
+[search]
+tolerance = 0.2
+"""
+
+
+def test_plan_with_intervals_counts_the_draws_in_which_psd_pays(capsys, tmp_path):
+    (tmp_path / "plan.toml").write_text(PLAN)
+    assert main(["plan", "plan.toml", "--json", "--no-figures", "--workers", "1", "--out", "a"]) == 0
+    assert "intervals" not in json.loads(capsys.readouterr().out)
+    assert main(["plan", "plan.toml", "--intervals", "3", "--workers", "2", "--out", "b"]) == 0
+    out = capsys.readouterr().out
+    assert "with intervals (3 draws" in out and "what to measure first, for gain of psd" in out
+    doc = json.loads((tmp_path / "b" / "plan.json").read_text())["intervals"]
+    (verdict,) = doc["verdicts"]
+    assert 0 <= verdict["pays_in"] <= 3 and f"pays in {verdict['pays_in']} of 3 draws" in out
+    gain = verdict["per_gpu_gain"]
+    assert gain["low"] <= gain["median"] <= gain["high"]
+    assert (tmp_path / "b" / "sensitivity.csv").is_file()
+    assert (tmp_path / "b" / "figures" / "sensitivity.png").is_file()
