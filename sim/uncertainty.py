@@ -108,10 +108,22 @@ class Draw:
 def uncertain_inputs(s: Scenario, methods: Sequence[str]) -> list[UncertainInput]:
     """Every input of `s` (run under `methods`) that has a range, the seed last."""
     cat = catalog_for(s)
-    inputs = [*_scenario_inputs(s), *_acceptance_input(s, cat, methods), *_catalog_inputs(s, cat)]
+    costs = [] if profile_prices_everything(s) else [*_scenario_inputs(s), *_catalog_inputs(s, cat)]
+    inputs = [*costs, *_acceptance_input(s, cat, methods)]
     return [*inputs, UncertainInput(SEED_INPUT, 0.0, float(SEED_SPAN - 1),
                                     "the simulation's own noise: requests, arrivals, acceptances",
                                     field="seed")]
+
+
+def profile_prices_everything(s: Scenario) -> bool:
+    """Whether the scenario's fitted profile has every term (sim/profile.py TERMS): then no step
+    cost comes from the catalog's engine, link or efficiency numbers, and they are not drawn. A
+    profile that lacks a term leaves that part to the catalog, so all of them are drawn still."""
+    if not s.profile:
+        return False
+    from psdsim.sim.profile import TERMS, load_profile
+
+    return all(term in load_profile(s.profile).terms for term in TERMS)
 
 
 def _scenario_inputs(s: Scenario) -> Iterable[UncertainInput]:

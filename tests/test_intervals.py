@@ -8,8 +8,18 @@ import numpy as np
 import pytest
 from psdsim.sim.catalog import CatalogError, builtin_catalog, load_catalog
 from psdsim.sim.output.intervals import intervals_json
+from psdsim.sim.output.results import write_file
+from psdsim.sim.profile import FEATURES, Profile, Term
+from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
-from psdsim.sim.uncertainty import QUANTILES, UncertainInput, interval, propagate, uncertain_inputs
+from psdsim.sim.uncertainty import (
+    QUANTILES,
+    UncertainInput,
+    interval,
+    make_draws,
+    propagate,
+    uncertain_inputs,
+)
 from psdsim.theory.tail import tail_exact, verifications_pmf
 
 from psdsim.cli import main
@@ -139,7 +149,7 @@ def test_run_with_intervals_adds_them_and_writes_the_sensitivities(capsys, tmp_p
     plain = json.loads(capsys.readouterr().out)
     assert main(["run", *FAST, "--intervals", "4", "--out", "r"]) == 0
     text = capsys.readouterr().out
-    assert "intervals: 4 draws" in text and "what to measure first" in text
+    assert "over 4 draws" in text and "what to measure first" in text
     assert json.loads((tmp_path / "r" / "summary.json").read_text()) == plain   # the point run unchanged
     iv = json.loads((tmp_path / "r" / "intervals.json").read_text())["figures"]["psd"]["throughput_tok_s"]
     assert iv["low"] <= iv["median"] <= iv["high"]
@@ -151,7 +161,7 @@ def test_run_with_intervals_adds_them_and_writes_the_sensitivities(capsys, tmp_p
 def test_compare_with_intervals_prints_median_and_interval(capsys):
     assert main(["compare", *FAST, "--methods", "sd,psd", "--intervals", "4", "--no-write"]) == 0
     out = capsys.readouterr().out
-    assert "psd/sd" in out.split("intervals:")[1]
+    assert "psd/sd" in out.split("intervals: median")[1]
     assert "–" in out and "what to measure first, for psd/sd throughput" in out
 
 
@@ -192,3 +202,35 @@ def test_plan_with_intervals_counts_the_draws_in_which_psd_pays(capsys, tmp_path
     assert gain["low"] <= gain["median"] <= gain["high"]
     assert (tmp_path / "b" / "sensitivity.csv").is_file()
     assert (tmp_path / "b" / "figures" / "sensitivity.png").is_file()
+
+
+def _complete_profile(path) -> str:
+    """A profile with every term fitted (made-up coefficients of a plausible size)."""
+    coef = {"draft": (2e-3, 1e-6, 3e-9, 1e-4), "verify": (0.03, 1e-4, 1e-7),
+            "prefill": (0.01, 2e-4, 1e-9, 0.0), "draft_prefill": (0.002, 2e-5, 1e-10, 0.0),
+            "comm": (1e-4, 1e-10), "broadcast": (1e-4, 1e-10),
+            "reject": (3e-4, 1e-7), "overhead": (1.2e-3,)}
+    assert set(coef) == set(FEATURES)
+    terms = {name: Term(name, c, 100, 0.01, None) for name, c in coef.items()}
+    write_file(path, Profile(terms, {}, {}, ()).to_json())
+    return str(path)
+
+
+def test_a_profile_fitting_every_term_takes_the_catalog_out_and_narrows_the_interval(tmp_path):
+    """With every cost fitted from traces, the engine, link and efficiency ranges drop out: only
+    acceptance and the seed are drawn, and the throughput interval is narrower."""
+    profiled = SMALL.replace(profile=_complete_profile(tmp_path / "p.json"))
+    assert {i.name for i in uncertain_inputs(profiled, ["psd"])} == {"acceptance qwen3-1.7b -> qwen3-32b",
+                                                                     "seed"}
+    # what was dropped indeed moves nothing: the extreme launch cost gives the same run
+    launch = next(i for i in uncertain_inputs(SMALL, ["psd"]) if i.name.endswith(".launch_us"))
+    (draw,) = make_draws(profiled, ["psd"], [launch], np.array([[1.0]]))
+    path = tmp_path / "drawn.toml"
+    path.write_text(draw.catalog_toml)
+    assert simulate(profiled.replace(catalog=str(path))).summary == simulate(profiled).summary
+
+    def width(s: Scenario) -> float:
+        iv = interval(propagate(s, 8, workers=2).figure("psd", ("throughput_tok_s",)))
+        return (iv.high - iv.low) / iv.median
+
+    assert width(profiled) < width(SMALL)

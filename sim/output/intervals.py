@@ -88,8 +88,8 @@ def format_intervals(prop: Propagation, methods: Sequence[str], pairs: Sequence[
              for m in methods}
     cells.update({f"{a}/{b}": [interval_text(interval(prop.ratio(a, b, path)), 2) if path in RATIO_KEYS
                                else "" for _, path, _, _ in COMPARE_ROWS] for a, b in pairs})
-    lines = [f"  intervals: {prop.draws} draws of {len(prop.inputs)} uncertain inputs (Latin hypercube, "
-             f"each uniform over its range); median ({LEVEL:.0%} interval)"]
+    lines = [f"  intervals: median ({LEVEL:.0%} interval) over {prop.draws} draws of {len(prop.inputs)} "
+             "uncertain inputs", "  (a Latin hypercube, each input uniform over its range)"]
     joined = _columns(cells)
     if max(map(len, joined)) <= TABLE_WIDTH:
         lines += joined
@@ -118,9 +118,10 @@ def measure_first(rows: Sequence[Sensitivity], draws: int) -> list[str]:
     """The inputs that explain most of the first headline's spread, largest first."""
     first = [r for r in rows if r.figure == rows[0].figure]
     floor = noise_floor(draws)
-    lines = [f"  what to measure first, for {first[0].figure} ({METHOD} over {draws} draws; "
-             f"|rho| < {floor:.2f} is noise at this N):"]
+    lines = [f"  what to measure first, for {first[0].figure}: {METHOD} rho over {draws} draws",
+             f"  (rho² = the share of its spread an input explains alone; |rho| < {floor:.2f} is noise at "
+             "this N)"]
     for i, r in enumerate(first[:SHOWN_INPUTS], 1):
-        lines.append(f"    {i}. {r.input.name:<48} rho {r.rho:+.2f}  explains {r.share:4.0%}  "
-                     f"range {r.input.low:g}–{r.input.high:g}: {r.input.why}")
+        lines += [f"    {i}. {r.input.name:<48} rho {r.rho:+.2f}  rho² {r.share:4.0%}  "
+                  f"range {r.input.low:.4g}–{r.input.high:.4g}", f"       {r.input.why}"]
     return lines
