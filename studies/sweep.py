@@ -13,6 +13,7 @@ The folder DIR holds:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import time
@@ -58,6 +59,26 @@ def execute(s: Scenario) -> dict[str, Any]:
     if not result.fits:
         return {"status": "infeasible", "error": summary.get("infeasible_reason"), "summary": summary}
     return {"status": "ok", "error": None, "summary": summary}
+
+
+def execute_with_intervals(s: Scenario, draws: int) -> dict[str, Any]:
+    """`execute`, and for a run that ran, `draws` draws of its uncertain inputs (serially: the
+    sweep's workers already run several runs at once): every numeric summary figure gains its
+    median and 90% interval under the summary's `intervals` key, which the table flattens into
+    columns (intervals_throughput_tok_s_low, ...). The record notes `draws`, so that a sweep
+    resumed with another N runs those runs again."""
+    from psdsim.sim.uncertainty import interval, numeric_paths, propagate
+
+    record = execute(s)
+    if record["status"] == "ok":
+        try:
+            prop = propagate(s, draws, workers=1)
+        except Exception as exc:
+            return {"status": "error", "error": f"intervals: {one_line(exc)}", "summary": None,
+                    "draws": draws}
+        found = {"_".join(p): interval(prop.figure(s.method, p)) for p in numeric_paths(record["summary"])}
+        record["summary"]["intervals"] = {k: iv.as_json() for k, iv in found.items() if iv is not None}
+    return {**record, "draws": draws}
 
 
 def _crashed(exc: BaseException) -> dict[str, Any]:
@@ -258,18 +279,20 @@ class Report:
                 "files": [str(p) for p in self.files]}
 
 
-def _results(todo: list[Scenario], executor: str, workers: int,
-             ray_address: str | None) -> Iterator[tuple[int, dict[str, Any]]]:
+def _results(todo: list[Scenario], executor: str, workers: int, ray_address: str | None,
+             intervals: int | None) -> Iterator[tuple[int, dict[str, Any]]]:
+    job = execute if intervals is None else functools.partial(execute_with_intervals, draws=intervals)
     if executor == "ray":
-        return run_ray(execute, todo, workers, ray_address, on_crash=_crashed)
-    return run_local(execute, todo, workers)
+        return run_ray(job, todo, workers, ray_address, on_crash=_crashed)
+    return run_local(job, todo, workers)
 
 
 def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "local",
               ray_address: str | None = None, force: bool = False, retry_errors: bool = False,
-              progress: Progress | None = None) -> tuple[Report, list[dict[str, Any]]]:
-    """Run every distinct run of `design` not already finished in `out`; return the report and
-    the table's rows (also written to out/results.csv)."""
+              progress: Progress | None = None,
+              intervals: int | None = None) -> tuple[Report, list[dict[str, Any]]]:
+    """Run every distinct run of `design` not already finished in `out` (with `intervals` draws
+    each, when given); return the report and the table's rows (also written to out/results.csv)."""
     began = time.perf_counter()
     store = Store(out)
     with output_lock(out, "--out"):   # held from the checks to the last write (a no-op if held already)
@@ -277,7 +300,7 @@ def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "l
         for stale in TABLES:
             with contextlib.suppress(FileNotFoundError):
                 (store.out / stale).unlink()
-        records = store.load()
+        records = {k: r for k, r in store.load().items() if r.get("draws") == intervals}
         if retry_errors:
             records = {k: r for k, r in records.items() if r["status"] != "error"}
         todo = [p for p in design.runs if p.run_id not in records]
@@ -286,7 +309,7 @@ def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "l
         failed = sum(records[p.run_id]["status"] != "ok" for p in design.runs if p.run_id in records)
         if progress is not None:
             progress(done, len(design.runs), failed)
-        for i, record in _results([p.scenario for p in todo], executor, workers, ray_address):
+        for i, record in _results([p.scenario for p in todo], executor, workers, ray_address, intervals):
             record = {"run_id": todo[i].run_id, **record}
             store.save(todo[i].run_id, record)
             records[todo[i].run_id] = record

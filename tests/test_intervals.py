@@ -234,3 +234,32 @@ def test_a_profile_fitting_every_term_takes_the_catalog_out_and_narrows_the_inte
         return (iv.high - iv.low) / iv.median
 
     assert width(profiled) < width(SMALL)
+
+
+SWEEP = """[base]
+requests = 24
+output_len = 16
+m = 4
+prompt_len = 32
+
+[grid]
+method = ["sd", "psd"]
+"""
+
+
+def test_sweep_with_intervals_adds_interval_columns_and_reruns_for_another_n(capsys, tmp_path):
+    import csv
+
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    assert main(["sweep", "sweep.toml", "--out", "s", "--workers", "1", "--no-figures", "--json"]) == 0
+    plain = list(csv.DictReader((tmp_path / "s" / "results.csv").open()))
+    assert not any(c.startswith("intervals_") for c in plain[0])
+    capsys.readouterr()
+    assert main(["sweep", "sweep.toml", "--out", "s", "--workers", "2", "--no-figures", "--json",
+                 "--intervals", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["ran"] == 2   # runs without intervals are not reused
+    rows = list(csv.DictReader((tmp_path / "s" / "results.csv").open()))
+    for row, before in zip(rows, plain, strict=True):
+        low, median, high = (float(row[f"intervals_throughput_tok_s_{q}"]) for q in ("low", "median", "high"))
+        assert low <= median <= high
+        assert row["throughput_tok_s"] == before["throughput_tok_s"]   # the point run as before

@@ -1,4 +1,4 @@
-"""The `--intervals N` flag of run and compare: its argument, its draws, what it adds to the output."""
+"""The `--intervals N` flag of run, compare, plan and sweep: its argument, its check, its draws."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from psdsim.commands.common import Progress
 def add_intervals_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--intervals", type=int, metavar="N",
                    help="also simulate N draws of the uncertain inputs (catalog ranges, acceptance, "
-                        "efficiencies, the seed) and print each figure's median and 90%% interval "
-                        "and what to measure first (docs/summary.md: Intervals)")
+                        "efficiencies, the seed): each figure gains its median and 90%% interval, and "
+                        "the inputs are ranked by what they explain (docs/summary.md: Intervals)")
 
 
 def draw_intervals(args: argparse.Namespace, s: Any, methods: Sequence[str]) -> Any:

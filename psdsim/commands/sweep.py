@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.commands.common import check_workers, guarded_write, interrupted_exit, study_out, user_error
+from psdsim.commands.intervals import add_intervals_arg, check_intervals
 
 HELP = "run a grid or sampled design of scenarios into one table (parallel, resumable)"
 EXIT_ALL_FAILED = 1
@@ -39,6 +40,7 @@ def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     sw.add_argument("--dry-run", action="store_true",
                     help="expand and validate the design, print its size, run nothing")
     sw.add_argument("--json", action="store_true", help="print a JSON summary only")
+    add_intervals_arg(sw)
 
 
 class _Progress:
@@ -96,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.studies.sweep_design import load_design
 
     check_workers(args.workers)
+    check_intervals(args)
     if args.ray_address and args.executor != "ray":
         raise user_error("--ray-address", "applies to the Ray executor only", "add --executor ray")
     if args.executor == "ray":
@@ -120,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             report, rows = run_sweep(design, out, workers=args.workers, executor=args.executor,
                                      ray_address=args.ray_address, force=args.force,
-                                     retry_errors=args.retry_errors, progress=progress)
+                                     retry_errors=args.retry_errors, progress=progress,
+                                     intervals=args.intervals)
         except (KeyboardInterrupt, WorkerDied) as exc:
             kept = len(list((out / RUNS).glob("*.json")))
             why = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
