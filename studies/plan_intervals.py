@@ -140,8 +140,8 @@ def plan_interval_lines(pd: PlanDraws, labels: Sequence[str]) -> list[str]:
         gain = interval_text(interval(pd.figure(v, "per_gpu_gain")), 2)
         psd = interval_text(interval(pd.figure(v, "psd_rate")), 2)
         sd = interval_text(interval(pd.figure(v, "sd_rate")), 2)
-        out.append(f"  - {label}: pays in {pd.pays(v)} of {pd.draws} draws; gain {gain}x; "
-                   f"PSD stops meeting the objectives at {psd} req/s, SD at {sd}")
+        out += [f"  - {label}: pays in {pd.pays(v)} of {pd.draws} draws; gain {gain}x",
+                f"      the objectives fail above {psd} req/s with PSD, {sd} with SD"]
     rows = plan_sensitivities(pd, labels)
     if rows:
         out += ["", *measure_first(rows, pd.draws)]

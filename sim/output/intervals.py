@@ -115,13 +115,17 @@ def _columns(cells: dict[str, list[str]]) -> list[str]:
 
 
 def measure_first(rows: Sequence[Sensitivity], draws: int) -> list[str]:
-    """The inputs that explain most of the first headline's spread, largest first."""
+    """The inputs that explain most of the first headline's spread, largest first. The seed is not
+    one to measure: its rho, pure chance, is quoted as the yardstick of what chance gives."""
     first = [r for r in rows if r.figure == rows[0].figure]
     floor = noise_floor(draws)
+    seed = next((r for r in first if r.input.field == "seed"), None)
+    chance = f", as the seed's own rho ({seed.rho:+.2f}) is" if seed is not None else ""
     lines = [f"  what to measure first, for {first[0].figure}: {METHOD} rho over {draws} draws",
-             f"  (rho² = the share of its spread an input explains alone; |rho| < {floor:.2f} is noise at "
-             "this N)"]
-    for i, r in enumerate(first[:SHOWN_INPUTS], 1):
+             "  (rho² = the share of its spread an input explains alone; one input in ten passes "
+             f"|rho| = {floor:.2f}", f"  by chance at this N{chance})"]
+    measurable = [r for r in first if r.input.field != "seed"]
+    for i, r in enumerate(measurable[:SHOWN_INPUTS], 1):
         lines += [f"    {i}. {r.input.name:<48} rho {r.rho:+.2f}  rho² {r.share:4.0%}  "
                   f"range {r.input.low:.4g}–{r.input.high:.4g}", f"       {r.input.why}"]
     return lines
