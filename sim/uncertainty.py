@@ -144,6 +144,8 @@ def _acceptance_input(s: Scenario, cat: Catalog, methods: Sequence[str]) -> Iter
 def _catalog_inputs(s: Scenario, cat: Catalog) -> Iterable[UncertainInput]:
     """The ranges of the engine profile and the links the scenario runs on."""
     used = {("engines", s.engine_key), ("links", s.link), ("links", s.tp_link_key)}
+    if not s.prompt_len and not s.trace:   # prompts drawn from the dataset's lengths
+        used.add(("datasets", s.dataset))
     for (table, key, name), r in sorted(cat.ranges.items()):
         if (table, key) in used:
             yield UncertainInput(f"{table}.{key}.{name}", r.low, r.high, r.why, table, key, name)
@@ -197,16 +199,32 @@ def catalog_toml(s: Scenario, entries: Entries) -> str:
     drawn ones changed, as TOML."""
     cat = catalog_for(s)
     doc = {table: dict(tables) for table, tables in _user_catalog_doc(s).items()}
-    groups = {"engines": cat.engines, "links": cat.links, "gpus": cat.gpus}
+    groups = {"engines": cat.engines, "links": cat.links, "gpus": cat.gpus, "datasets": cat.datasets}
     for (table, key), values in entries.items():
         fields_ = {name: v for name, v in asdict(groups[table][key]).items() if name != "key"}
-        doc.setdefault(table, {})[key] = {**fields_, **values}
+        for path, value in values.items():
+            _set_path(fields_, path, value)
+        doc.setdefault(table, {})[key] = fields_
     lines = []
     for table, tables in doc.items():
         for key, fields_ in tables.items():
             lines.append(f"[{table}.{toml_value(key)}]")
             lines += [f"{name} = {_inline(value)}" for name, value in fields_.items()]
     return "\n".join(lines) + "\n"
+
+
+def _set_path(fields_: dict[str, Any], path: str, value: float) -> None:
+    """Set a field by its path: `launch_us`, or `components.0.mu` inside a dataset's components."""
+    *parents, last = path.split(".")
+    target: Any = fields_
+    for part in parents:
+        if part.isdigit():
+            target[int(part)] = dict(target[int(part)])
+            target = target[int(part)]
+        else:
+            target[part] = list(target[part])
+            target = target[part]
+    target[last] = value
 
 
 def _inline(value: Any) -> str:

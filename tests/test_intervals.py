@@ -263,3 +263,19 @@ def test_sweep_with_intervals_adds_interval_columns_and_reruns_for_another_n(cap
         low, median, high = (float(row[f"intervals_throughput_tok_s_{q}"]) for q in ("low", "median", "high"))
         assert low <= median <= high
         assert row["throughput_tok_s"] == before["throughput_tok_s"]   # the point run as before
+
+
+def test_a_dataset_length_range_moves_the_prompts_it_draws(tmp_path):
+    """sharegpt's mu carries a range; a draw at its top gives longer prompts than one at its bottom."""
+    r = builtin_catalog().ranges[("datasets", "sharegpt", "components.0.mu")]
+    assert r.low < builtin_catalog().datasets["sharegpt"].components[0].mu < r.high
+    (mu,) = [i for i in uncertain_inputs(SMALL.replace(prompt_len=0), ["psd"]) if i.table == "datasets"]
+    assert "datasets" not in {i.table for i in uncertain_inputs(SMALL, ["psd"])}   # fixed prompts: none
+
+    def mean_prompt(u: float) -> float:
+        (draw,) = make_draws(SMALL.replace(prompt_len=0), ["psd"], [mu], np.array([[u]]))
+        path = tmp_path / f"{u}.toml"
+        path.write_text(draw.catalog_toml)
+        return float(simulate(draw.scenario.replace(catalog=str(path))).requests["prompt_len"].mean())
+
+    assert mean_prompt(1.0) > mean_prompt(0.0)

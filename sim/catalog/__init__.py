@@ -433,6 +433,8 @@ def _load_datasets(tables: dict[str, Any], filename: str) -> dict[str, Dataset]:
 def _component(raw: Any, where: str) -> PromptComponent:
     """One log-normal of a prompt-length mixture: a positive weight and sigma, a finite mu (a zero
     weight or sigma, or a NaN, would turn every prompt length into NaN)."""
+    if isinstance(raw, dict):
+        raw = _without_ranges(raw)
     if not isinstance(raw, dict) or set(raw) != {"weight", "mu", "sigma"}:
         raise CatalogError(f"{where}: each component is {{ weight = 1.0, mu = 5.8, sigma = 0.6 }}, "
                            f"got {raw!r}")
@@ -504,6 +506,23 @@ def _ranges_of(doc: dict[str, Any], cat: Catalog, filename: str) -> dict[RangeKe
     out: dict[RangeKey, Range] = {}
     for table in RANGED_TABLES:
         out.update(_load_ranges(table, groups[table], doc.get(table, {}), filename))
+    return {**out, **_component_ranges(doc.get("datasets", {}), cat.datasets, filename)}
+
+
+def _component_ranges(tables: dict[str, Any], datasets: dict[str, Dataset],
+                      filename: str) -> dict[RangeKey, Range]:
+    """A prompt-length component's `mu_range` or `sigma_range`, keyed by the field's path inside
+    its dataset: ("datasets", "sharegpt", "components.0.mu")."""
+    out: dict[RangeKey, Range] = {}
+    for key, raw in tables.items():
+        comps = raw.get("components", [])
+        for i, comp in enumerate(comps if isinstance(comps, list) else [comps]):
+            for name in ("mu", "sigma"):
+                spec = comp.get(name + RANGE_SUFFIX)
+                if spec is not None:
+                    point = getattr(datasets[key].components[i], name)
+                    out[("datasets", key, f"components.{i}.{name}")] = _range(
+                        spec, point, f"{filename} [{key}] components[{i}].{name}{RANGE_SUFFIX}")
     return out
 
 
@@ -522,7 +541,7 @@ def builtin_catalog() -> Catalog:
         "built-in catalog",
     )
     ranges: dict[RangeKey, Range] = {}
-    for table in RANGED_TABLES:
+    for table in (*RANGED_TABLES, "datasets"):
         ranges.update(_ranges_of({table: doc[table]}, cat, f"{table}.toml"))
     return replace(cat, ranges=ranges)
 
