@@ -120,7 +120,7 @@ def measure_first(rows: Sequence[Sensitivity], draws: int) -> list[str]:
     first = [r for r in rows if r.figure == rows[0].figure]
     floor = noise_floor(draws)
     seed = next((r for r in first if r.input.field == "seed"), None)
-    chance = f", as the seed's own rho ({seed.rho:+.2f}) is" if seed is not None else ""
+    chance = f"; the seed's own, chance alone: {seed.rho:+.2f}" if seed is not None else ""
     lines = [f"  what to measure first, for {first[0].figure}: {METHOD} rho over {draws} draws",
              "  (rho² = the share of its spread an input explains alone; one input in ten passes "
              f"|rho| = {floor:.2f}", f"  by chance at this N{chance})"]
