@@ -139,9 +139,11 @@ def test_a_user_catalog_is_kept_under_the_draws(tmp_path):
     assert prop.fits("psd") == 3
 
 
-def test_run_without_intervals_prints_what_it_did(capsys):
+def test_run_and_compare_without_intervals_print_what_they_did(capsys):
     assert main(["run", *FAST, "--json", "--no-write"]) == 0
     assert "intervals" not in json.loads(capsys.readouterr().out)
+    assert main(["compare", *FAST, "--json", "--no-write"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"scenario", "summaries", "ratios"}
 
 
 def test_run_with_intervals_adds_them_and_writes_the_sensitivities(capsys, tmp_path):
