@@ -13,7 +13,6 @@ The folder DIR holds:
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import re
 import time
@@ -61,7 +60,7 @@ def execute(s: Scenario) -> dict[str, Any]:
     return {"status": "ok", "error": None, "summary": summary}
 
 
-def execute_with_intervals(s: Scenario, draws: int) -> dict[str, Any]:
+def execute_with_intervals(job: tuple[Scenario, int]) -> dict[str, Any]:
     """`execute`, and for a run that ran, `draws` draws of its uncertain inputs (serially: the
     sweep's workers already run several runs at once): every numeric summary figure gains its
     median and 90% interval under the summary's `intervals` key, which the table flattens into
@@ -69,6 +68,7 @@ def execute_with_intervals(s: Scenario, draws: int) -> dict[str, Any]:
     resumed with another N runs those runs again."""
     from psdsim.sim.uncertainty import interval, numeric_paths, propagate
 
+    s, draws = job
     record = execute(s)
     if record["status"] == "ok":
         try:
@@ -281,10 +281,13 @@ class Report:
 
 def _results(todo: list[Scenario], executor: str, workers: int, ray_address: str | None,
              intervals: int | None) -> Iterator[tuple[int, dict[str, Any]]]:
-    job = execute if intervals is None else functools.partial(execute_with_intervals, draws=intervals)
+    job: Callable[[Any], dict[str, Any]] = execute
+    items: list[Any] = list(todo)
+    if intervals is not None:   # one picklable argument per job, as the executors (and Ray) want
+        job, items = execute_with_intervals, [(s, intervals) for s in todo]
     if executor == "ray":
-        return run_ray(job, todo, workers, ray_address, on_crash=_crashed)
-    return run_local(job, todo, workers)
+        return run_ray(job, items, workers, ray_address, on_crash=_crashed)
+    return run_local(job, items, workers)
 
 
 def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "local",
