@@ -39,6 +39,7 @@ class PlanDraws:
     inputs: tuple[UncertainInput, ...]
     values: np.ndarray                             # draws x inputs
     verdicts: tuple[list[dict[str, Any]], ...]     # per draw, plan_verdict.verdicts' list
+    own: tuple[frozenset[str], ...]                # per verdict: the inputs its configurations have
 
     @property
     def draws(self) -> int:
@@ -84,13 +85,26 @@ def plan_draws(spec: PlanSpec, configs: Sequence[Any], draws: int, workers: int,
             drawn += [_drawn(c, inputs, point, str(path)) for c in configs]
         searches = search_all(drawn, spec, workers, progress)
     n = len(configs)
-    judged = []
+    judged, rows = [], []
     for d in range(draws):
         rows = [row(s, r, spec.price) for s, r in zip(drawn[d * n:(d + 1) * n], searches[d * n:(d + 1) * n],
                                                       strict=True)]
         judged.append(verdicts(list(configs), rows))
     values = np.array([[inp.value(u) for inp, u in zip(inputs, p, strict=True)] for p in points])
-    return PlanDraws(tuple(inputs), values.reshape(draws, len(inputs)), tuple(judged))
+    return PlanDraws(tuple(inputs), values.reshape(draws, len(inputs)), tuple(judged),
+                     _verdict_inputs(configs, rows, judged[0]))
+
+
+def _verdict_inputs(configs: Sequence[Any], rows: Sequence[dict[str, Any]],
+                    judged: Sequence[dict[str, Any]]) -> tuple[frozenset[str], ...]:
+    """For each verdict, the names of the inputs its PSD configuration has (its SD twin, the same
+    fields but the method, has the same): only those can move its gain."""
+    out = []
+    for v in judged:
+        i = next(i for i, r in enumerate(rows)
+                 if r["method"] == v["method"] and all(r[k] == x for k, x in v["config"].items()))
+        out.append(frozenset(inp.name for inp in uncertain_inputs(configs[i], [configs[i].method])))
+    return tuple(out)
 
 
 def verdict_label(v: dict[str, Any], space: Sequence[str]) -> str:
@@ -100,7 +114,9 @@ def verdict_label(v: dict[str, Any], space: Sequence[str]) -> str:
 def plan_sensitivities(pd: PlanDraws, labels: Sequence[str]) -> list[Sensitivity]:
     rows: list[Sensitivity] = []
     for v, label in enumerate(labels):
-        rows += rank_inputs(f"gain of {label}", pd.values, pd.inputs, pd.figure(v, "per_gpu_gain"))
+        mine = [j for j, inp in enumerate(pd.inputs) if inp.name in pd.own[v]]
+        rows += rank_inputs(f"gain of {label}", pd.values[:, mine], [pd.inputs[j] for j in mine],
+                            pd.figure(v, "per_gpu_gain"))
     return rows
 
 

@@ -281,3 +281,21 @@ def test_a_dataset_length_range_moves_the_prompts_it_draws(tmp_path):
         return float(simulate(draw.scenario.replace(catalog=str(path))).requests["prompt_len"].mean())
 
     assert mean_prompt(1.0) > mean_prompt(0.0)
+
+
+def test_a_plan_verdict_is_ranked_on_its_own_configuration_s_inputs(tmp_path):
+    """Two drafters: each verdict's gain is ranked against its own draft pair's acceptance only."""
+    from psdsim.studies.plan import load_plan
+    from psdsim.studies.plan_intervals import plan_draws, plan_sensitivities, verdict_label
+    from psdsim.studies.plan_verdict import run_plan
+
+    drafts = 'method = ["sd", "psd"]\ndraft = ["qwen3-0.6b", "qwen3-1.7b"]'
+    (tmp_path / "plan.toml").write_text(PLAN.replace('method = ["sd", "psd"]', drafts))
+    spec = load_plan(tmp_path / "plan.toml")
+    result = run_plan(spec, 1)
+    drawn = plan_draws(spec, result.configs, 3, 2)
+    labels = [verdict_label(v, list(spec.space)) for v in result.verdicts]
+    for rank in plan_sensitivities(drawn, labels):
+        if rank.input.field == "acceptance":
+            draft = rank.figure.split("draft=")[1].split()[0]
+            assert rank.input.name.startswith(f"acceptance {draft} ->")
