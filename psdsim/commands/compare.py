@@ -68,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.sim.scenario import load_scenario, scenario_to_toml
 
     methods = _methods(args.methods)
+    check_intervals(args)
     s = load_scenario(args.scenario, overrides(args), preset=args.preset)
     _check_each_method(s, methods)
-    check_intervals(args)
     check_memory([s] * len(methods), f"{len(methods)} methods' results kept")   # every result is kept
     out = None if args.no_write else args.out or default_out(s, "compare")
     with output_locks([("--out", out)]):   # from the check to the last rename

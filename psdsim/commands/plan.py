@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.commands.common import Progress, add_set, check_workers, guarded_write, study_out, user_error
-from psdsim.commands.intervals import add_intervals_arg, check_intervals
 
 HELP = ("largest sustainable rate of every configuration of a space under latency objectives; Pareto "
         "front; when PSD's extra GPU pays off")
 
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.commands.intervals import add_intervals_arg
+
     p.add_argument("plan", type=Path, metavar="PLAN.toml",
                    help="[base] scenario fields, [space] candidate lists, [slo] objectives, [search]")
     add_set(p, "override a [base] scenario field, e.g. --set requests=200")
@@ -32,6 +33,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdsim.commands.intervals import check_intervals
     from psdsim.sim.output.results import check_results_folder, output_lock, write_folder
     from psdsim.studies.plan import load_plan
     from psdsim.studies.plan_report import plan_figures, plan_lines, plan_table

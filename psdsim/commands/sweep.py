@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.commands.common import check_workers, guarded_write, interrupted_exit, study_out, user_error
-from psdsim.commands.intervals import add_intervals_arg, check_intervals
 
 HELP = "run a grid or sampled design of scenarios into one table (parallel, resumable)"
 EXIT_ALL_FAILED = 1
 
 
 def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.commands.intervals import add_intervals_arg
     from psdsim.studies.executors import EXECUTORS
 
     sw.add_argument("spec", type=Path, metavar="SPEC.toml",
@@ -92,6 +92,7 @@ def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: st
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdsim.commands.intervals import check_intervals
     from psdsim.sim.output.results import landing, output_lock
     from psdsim.studies.executors import WorkerDied, require_ray
     from psdsim.studies.sweep import RUNS, run_sweep
