@@ -17,7 +17,7 @@ from psdsim.commands.common import (
     overrides,
     user_error,
 )
-from psdsim.commands.intervals import add_intervals_arg, check_intervals, draw_intervals
+from psdsim.commands.intervals import add_intervals_arg, draw_intervals
 
 HELP = "simulate ar, sd and psd (or --methods) on the same scenario and seed"
 COMPARE_PAIRS = (("psd", "sd"), ("psd", "ar"), ("sd", "ar"), ("psd+tetris", "sd"),
@@ -68,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.sim.scenario import load_scenario, scenario_to_toml
 
     methods = _methods(args.methods)
-    check_intervals(args)
     s = load_scenario(args.scenario, overrides(args), preset=args.preset)
     _check_each_method(s, methods)
     check_memory([s] * len(methods), f"{len(methods)} methods' results kept")   # every result is kept

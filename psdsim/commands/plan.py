@@ -33,14 +33,12 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.commands.intervals import check_intervals
     from psdsim.sim.output.results import check_results_folder, output_lock, write_folder
     from psdsim.studies.plan import load_plan
     from psdsim.studies.plan_report import plan_figures, plan_lines, plan_table
     from psdsim.studies.plan_verdict import run_plan
 
     check_workers(args.workers)
-    check_intervals(args)
     spec = load_plan(args.plan, args.overrides)
     out = args.out or study_out("plan", args.plan, spec.base.digest())
     with output_lock(out):   # from the check to the last rename

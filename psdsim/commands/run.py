@@ -17,7 +17,7 @@ from psdsim.commands.common import (
     overrides,
     user_error,
 )
-from psdsim.commands.intervals import add_intervals_arg, check_intervals, draw_intervals
+from psdsim.commands.intervals import add_intervals_arg, draw_intervals
 
 HELP = "simulate one scenario (default: the built-in Setting-2 scenario)"
 
@@ -42,7 +42,6 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.sim.scenario import load_scenario
 
     s = load_scenario(args.scenario, overrides(args), args.method, args.preset)
-    check_intervals(args)
     # before anything is allocated: refuse what the machine cannot hold (a trace keeps every slice)
     check_memory([s], traced=args.trace is not None)
     trace = args.trace

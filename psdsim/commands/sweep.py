@@ -92,14 +92,12 @@ def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: st
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.commands.intervals import check_intervals
     from psdsim.sim.output.results import landing, output_lock
     from psdsim.studies.executors import WorkerDied, require_ray
     from psdsim.studies.sweep import RUNS, run_sweep
     from psdsim.studies.sweep_design import load_design
 
     check_workers(args.workers)
-    check_intervals(args)
     if args.ray_address and args.executor != "ray":
         raise user_error("--ray-address", "applies to the Ray executor only", "add --executor ray")
     if args.executor == "ray":
