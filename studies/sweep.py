@@ -71,6 +71,27 @@ def execute(s: Scenario) -> dict[str, Any]:
     return {"status": "ok", "error": None, "summary": summary}
 
 
+def execute_with_intervals(job: tuple[Scenario, int]) -> dict[str, Any]:
+    """`execute`, and for a run that ran, `draws` draws of its uncertain inputs (serially: the
+    sweep's workers already run several runs at once): every numeric summary figure gains its
+    median and 90% interval under the summary's `intervals` key, which the table flattens into
+    columns (intervals_throughput_tok_s_low, ...). The record notes `draws`, so that a sweep
+    resumed with another N runs those runs again."""
+    from psdsim.sim.uncertainty import interval, numeric_paths, propagate
+
+    s, draws = job
+    record = execute(s)
+    if record["status"] == "ok":
+        try:
+            prop = propagate(s, draws, workers=1)
+        except Exception as exc:
+            return {"status": "error", "error": f"intervals: {one_line(exc)}", "summary": None,
+                    "draws": draws}
+        found = {"_".join(p): interval(prop.figure(s.method, p)) for p in numeric_paths(record["summary"])}
+        record["summary"]["intervals"] = {k: iv.as_json() for k, iv in found.items() if iv is not None}
+    return {**record, "draws": draws}
+
+
 def _crashed(exc: BaseException) -> dict[str, Any]:
     return {"status": "error", "error": f"the task's worker died: {one_line(exc)}", "summary": None}
 
@@ -289,25 +310,30 @@ class Report:
                 "files": [str(p) for p in self.files]}
 
 
-def _results(todo: list[Scenario], executor: str, workers: int,
-             ray_address: str | None) -> Iterator[tuple[int, dict[str, Any]]]:
+def _results(todo: list[Scenario], executor: str, workers: int, ray_address: str | None,
+             intervals: int | None) -> Iterator[tuple[int, dict[str, Any]]]:
+    job: Callable[[Any], dict[str, Any]] = execute
+    items: list[Any] = list(todo)
+    if intervals is not None:   # one picklable argument per job, as the executors (and Ray) want
+        job, items = execute_with_intervals, [(s, intervals) for s in todo]
     if executor == "ray":
-        return run_ray(execute, todo, workers, ray_address, on_crash=_crashed)
-    return run_local(execute, todo, workers)
+        return run_ray(job, items, workers, ray_address, on_crash=_crashed)
+    return run_local(job, items, workers)
 
 
 def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "local",
               ray_address: str | None = None, force: bool = False, retry_errors: bool = False,
-              progress: Progress | None = None) -> tuple[Report, list[dict[str, Any]]]:
-    """Run every distinct run of `design` not already finished in `out`; return the report and
-    the table's rows (also written to out/results.csv)."""
+              progress: Progress | None = None,
+              intervals: int | None = None) -> tuple[Report, list[dict[str, Any]]]:
+    """Run every distinct run of `design` not already finished in `out` (with `intervals` draws
+    each, when given); return the report and the table's rows (also written to out/results.csv)."""
     began = time.perf_counter()
     store = Store(out)
     with output_lock(out, "--out"):   # held from the checks to the last write (a no-op if held already)
         store.claim(design, force)
         for stale in TABLES:
             remove_own_file(store.out / stale)
-        records = store.load()
+        records = {k: r for k, r in store.load().items() if r.get("draws") == intervals}
         if retry_errors:
             records = {k: r for k, r in records.items() if r["status"] != "error"}
         todo = [p for p in design.runs if p.run_id not in records]
@@ -316,7 +342,7 @@ def run_sweep(design: Design, out: Path, *, workers: int = 1, executor: str = "l
         failed = sum(records[p.run_id]["status"] != "ok" for p in design.runs if p.run_id in records)
         if progress is not None:
             progress(done, len(design.runs), failed)
-        for i, record in _results([p.scenario for p in todo], executor, workers, ray_address):
+        for i, record in _results([p.scenario for p in todo], executor, workers, ray_address, intervals):
             record = {"run_id": todo[i].run_id, **record}
             store.save(todo[i].run_id, record)
             records[todo[i].run_id] = record

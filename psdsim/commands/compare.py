@@ -18,6 +18,7 @@ from psdsim.commands.common import (
     overrides,
     user_error,
 )
+from psdsim.commands.intervals import add_intervals_arg, draw_intervals
 
 HELP = "simulate ar, sd and psd (or --methods) on the same scenario and seed"
 COMPARE_PAIRS = (("psd", "sd"), ("psd", "ar"), ("sd", "ar"), ("psd+tetris", "sd"),
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     p.add_argument("--methods", default="ar,sd,psd",
                    help=f"comma-separated methods, any of {','.join(METHODS)} (default: ar,sd,psd)")
     p.add_argument("--no-write", action="store_true", help="do not write results folders")
+    add_intervals_arg(p)
 
 
 def _methods(text: str) -> list[str]:
@@ -60,6 +62,7 @@ def _check_each_method(s: Any, methods: Sequence[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_memory
+    from psdsim.sim.output.intervals import format_intervals, interval_files, intervals_json
     from psdsim.sim.output.report import format_compare, nothing_fits, ratios
     from psdsim.sim.output.results import check_results_folder, output_locks, result_files, write_folder
     from psdsim.sim.run import compare_methods
@@ -83,17 +86,24 @@ def run(args: argparse.Namespace) -> int:
         summaries = {m: r.summary for m, r in results.items()}
         pairs = [(a, b) for a, b in COMPARE_PAIRS if a in methods and b in methods]
         report = {"scenario": s.name, "summaries": summaries, "ratios": ratios(summaries, pairs)}
+        prop = draw_intervals(args, s, methods)
+        if prop is not None:
+            report["intervals"] = intervals_json(prop, methods, pairs)
         report_dir = None
         if out is not None:
             files: dict[str, Any] = {"compare.json": json.dumps(report, indent=2, allow_nan=False) + "\n",
                                      "scenario.toml": scenario_to_toml(s)}
             for m, r in results.items():
                 files.update({f"{m}/{name}": content for name, content in result_files(r).items()})
+            if prop is not None:
+                files.update(interval_files(prop, methods, pairs))
             report_dir = guarded_write(out, lambda: write_folder(out, files, "compare"))
         if args.json:
             sys.stdout.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
         else:
             print(format_compare(summaries, s, pairs))
+            if prop is not None:
+                print("\n" + format_intervals(prop, methods, pairs))
             if report_dir is not None:
                 print(f"\n  results: {report_dir}/")
         return 0

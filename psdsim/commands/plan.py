@@ -30,6 +30,8 @@ HELP = ("largest sustainable rate of every configuration of a space under latenc
 
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.commands.intervals import add_intervals_arg
+
     p.add_argument("plan", type=Path, metavar="PLAN.toml",
                    help="[base] scenario fields, [space] candidate lists, [slo] objectives, [search]")
     add_set(p, "override a [base] scenario field, e.g. --set requests=200")
@@ -39,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
                                             "the plan file's, left out when it is plan)")
     p.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
     p.add_argument("--json", action="store_true", help="print the rows, front and verdicts as JSON")
+    add_intervals_arg(p)
 
 
 def runs_per_search(tolerance: float) -> int:
@@ -85,15 +88,39 @@ def run(args: argparse.Namespace) -> int:
                              "tensor_parallel_size, smaller models)")
         report = {"rows": result.rows, "pareto": result.front, "verdicts": result.verdicts,
                   "invalid": [{"config": c, "error": e} for c, e in result.invalid]}
+        drawn = _draw_plan(args, spec, result, lambda f: progress("draws", f))
+        if drawn is not None:
+            report["intervals"] = drawn[0]
         text = json.dumps(report, indent=2, allow_nan=False) + "\n"
         files: dict[str, Any] = {"plan.json": text, "plan.csv": plan_table(result.rows),
                                  "plan.toml": args.plan.read_text(encoding="utf-8")}
         if not args.no_figures:
             files.update({f"figures/{name}": data for name, data in plan_figures(result).items()})
+        if drawn is not None:
+            files.update(drawn[2])
         folder = guarded_write(out, lambda: write_folder(out, files, "plan"))
         if args.json:
             sys.stdout.write(text)
         else:
-            print("\n".join(plan_lines(result)))
+            print("\n".join(plan_lines(result) + (drawn[1] if drawn is not None else [])))
             print(f"\n  results: {folder}/")
         return 0
+
+
+def _draw_plan(args: argparse.Namespace, spec: Any, result: Any,
+               progress: Any) -> tuple[dict[str, Any], list[str], dict[str, Any]] | None:
+    """--intervals N: the plan's JSON, lines and files of N draws, or None without the flag."""
+    if args.intervals is None:
+        return None
+    from psdsim.studies.plan_intervals import (
+        plan_draws,
+        plan_interval_files,
+        plan_interval_lines,
+        plan_intervals_json,
+        verdict_label,
+    )
+
+    drawn = plan_draws(spec, result.configs, args.intervals, args.workers, progress)
+    labels = [verdict_label(v, list(spec.space)) for v in result.verdicts]
+    return (plan_intervals_json(drawn, labels), plan_interval_lines(drawn, labels),
+            plan_interval_files(drawn, labels, not args.no_figures))

@@ -18,6 +18,7 @@ from psdsim.commands.common import (
     overrides,
     user_error,
 )
+from psdsim.commands.intervals import add_intervals_arg, draw_intervals
 
 HELP = "simulate one scenario (default: the built-in Setting-2 scenario)"
 
@@ -33,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     p.add_argument("--trace", type=Path, metavar="FILE.json",
                    help="also write the simulated timeline as Chrome trace-event JSON (open it in "
                         "ui.perfetto.dev or chrome://tracing): drafter, verifier, link lanes, driver")
+    add_intervals_arg(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,14 +56,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _simulate_and_write(args: argparse.Namespace, s: Any, trace: Path | None, out: Path | None) -> int:
     """The checks of where run writes, the simulation and the writes, all under the outputs' locks."""
+    from psdsim.sim.output.intervals import format_intervals, interval_files, intervals_json
     from psdsim.sim.output.report import format_run, nothing_fits
     from psdsim.sim.output.results import (
         check_no_clash,
         check_output_file,
         check_results_folder,
+        result_files,
         staged_files,
         summary_json,
-        write_result,
+        write_folder,
     )
     from psdsim.sim.output.timeline import trace_json
     from psdsim.sim.run import simulate
@@ -82,16 +86,23 @@ def _simulate_and_write(args: argparse.Namespace, s: Any, trace: Path | None, ou
             sys.stdout.write(summary_json(result.summary))
         print(f"psdsim: error: {nothing_fits({s.method: result}, s)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    prop = draw_intervals(args, s, [s.method])
+    summary = result.summary if prop is None else {**result.summary,
+                                                   "intervals": intervals_json(prop, [s.method], [])}
     where = None
     # all or none: the timeline is staged first and renamed in only once the results folder is
     traced = [] if trace is None else [("--trace", trace, trace_json(result))]
     with staged_files(traced):
         if out is not None:
-            where = str(guarded_write(out, lambda: write_result(result, out, plots=args.plots))) + "/"
+            files = {**result_files(result, args.plots),
+                     **(interval_files(prop, [s.method], []) if prop is not None else {})}
+            where = str(guarded_write(out, lambda: write_folder(out, files, "run"))) + "/"
     if args.json:
-        sys.stdout.write(summary_json(result.summary))
+        sys.stdout.write(summary_json(summary))
     else:
         print(format_run(result.summary, s, where, result.wall_s))
+        if prop is not None:
+            print("\n" + format_intervals(prop, [s.method], []))
         if trace is not None:
             print(f"  timeline: {trace} (open in ui.perfetto.dev or chrome://tracing)")
     return 0

@@ -33,6 +33,7 @@ DRY_RUN_POINTS = 10_000
 
 
 def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    from psdsim.commands.intervals import add_intervals_arg
     from psdsim.studies.executors import EXECUTORS
 
     sw.add_argument("spec", type=Path, metavar="SPEC.toml",
@@ -54,6 +55,7 @@ def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     sw.add_argument("--dry-run", action="store_true",
                     help="expand and validate the design, print its size, run nothing")
     sw.add_argument("--json", action="store_true", help="print a JSON summary only")
+    add_intervals_arg(sw)
 
 
 def _work(design: Any, workers: int, out: Path) -> Work:
@@ -133,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             report, rows = run_sweep(design, out, workers=args.workers, executor=args.executor,
                                      ray_address=args.ray_address, force=args.force,
-                                     retry_errors=args.retry_errors, progress=progress)
+                                     retry_errors=args.retry_errors, progress=progress,
+                                     intervals=args.intervals)
         except (KeyboardInterrupt, WorkerDied) as exc:
             kept = len(list((out / RUNS).glob("*.json")))
             why = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)

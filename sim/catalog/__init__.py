@@ -7,13 +7,18 @@ so that a number is written once and checked against the published counts in the
 add or override entries with a TOML file of their own (`load_catalog`), in the same format
 under tables `[gpus.NAME]`, `[links.NAME]`, `[models.NAME]`, `[datasets.NAME]`,
 `[engines.NAME]` and `[acceptance."DRAFT -> TARGET"]`.
+
+A number that its source gives only as a range, or marks as an estimate, carries that range beside
+it: `launch_us = 37.0` with `launch_us_range = { low = 25.0, high = 58.0, why = "row 2.13 prior" }`
+(or `{ spread = 0.2, why = ... }` for plus or minus 20 %). The point value is what every run uses;
+the ranges are only read by `--intervals` (sim/uncertainty.py), which draws inputs from them.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,7 @@ MAX_NUMBER = 1e12
 # but the value is refused here first, where it is named).
 MIN_RATE = 1e-3
 BYTES_PER_KV_ELEMENT = 2  # KV cache in bf16/fp16, vLLM's default kv_cache_dtype="auto"
+RANGE_SUFFIX = "_range"   # `FIELD_range = { low, high, why }` beside a numeric FIELD
 
 
 class CatalogError(ValueError):
@@ -284,6 +290,19 @@ class EngineProfile:
 
 
 @dataclass(frozen=True)
+class Range:
+    """Where a catalog number may lie, by its source: `low <= value <= high`, and why."""
+
+    low: float
+    high: float
+    why: str
+
+
+# (table, entry key, field) -> its range; an acceptance entry's key is "DRAFT -> TARGET"
+RangeKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
 class Catalog:
     gpus: dict[str, GPU]
     links: dict[str, Link]
@@ -291,6 +310,7 @@ class Catalog:
     datasets: dict[str, Dataset]
     acceptance: dict[tuple[str, str], AcceptancePrior]
     engines: dict[str, EngineProfile]
+    ranges: dict[RangeKey, Range] = field(default_factory=dict)
 
     def acceptance_prior(self, draft: str, target: str) -> AcceptancePrior | None:
         return self.acceptance.get((draft, target))
@@ -331,7 +351,68 @@ def _check_entry(cls: type, key: str, raw: dict[str, Any], filename: str) -> dic
 
 
 def _load_group(cls: type, tables: dict[str, Any], filename: str) -> dict[str, Any]:
-    return {key: cls(key=key, **_check_entry(cls, key, raw, filename)) for key, raw in tables.items()}
+    return {key: cls(key=key, **_check_entry(cls, key, _without_ranges(raw), filename))
+            for key, raw in tables.items()}
+
+
+def _without_ranges(raw: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in raw.items() if not name.endswith(RANGE_SUFFIX)}
+
+
+def _load_ranges(table: str, entries: dict[str, Any], tables: dict[str, Any],
+                 filename: str) -> dict[RangeKey, Range]:
+    """The `FIELD_range` tables of a group's entries (already loaded as `entries`), each checked
+    against its field's point value."""
+    out: dict[RangeKey, Range] = {}
+    for key, raw in tables.items():
+        entry = entries[_entry_key(key)]
+        for name, spec in raw.items():
+            if name.endswith(RANGE_SUFFIX):
+                base = name[: -len(RANGE_SUFFIX)]
+                point = _point(entry, base, f"{filename} [{key}]")
+                out[(table, _entry_name(key), base)] = _range(spec, point, f"{filename} [{key}] {name}")
+    return out
+
+
+def _entry_key(key: str) -> Any:
+    """How an entry is keyed in its group: acceptance pairs by (draft, target), others by name."""
+    draft, sep, target = (part.strip() for part in key.partition("->"))
+    return (draft, target) if sep else key
+
+
+def _entry_name(key: str) -> str:
+    """An entry's name in a range key: an acceptance pair spelled "DRAFT -> TARGET" however its
+    file spaced it."""
+    entry = _entry_key(key)
+    return " -> ".join(entry) if isinstance(entry, tuple) else key
+
+
+def _point(entry: Any, base: str, where: str) -> float:
+    value = getattr(entry, base, None)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CatalogError(f"{where}: {base}{RANGE_SUFFIX} names no numeric field {base!r}")
+    return float(value)
+
+
+def _range(spec: Any, value: float, where: str) -> Range:
+    """`{ low, high, why }` or `{ spread, why }` (a relative spread, low = value (1 - spread)), the
+    point value inside it, a non-empty reason."""
+    shape = set(spec) if isinstance(spec, dict) else set()
+    if shape not in ({"low", "high", "why"}, {"spread", "why"}):
+        raise CatalogError(f"{where}: write {{ low = L, high = H, why = \"...\" }} or "
+                           f"{{ spread = 0.2, why = \"...\" }}, got {spec!r}")
+    why = spec["why"]
+    numbers = [finite(spec[name]) for name in shape - {"why"}]
+    if not isinstance(why, str) or not why.strip() or any(v is None or v < 0 for v in numbers):
+        raise CatalogError(f"{where}: needs finite numbers >= 0 and a non-empty why, got {spec!r}")
+    if "spread" in spec:
+        low, high = value * (1.0 - spec["spread"]), value * (1.0 + spec["spread"])
+    else:
+        low, high = float(spec["low"]), float(spec["high"])
+    if not low <= value <= high:
+        raise CatalogError(f"{where}: the value {value:g} must lie within [low, high], got "
+                           f"[{low:g}, {high:g}]")
+    return Range(low, high, why.strip())
 
 
 def _load_datasets(tables: dict[str, Any], filename: str) -> dict[str, Dataset]:
@@ -353,6 +434,8 @@ def _load_datasets(tables: dict[str, Any], filename: str) -> dict[str, Dataset]:
 def _component(raw: Any, where: str) -> PromptComponent:
     """One log-normal of a prompt-length mixture: a positive weight and sigma, a finite mu (a zero
     weight or sigma, or a NaN, would turn every prompt length into NaN)."""
+    if isinstance(raw, dict):
+        raw = _without_ranges(raw)
     if not isinstance(raw, dict) or set(raw) != {"weight", "mu", "sigma"}:
         raise CatalogError(f"{where}: each component is {{ weight = 1.0, mu = 5.8, sigma = 0.6 }}, "
                            f"got {raw!r}")
@@ -370,8 +453,8 @@ def _load_acceptance(tables: dict[str, Any], models: dict[str, Model],
         draft, sep, target = (part.strip() for part in pair.partition("->"))
         if not sep or draft not in models or target not in models:
             raise CatalogError(f"{filename} [{pair!r}]: expected 'draft -> target' of known models")
-        checked = _check_entry(AcceptancePrior, pair, {"draft": draft, "target": target, **raw},
-                               filename)
+        checked = _check_entry(AcceptancePrior, pair,
+                               {"draft": draft, "target": target, **_without_ranges(raw)}, filename)
         if not 0.0 < checked["alpha"] < 1.0:
             raise CatalogError(f"{filename} [{pair!r}]: alpha must be in (0, 1)")
         out[(draft, target)] = AcceptancePrior(**checked)
@@ -385,7 +468,7 @@ def _builtin(name: str) -> dict[str, Any]:
 
 
 def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance: dict,
-              engines: dict, filename: str) -> Catalog:
+              engines: dict, filename: str, ranges: dict[RangeKey, Range] | None = None) -> Catalog:
     for key, gpu in gpus.items():
         if gpu.host_link not in links:
             raise CatalogError(f"{filename}: GPU {key!r}: host_link {gpu.host_link!r} is not a known link")
@@ -412,22 +495,56 @@ def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance:
         if e.kind == "execution" and e.kernels_per_layer < 1:
             raise CatalogError(f"{filename}: engine {key!r}: kernels_per_layer must be >= 1")
     return Catalog(gpus=gpus, links=links, models=models, datasets=datasets, acceptance=acceptance,
-                   engines=engines)
+                   engines=engines, ranges=ranges or {})
+
+
+RANGED_TABLES = ("gpus", "links", "acceptance", "engines")   # the tables whose numbers may carry ranges
+
+
+def _ranges_of(doc: dict[str, Any], cat: Catalog, filename: str) -> dict[RangeKey, Range]:
+    """Every range a catalog document declares, checked against the entries `cat` loaded from it."""
+    groups = {"gpus": cat.gpus, "links": cat.links, "acceptance": cat.acceptance, "engines": cat.engines}
+    out: dict[RangeKey, Range] = {}
+    for table in RANGED_TABLES:
+        out.update(_load_ranges(table, groups[table], doc.get(table, {}), filename))
+    return {**out, **_component_ranges(doc.get("datasets", {}), cat.datasets, filename)}
+
+
+def _component_ranges(tables: dict[str, Any], datasets: dict[str, Dataset],
+                      filename: str) -> dict[RangeKey, Range]:
+    """A prompt-length component's `mu_range` or `sigma_range`, keyed by the field's path inside
+    its dataset: ("datasets", "sharegpt", "components.0.mu")."""
+    out: dict[RangeKey, Range] = {}
+    for key, raw in tables.items():
+        comps = raw.get("components", [])
+        for i, comp in enumerate(comps if isinstance(comps, list) else [comps]):
+            for name in ("mu", "sigma"):
+                spec = comp.get(name + RANGE_SUFFIX)
+                if spec is not None:
+                    point = getattr(datasets[key].components[i], name)
+                    out[("datasets", key, f"components.{i}.{name}")] = _range(
+                        spec, point, f"{filename} [{key}] components[{i}].{name}{RANGE_SUFFIX}")
+    return out
 
 
 @cache
 def builtin_catalog() -> Catalog:
     """The catalog shipped with psdsim (loaded once per process)."""
-    models = _load_group(Model, _builtin("models.toml"), "models.toml")
-    return _assemble(
-        _load_group(GPU, _builtin("gpus.toml"), "gpus.toml"),
-        _load_group(Link, _builtin("links.toml"), "links.toml"),
+    doc = {table: _builtin(f"{table}.toml") for table in USER_TABLES}
+    models = _load_group(Model, doc["models"], "models.toml")
+    cat = _assemble(
+        _load_group(GPU, doc["gpus"], "gpus.toml"),
+        _load_group(Link, doc["links"], "links.toml"),
         models,
-        _load_datasets(_builtin("datasets.toml"), "datasets.toml"),
-        _load_acceptance(_builtin("acceptance.toml"), models, "acceptance.toml"),
-        _load_group(EngineProfile, _builtin("engines.toml"), "engines.toml"),
+        _load_datasets(doc["datasets"], "datasets.toml"),
+        _load_acceptance(doc["acceptance"], models, "acceptance.toml"),
+        _load_group(EngineProfile, doc["engines"], "engines.toml"),
         "built-in catalog",
     )
+    ranges: dict[RangeKey, Range] = {}
+    for table in (*RANGED_TABLES, "datasets"):
+        ranges.update(_ranges_of({table: doc[table]}, cat, f"{table}.toml"))
+    return replace(cat, ranges=ranges)
 
 
 USER_TABLES = ("gpus", "links", "models", "datasets", "acceptance", "engines")
@@ -457,7 +574,7 @@ def _user_catalog(path: str, mtime: float) -> Catalog:
                 raise CatalogError(f"{name} [{table}.{key}]: must be a table of fields, got {entry!r}")
     base = builtin_catalog()
     models = {**base.models, **_load_group(Model, doc.get("models", {}), name)}
-    return _assemble(
+    cat = _assemble(
         {**base.gpus, **_load_group(GPU, doc.get("gpus", {}), name)},
         {**base.links, **_load_group(Link, doc.get("links", {}), name)},
         models,
@@ -466,6 +583,16 @@ def _user_catalog(path: str, mtime: float) -> Catalog:
         {**base.engines, **_load_group(EngineProfile, doc.get("engines", {}), name)},
         name,
     )
+    return replace(cat, ranges=_merged_ranges(base.ranges, doc, _ranges_of(doc, cat, name)))
+
+
+def _merged_ranges(base: dict[RangeKey, Range], doc: dict[str, Any],
+                   own: dict[RangeKey, Range]) -> dict[RangeKey, Range]:
+    """The built-in ranges of the entries a user's file leaves alone, and the file's own: an entry
+    the user redefines keeps only the ranges the user gives it (the built-in range was of the
+    built-in value)."""
+    redefined = {(table, _entry_name(key)) for table in USER_TABLES for key in doc.get(table, {})}
+    return {**{k: r for k, r in base.items() if k[:2] not in redefined}, **own}
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:

@@ -1,0 +1,131 @@
+"""What `--intervals N` adds to run and compare: each figure's median and 90% interval over the
+draws, the ratios' intervals taken draw by draw, and the inputs ranked by what they explain.
+
+The point figures above it are the scenario's own run, exactly as without --intervals; the
+intervals come from the draws (sim/uncertainty.py), so a point need not be their median.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from psdsim.sim.output.report import COMPARE_ROWS, LABEL, RATIO_KEYS, TABLE_WIDTH
+from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs, sensitivity_csv, tornado_png
+from psdsim.sim.uncertainty import LEVEL, Interval, Propagation, interval, numeric_paths
+
+SHOWN_INPUTS = 5   # "what to measure first" lists this many
+
+
+def interval_text(iv: Interval | None, digits: int = 1) -> str:
+    """`570 (520–610)`: the median and the 90% interval; a point prints alone."""
+    if iv is None:
+        return "–"
+    if iv.point:
+        return f"{iv.median:,.{digits}f}"
+    return f"{iv.median:,.{digits}f} ({iv.low:,.{digits}f}–{iv.high:,.{digits}f})"
+
+
+def _pair_names(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    return [f"{a}/{b}" for a, b in pairs]
+
+
+def headlines(prop: Propagation, methods: Sequence[str],
+              pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The figures whose spread the sensitivities explain, by name: each pair's throughput ratio,
+    then each method's throughput (the first is the one printed and drawn)."""
+    out: dict[str, Any] = {f"{a}/{b} throughput": prop.ratio(a, b, ("throughput_tok_s",)) for a, b in pairs}
+    out.update({f"{m} throughput": prop.figure(m, ("throughput_tok_s",)) for m in methods})
+    return out
+
+
+def sensitivities(prop: Propagation, methods: Sequence[str],
+                  pairs: Sequence[tuple[str, str]]) -> list[Sensitivity]:
+    rows: list[Sensitivity] = []
+    for name, outcome in headlines(prop, methods, pairs).items():
+        rows += rank_inputs(name, prop.values, prop.inputs, outcome)
+    return rows
+
+
+def intervals_json(prop: Propagation, methods: Sequence[str],
+                   pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """Every numeric figure's interval per method, the ratios', the inputs and their ranks."""
+    first = next(sm for draw in prop.summaries for sm in draw.values() if sm["fits"])
+    figures = {m: {".".join(p): _json(interval(prop.figure(m, p))) for p in numeric_paths(first)}
+               for m in methods}
+    ratios = {f"{a}/{b}": {"_".join(p): _json(interval(prop.ratio(a, b, p))) for p in RATIO_KEYS}
+              for a, b in pairs}
+    return {
+        "draws": prop.draws, "level": LEVEL, "design": "Latin hypercube, uniform over each range",
+        "fits": {m: prop.fits(m) for m in methods},
+        "inputs": [{"name": i.name, "low": i.low, "high": i.high, "why": i.why} for i in prop.inputs],
+        "figures": figures, "ratios": ratios,
+        "sensitivity": {"method": METHOD, "noise_floor": noise_floor(prop.draws),
+                        "ranks": [{"figure": r.figure, "input": r.input.name, "rho": r.rho}
+                                  for r in sensitivities(prop, methods, pairs)]},
+    }
+
+
+def _json(iv: Interval | None) -> dict[str, float] | None:
+    return iv.as_json() if iv is not None else None
+
+
+def interval_files(prop: Propagation, methods: Sequence[str],
+                   pairs: Sequence[tuple[str, str]]) -> dict[str, str | bytes]:
+    """intervals.json, sensitivity.csv and the tornado figure of the first headline."""
+    rows = sensitivities(prop, methods, pairs)
+    first = rows[0].figure
+    return {"intervals.json": json.dumps(intervals_json(prop, methods, pairs), indent=2) + "\n",
+            "sensitivity.csv": sensitivity_csv(rows),
+            "sensitivity.png": tornado_png([r for r in rows if r.figure == first], first, prop.draws)}
+
+
+def format_intervals(prop: Propagation, methods: Sequence[str], pairs: Sequence[tuple[str, str]]) -> str:
+    """The interval table (methods, then pairs: as a second table when one would be too wide) and
+    what to measure first."""
+    cells = {m: [interval_text(interval(prop.figure(m, path)), digits) for _, path, digits, _ in COMPARE_ROWS]
+             for m in methods}
+    cells.update({f"{a}/{b}": [interval_text(interval(prop.ratio(a, b, path)), 2) if path in RATIO_KEYS
+                               else "" for _, path, _, _ in COMPARE_ROWS] for a, b in pairs})
+    lines = [f"  intervals: median ({LEVEL:.0%} interval) over {prop.draws} draws of {len(prop.inputs)} "
+             "uncertain inputs", "  (a Latin hypercube, each input uniform over its range)"]
+    joined = _columns(cells)
+    if max(map(len, joined)) <= TABLE_WIDTH:
+        lines += joined
+    else:
+        lines += [*_columns({m: cells[m] for m in methods}), "",
+                  *_columns({n: cells[n] for n in _pair_names(pairs)})]
+    lines += [f"  note: {m} fits in {prop.fits(m)} of {prop.draws} draws" for m in methods
+              if prop.fits(m) < prop.draws]
+    return "\n".join([*lines, "", *measure_first(sensitivities(prop, methods, pairs), prop.draws)])
+
+
+def _columns(cells: dict[str, list[str]]) -> list[str]:
+    """COMPARE_ROWS' labels, then one right-aligned column per name; rows left empty are dropped."""
+    widths = {name: max(len(name), *map(len, column)) + 2 for name, column in cells.items()}
+    head = "  " + " " * LABEL + "".join(f"{name:>{w}}" for name, w in widths.items())
+    rows = []
+    for i, (label, *_rest) in enumerate(COMPARE_ROWS):
+        row = [cells[name][i] for name in cells]
+        if any(row):
+            rows.append("  " + f"{label:<{LABEL}}" + "".join(f"{c:>{widths[n]}}" for c, n in zip(row, cells,
+                                                                                                   strict=True)))
+    return [head, *rows]
+
+
+def measure_first(rows: Sequence[Sensitivity], draws: int) -> list[str]:
+    """The inputs that explain most of the first headline's spread, largest first. The seed is not
+    one to measure: its rho, pure chance, is quoted as the yardstick of what chance gives."""
+    first = [r for r in rows if r.figure == rows[0].figure]
+    floor = noise_floor(draws)
+    seed = next((r for r in first if r.input.field == "seed"), None)
+    chance = f"; the seed's own, chance alone: {seed.rho:+.2f}" if seed is not None else ""
+    lines = [f"  what to measure first, for {first[0].figure}: {METHOD} rho over {draws} draws",
+             "  (rho² = the share of its spread an input explains alone; one input in ten passes "
+             f"|rho| = {floor:.2f}", f"  by chance at this N{chance})"]
+    measurable = [r for r in first if r.input.field != "seed"]
+    for i, r in enumerate(measurable[:SHOWN_INPUTS], 1):
+        lines += [f"    {i}. {r.input.name:<48} rho {r.rho:+.2f}  rho² {r.share:4.0%}  "
+                  f"range {r.input.low:.4g}–{r.input.high:.4g}", f"       {r.input.why}"]
+    return lines

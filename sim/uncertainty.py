@@ -1,0 +1,333 @@
+"""Prediction intervals by simulation: draw the uncertain inputs, simulate every draw, summarise.
+
+An input is uncertain when its source gives it as a range: the catalog's `FIELD_range` entries
+(sim/catalog), the acceptance prior's mean, the analytic cost model's efficiencies (their ranges
+are declared here, beside the Scenario fields they perturb) — and the seed, whose own noise is one
+more dimension of every draw. `propagate` spreads N Latin-hypercube points (scipy.stats.qmc,
+seeded by the scenario's seed, so the same scenario gives the same draws bit for bit) over those
+ranges, uniformly, simulates each draw under every method asked for, and keeps the summaries.
+Ratios between methods are taken draw by draw on the same draws, so a ratio's interval is the
+ratio's own, not two intervals divided. A value a user gave in the scenario (an `acceptance`, an
+efficiency other than the default) is theirs and is not drawn.
+
+The draws reach the simulator through the scenario alone: scenario fields are replaced, catalog
+numbers are written into a small catalog file of the draw's own (the user's catalog, if any, with
+the drawn entries merged over it), which the scenario's `catalog` field then names.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from psdsim.sim.catalog import Catalog
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.scenario import FIELDS, Scenario, catalog_for, toml_value
+
+LEVEL = 0.90                     # the intervals' coverage: from the 5th to the 95th percentile
+QUANTILES = ((1.0 - LEVEL) / 2, 0.5, (1.0 + LEVEL) / 2)
+SEED_INPUT = "seed"
+SEED_SPAN = 2**31                # a draw's simulation seed is drawn from 0 .. SEED_SPAN - 1
+MAX_DRAWS = 4096
+
+
+@dataclass(frozen=True)
+class ScenarioRange:
+    """A Scenario field whose default is an estimate with a range."""
+
+    low: float
+    high: float
+    why: str
+    applies: Callable[[Scenario], bool] = lambda s: True
+
+
+# The analytic cost model's constants (sim/costs.py names their sources). Each is drawn only while
+# the scenario leaves it at its default, and only where the engine prices steps with it.
+SCENARIO_RANGES: dict[str, ScenarioRange] = {
+    "mem_efficiency": ScenarioRange(
+        0.70, 0.90, "fitted for Llama-3.1-8B on H100 (SpecDecode-Bench), not for this GPU or model"),
+    "compute_efficiency": ScenarioRange(
+        0.55, 0.85, "fitted for Llama-3.1-8B on H100; H200 passes near the ridge ran 17-34 % slower "
+        "than the roofline (docs/engine-costs.md)"),
+    "launch_overhead_us": ScenarioRange(
+        40.0, 100.0, "the reference's 40-100 us eager-mode estimate, its low end used",
+        lambda s: s.engine_key == "roofline"),
+    "step_overhead_ms": ScenarioRange(
+        0.9, 1.5, "SpecDecode-Bench's fitted per-step cost, one fit [EST]",
+        lambda s: s.engine_key == "roofline"),
+}
+
+
+@dataclass(frozen=True)
+class UncertainInput:
+    """One drawn input: a Scenario field (`table` empty) or a catalog number, and its range."""
+
+    name: str
+    low: float
+    high: float
+    why: str
+    table: str = ""    # the catalog table and entry key it lives in; empty: a Scenario field
+    key: str = ""
+    field: str = ""    # the field it sets (of the entry, or of the Scenario)
+
+    def value(self, u: float) -> float:
+        """The input at quantile u of its (uniform) range."""
+        return float(self.low + u * (self.high - self.low))
+
+
+@dataclass(frozen=True)
+class Interval:
+    median: float
+    low: float
+    high: float
+
+    @property
+    def point(self) -> bool:
+        return self.low == self.high
+
+    def as_json(self) -> dict[str, float]:
+        return {"median": self.median, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One draw: the scenario to simulate and the catalog entries (TOML) it runs with."""
+
+    scenario: Scenario
+    methods: tuple[str, ...]
+    catalog_toml: str
+
+
+def uncertain_inputs(s: Scenario, methods: Sequence[str]) -> list[UncertainInput]:
+    """Every input of `s` (run under `methods`) that has a range, the seed last."""
+    cat = catalog_for(s)
+    costs = [] if profile_prices_everything(s) else [*_scenario_inputs(s), *_catalog_inputs(s, cat)]
+    inputs = [*costs, *_acceptance_input(s, cat, methods)]
+    return [*inputs, UncertainInput(SEED_INPUT, 0.0, float(SEED_SPAN - 1),
+                                    "the simulation's own noise: requests, arrivals, acceptances",
+                                    field="seed")]
+
+
+def profile_prices_everything(s: Scenario) -> bool:
+    """Whether the scenario's fitted profile has every term (sim/profile.py TERMS): then no step
+    cost comes from the catalog's engine, link or efficiency numbers, and they are not drawn. A
+    profile that lacks a term leaves that part to the catalog, so all of them are drawn still."""
+    if not s.profile:
+        return False
+    from psdsim.sim.profile import TERMS, load_profile
+
+    return all(term in load_profile(s.profile).terms for term in TERMS)
+
+
+def _scenario_inputs(s: Scenario) -> Iterable[UncertainInput]:
+    for name, r in SCENARIO_RANGES.items():
+        if getattr(s, name) == FIELDS[name].default and r.applies(s):
+            yield UncertainInput(name, r.low, r.high, r.why, field=name)
+
+
+def _acceptance_input(s: Scenario, cat: Catalog, methods: Sequence[str]) -> Iterable[UncertainInput]:
+    if s.acceptance is not None or set(methods) == {"ar"}:   # AR drafts nothing
+        return
+    pair = f"{s.draft} -> {s.target}"
+    r = cat.ranges.get(("acceptance", pair, "alpha"))
+    if r is not None:
+        yield UncertainInput(f"acceptance {pair}", r.low, r.high, r.why, field="acceptance")
+
+
+def _catalog_inputs(s: Scenario, cat: Catalog) -> Iterable[UncertainInput]:
+    """The ranges of the engine profile and the links the scenario runs on."""
+    used = {("engines", s.engine_key), ("links", s.link), ("links", s.tp_link_key)}
+    if not s.prompt_len and not s.trace:   # prompts drawn from the dataset's lengths
+        used.add(("datasets", s.dataset))
+    for (table, key, name), r in sorted(cat.ranges.items()):
+        if (table, key) in used:
+            yield UncertainInput(f"{table}.{key}.{name}", r.low, r.high, r.why, table, key, name)
+
+
+def unit_points(s: Scenario, draws: int, dimensions: int) -> np.ndarray:
+    """`draws` Latin-hypercube points in [0, 1)^dimensions, seeded by the scenario's seed: each
+    input's range is cut into `draws` strata and every stratum drawn once, which keeps small N
+    honest about the whole range."""
+    from scipy.stats import qmc
+
+    return qmc.LatinHypercube(d=dimensions, seed=s.seed).random(draws)
+
+
+def make_draws(s: Scenario, methods: Sequence[str], inputs: Sequence[UncertainInput],
+               points: np.ndarray) -> list[Draw]:
+    """The scenario and catalog entries of each draw."""
+    out = []
+    for row in points:
+        changes, entries = draw_changes(inputs, row)
+        text = catalog_toml(s, entries) if entries else ""
+        out.append(Draw(s.replace(**changes), tuple(methods), text))
+    return out
+
+
+Entries = dict[tuple[str, str], dict[str, float]]   # (table, key) -> drawn fields
+
+
+def draw_changes(inputs: Sequence[UncertainInput], row: np.ndarray) -> tuple[dict[str, Any], Entries]:
+    """One point's scenario field changes and drawn catalog fields."""
+    changes: dict[str, Any] = {}
+    entries: Entries = {}
+    for inp, u in zip(inputs, row, strict=True):
+        if inp.field == "seed":
+            changes["seed"] = int(inp.value(u))
+        elif inp.table:
+            entries.setdefault((inp.table, inp.key), {})[inp.field] = inp.value(u)
+        else:
+            changes[inp.field or inp.name] = inp.value(u)
+    return changes, entries
+
+
+def _user_catalog_doc(s: Scenario) -> dict[str, Any]:
+    if not s.catalog:
+        return {}
+    return tomllib.loads(Path(s.catalog).read_text(encoding="utf-8"))
+
+
+def catalog_toml(s: Scenario, entries: Entries) -> str:
+    """The scenario's catalog file (if any) with each drawn entry replaced by its full fields,
+    drawn ones changed, as TOML."""
+    cat = catalog_for(s)
+    doc = {table: dict(tables) for table, tables in _user_catalog_doc(s).items()}
+    groups = {"engines": cat.engines, "links": cat.links, "gpus": cat.gpus, "datasets": cat.datasets}
+    for (table, key), values in entries.items():
+        fields_ = {name: v for name, v in asdict(groups[table][key]).items() if name != "key"}
+        for path, value in values.items():
+            _set_path(fields_, path, value)
+        doc.setdefault(table, {})[key] = fields_
+    lines = []
+    for table, tables in doc.items():
+        for key, fields_ in tables.items():
+            lines.append(f"[{table}.{toml_value(key)}]")
+            lines += [f"{name} = {_inline(value)}" for name, value in fields_.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _set_path(fields_: dict[str, Any], path: str, value: float) -> None:
+    """Set a field by its path: `launch_us`, or `components.0.mu` inside a dataset's components."""
+    *parents, last = path.split(".")
+    target: Any = fields_
+    for part in parents:
+        if part.isdigit():
+            target[int(part)] = dict(target[int(part)])
+            target = target[int(part)]
+        else:
+            target[part] = list(target[part])
+            target = target[part]
+    target[last] = value
+
+
+def _inline(value: Any) -> str:
+    """A TOML value, inline tables and arrays included (a user catalog's components and ranges)."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{toml_value(k)} = {_inline(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    return toml_value(value)
+
+
+def simulate_draw(draw: Draw) -> dict[str, dict[str, Any]]:
+    """Each method's summary on one draw (a module-level job for the executors)."""
+    from psdsim.sim.run import simulate
+
+    if not draw.catalog_toml:
+        return {m: simulate(draw.scenario.replace(method=m)).summary for m in draw.methods}
+    with tempfile.TemporaryDirectory(prefix="psdsim-draw-") as folder:
+        path = Path(folder) / "catalog.toml"
+        path.write_text(draw.catalog_toml, encoding="utf-8")
+        s = draw.scenario.replace(catalog=str(path))
+        return {m: simulate(s.replace(method=m)).summary for m in draw.methods}
+
+
+@dataclass(frozen=True)
+class Propagation:
+    """N draws of a scenario's uncertain inputs and every method's summary on each."""
+
+    inputs: tuple[UncertainInput, ...]
+    values: np.ndarray                         # draws x inputs: each draw's input values
+    summaries: tuple[dict[str, dict[str, Any]], ...]   # per draw: method -> summary
+
+    @property
+    def draws(self) -> int:
+        return len(self.summaries)
+
+    def figure(self, method: str, path: tuple[str, ...]) -> np.ndarray:
+        """One summary figure over the draws (NaN where a draw does not fit or lacks it)."""
+        return np.array([_number(sm[method], path) for sm in self.summaries])
+
+    def ratio(self, a: str, b: str, path: tuple[str, ...]) -> np.ndarray:
+        """a's figure over b's, draw by draw."""
+        x, y = self.figure(a, path), self.figure(b, path)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(y != 0, x / y, np.nan)
+
+    def fits(self, method: str) -> int:
+        return sum(bool(sm[method]["fits"]) for sm in self.summaries)
+
+
+def _number(summary: dict[str, Any], path: tuple[str, ...]) -> float:
+    value: Any = summary
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return math.nan
+        value = value[part]
+    if not summary["fits"] or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def numeric_paths(summary: dict[str, Any]) -> list[tuple[str, ...]]:
+    """Every numeric figure of a summary: top-level numbers and those of its dicts (latency_ms.p50)."""
+    out: list[tuple[str, ...]] = []
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            out += [(key, sub) for sub, v in value.items() if _is_number(v)]
+        elif _is_number(value):
+            out.append((key,))
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def interval(values: np.ndarray) -> Interval | None:
+    """Median and 90% interval of the finite values (None when there are none)."""
+    ok = values[np.isfinite(values)]
+    if not ok.size:
+        return None
+    low, median, high = (float(q) for q in np.quantile(ok, QUANTILES))
+    return Interval(median, low, high)
+
+
+def check_draws(draws: int) -> None:
+    if not 2 <= draws <= MAX_DRAWS:
+        raise ScenarioError("--intervals", f"must be 2..{MAX_DRAWS} draws, got {draws}",
+                            "write e.g. --intervals 32 (each draw is a full simulation)")
+
+
+def propagate(s: Scenario, draws: int, methods: Sequence[str] | None = None,
+              inputs: Sequence[UncertainInput] | None = None, workers: int | None = None,
+              progress: Callable[[float], None] | None = None) -> Propagation:
+    """Simulate `draws` draws of `s`'s uncertain inputs (default: all of them) under `methods`
+    (default: the scenario's own), on local worker processes (default: one per CPU)."""
+    from psdsim.studies.parallel import map_in_order
+
+    check_draws(draws)
+    methods = tuple(methods or (s.method,))
+    inputs = tuple(uncertain_inputs(s, methods) if inputs is None else inputs)
+    points = unit_points(s, draws, len(inputs)) if inputs else np.zeros((draws, 0))
+    jobs = make_draws(s, methods, inputs, points)
+    summaries = map_in_order(simulate_draw, jobs, workers or os.cpu_count() or 1, progress)
+    values = np.array([[inp.value(u) for inp, u in zip(inputs, row, strict=True)] for row in points])
+    return Propagation(inputs, values.reshape(draws, len(inputs)), tuple(summaries))

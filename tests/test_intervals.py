@@ -1,0 +1,301 @@
+"""--intervals: the catalog's ranges, their propagation by simulation, and what it prints."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from psdsim.sim.catalog import CatalogError, builtin_catalog, load_catalog
+from psdsim.sim.output.intervals import intervals_json
+from psdsim.sim.output.results import write_file
+from psdsim.sim.profile import FEATURES, Profile, Term
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.uncertainty import (
+    QUANTILES,
+    UncertainInput,
+    interval,
+    make_draws,
+    propagate,
+    uncertain_inputs,
+)
+from psdsim.theory.tail import tail_exact, verifications_pmf
+
+from psdsim.cli import main
+
+SMALL = Scenario(requests=24, output_len=16, m=4, prompt_len=32)
+FAST = ["--set", "requests=24", "--set", "output_len=16", "--set", "m=4", "--set", "prompt_len=32"]
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def test_catalog_ranges_sit_beside_their_values():
+    cat = builtin_catalog()
+    launch = cat.ranges[("engines", "vllm-0.9.2-v0-eager", "launch_us")]
+    assert (launch.low, launch.high) == (25.0, 58.0) and "25-58" in launch.why
+    assert cat.engines["vllm-0.9.2-v0-eager"].launch_us == 37.0   # the point value as it was
+    spread = cat.ranges[("links", "pcie4", "allreduce_busbw_gbps")]   # { spread = 0.2 }
+    assert (spread.low, spread.high) == pytest.approx((16.0, 24.0))
+    for (table, key, name), r in cat.ranges.items():
+        entry = {"engines": cat.engines, "links": cat.links}.get(table, {}).get(key)
+        if entry is not None:
+            assert r.low <= getattr(entry, name) <= r.high
+    assert ("acceptance", "qwen3-1.7b -> qwen3-32b", "alpha") in cat.ranges
+
+
+def test_a_user_entry_keeps_only_its_own_ranges(tmp_path):
+    path = tmp_path / "cat.toml"
+    path.write_text('[links.pcie4]\nname = "mine"\nnvlink = false\np2p_latency_us = 9.0\n'
+                    'p2p_latency_us_range = { low = 8.0, high = 9.5, why = "measured" }\n'
+                    'p2p_bandwidth_gbps = 24.0\nallreduce_latency_us = 30.0\nallreduce_busbw_gbps = 20.0\n'
+                    'source = "my nccl-tests"\n')
+    ranges = load_catalog(path).ranges
+    assert ranges[("links", "pcie4", "p2p_latency_us")].high == 9.5
+    assert ("links", "pcie4", "p2p_bandwidth_gbps") not in ranges   # the built-in range was of 22.0
+    assert ("links", "pcie5", "p2p_bandwidth_gbps") in ranges
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ("{ low = 20.0, high = 30.0, why = 'x' }", "must lie within"),
+    ("{ low = 1.0, high = 30.0 }", "write { low"),
+    ("{ low = 1.0, high = 30.0, why = '' }", "non-empty why"),
+])
+def test_a_bad_range_is_refused_by_name(tmp_path, spec, problem):
+    path = tmp_path / "cat.toml"
+    path.write_text(f'[engines.vllm-v1]\nname = "v1"\nkind = "execution"\nkernels_per_layer = 10\n'
+                    f'kernel_us = 5.3\nkernel_us_range = {spec}\nsource = "s"\n')
+    with pytest.raises(CatalogError, match=problem) as exc:
+        load_catalog(path)
+    assert "kernel_us_range" in str(exc.value)
+
+
+def test_only_acceptance_uncertain_gives_the_closed_form_step_interval():
+    """PSD's decode steps over acceptance draws, 32 requests in two sub-batches of 16 (no refills):
+    theory.tail's exact expectation at the drawn acceptances' 95th and 5th percentiles bounds the
+    interval (steps fall as acceptance rises), within 5 %."""
+    s = Scenario(method="psd", m=16, k=3, output_len=128, prompt_len=32, requests=32,
+                 acceptance_spread=1e6)   # every request at the drawn mean, as the closed form
+    acceptance = UncertainInput("acceptance", 0.5, 0.8, "test", field="acceptance")
+    prop = propagate(s, 16, inputs=[acceptance], workers=1)
+    steps = interval(prop.figure("psd", ("decode_steps",)))
+    low_a, _, high_a = np.quantile(prop.values[:, 0], QUANTILES)
+
+    def theory(a: float) -> float:
+        return tail_exact(32, 16, verifications_pmf(128, 3, a, None)).decode_steps
+
+    assert steps.low == pytest.approx(theory(high_a), rel=0.05)
+    assert steps.high == pytest.approx(theory(low_a), rel=0.05)
+    assert steps.high - steps.low > 0.3 * steps.median   # a real spread, not a point
+
+
+def test_an_input_of_zero_range_leaves_every_figure_a_point():
+    flat = UncertainInput("mem_efficiency", 0.81, 0.81, "test", field="mem_efficiency")
+    prop = propagate(SMALL, 4, inputs=[flat], workers=1)
+    doc = intervals_json(prop, ["psd"], [])
+    for iv in doc["figures"]["psd"].values():
+        assert iv["low"] == iv["median"] == iv["high"]
+
+
+def test_a_ratio_on_shared_draws_is_narrower_than_its_quotient_of_intervals():
+    prop = propagate(SMALL, 12, ["sd", "psd"], workers=1)
+    path = ("throughput_tok_s",)
+    psd, sd = interval(prop.figure("psd", path)), interval(prop.figure("sd", path))
+    ratio = interval(prop.ratio("psd", "sd", path))
+    assert ratio.high - ratio.low < psd.high / sd.low - psd.low / sd.high
+    assert psd.low / sd.high <= ratio.median <= psd.high / sd.low
+
+
+def test_the_same_seed_gives_the_same_intervals_bit_for_bit():
+    def doc(seed: int) -> str:
+        s = SMALL.replace(seed=seed)
+        return json.dumps(intervals_json(propagate(s, 4, ["sd", "psd"], workers=2), ["sd", "psd"],
+                                         [("psd", "sd")]))
+
+    assert doc(3) == doc(3)
+    assert doc(3) != doc(4)
+
+
+def test_inputs_the_user_gave_are_not_drawn():
+    names = {i.name for i in uncertain_inputs(SMALL, ["psd"])}
+    assert {"acceptance qwen3-1.7b -> qwen3-32b", "mem_efficiency", "engines.vllm-0.9.2-v0-eager.launch_us",
+            "seed"} <= names
+    given = {i.field for i in uncertain_inputs(SMALL.replace(acceptance=0.6, mem_efficiency=0.7), ["psd"])}
+    assert "acceptance" not in given and "mem_efficiency" not in given
+    assert "acceptance" not in {i.field for i in uncertain_inputs(SMALL, ["ar"])}
+
+
+def test_a_user_catalog_is_kept_under_the_draws(tmp_path):
+    """A draw's catalog is the user's file with the drawn entries merged over it: a model only the
+    user's file defines still resolves."""
+    path = tmp_path / "cat.toml"
+    path.write_text('[gpus.mine]\nname = "my GPU"\nmemory_gb = 48.0\nmemory_bandwidth_gbps = 900.0\n'
+                    'bf16_tflops = 360.0\nnvlink = false\nhost_link = "pcie4"\nsource = "mine"\n')
+    s = SMALL.replace(catalog=str(path), gpu="mine")
+    prop = propagate(s, 3, workers=1)
+    assert prop.fits("psd") == 3
+
+
+def test_run_and_compare_without_intervals_print_what_they_did(capsys):
+    assert main(["run", *FAST, "--json", "--no-write"]) == 0
+    assert "intervals" not in json.loads(capsys.readouterr().out)
+    assert main(["compare", *FAST, "--json", "--no-write"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"scenario", "summaries", "ratios"}
+
+
+def test_run_with_intervals_adds_them_and_writes_the_sensitivities(capsys, tmp_path):
+    assert main(["run", *FAST, "--json", "--no-write"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(["run", *FAST, "--intervals", "4", "--out", "r"]) == 0
+    text = capsys.readouterr().out
+    assert "over 4 draws" in text and "what to measure first" in text
+    assert json.loads((tmp_path / "r" / "summary.json").read_text()) == plain   # the point run unchanged
+    iv = json.loads((tmp_path / "r" / "intervals.json").read_text())["figures"]["psd"]["throughput_tok_s"]
+    assert iv["low"] <= iv["median"] <= iv["high"]
+    csv = (tmp_path / "r" / "sensitivity.csv").read_text().splitlines()
+    assert csv[0].startswith("figure,input,spearman_rho") and len(csv) > 3
+    assert (tmp_path / "r" / "sensitivity.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_with_intervals_prints_median_and_interval(capsys):
+    assert main(["compare", *FAST, "--methods", "sd,psd", "--intervals", "4", "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert "psd/sd" in out.split("intervals: median")[1]
+    assert "–" in out and "what to measure first, for psd/sd throughput" in out
+
+
+@pytest.mark.parametrize("n", ["1", "0", "5000"])
+def test_a_bad_number_of_draws_is_one_line(capsys, n):
+    assert main(["run", *FAST, "--no-write", "--intervals", n]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("psdsim: error: --intervals: must be 2..")
+
+
+PLAN = """[base]
+target = "qwen3-32b"
+requests = 24
+output_len = 32
+
+[space]
+method = ["sd", "psd"]
+
+[slo]
+latency_p99_ms = 60000
+
+[search]
+tolerance = 0.2
+"""
+
+
+def test_plan_with_intervals_counts_the_draws_in_which_psd_pays(capsys, tmp_path):
+    (tmp_path / "plan.toml").write_text(PLAN)
+    assert main(["plan", "plan.toml", "--json", "--no-figures", "--workers", "1", "--out", "a"]) == 0
+    assert "intervals" not in json.loads(capsys.readouterr().out)
+    assert main(["plan", "plan.toml", "--intervals", "3", "--workers", "2", "--out", "b"]) == 0
+    out = capsys.readouterr().out
+    assert "with intervals (3 draws" in out and "what to measure first, for gain of psd" in out
+    doc = json.loads((tmp_path / "b" / "plan.json").read_text())["intervals"]
+    (verdict,) = doc["verdicts"]
+    assert 0 <= verdict["pays_in"] <= 3 and f"pays in {verdict['pays_in']} of 3 draws" in out
+    gain = verdict["per_gpu_gain"]
+    assert gain["low"] <= gain["median"] <= gain["high"]
+    assert (tmp_path / "b" / "sensitivity.csv").is_file()
+    assert (tmp_path / "b" / "figures" / "sensitivity.png").is_file()
+
+
+def _complete_profile(path) -> str:
+    """A profile with every term fitted (made-up coefficients of a plausible size)."""
+    coef = {"draft": (2e-3, 1e-6, 3e-9, 1e-4), "verify": (0.03, 1e-4, 1e-7),
+            "prefill": (0.01, 2e-4, 1e-9, 0.0), "draft_prefill": (0.002, 2e-5, 1e-10, 0.0),
+            "comm": (1e-4, 1e-10), "broadcast": (1e-4, 1e-10),
+            "reject": (3e-4, 1e-7), "overhead": (1.2e-3,)}
+    assert set(coef) == set(FEATURES)
+    terms = {name: Term(name, c, 100, 0.01, None) for name, c in coef.items()}
+    write_file(path, Profile(terms, {}, {}, ()).to_json())
+    return str(path)
+
+
+def test_a_profile_fitting_every_term_takes_the_catalog_out_and_narrows_the_interval(tmp_path):
+    """With every cost fitted from traces, the engine, link and efficiency ranges drop out: only
+    acceptance and the seed are drawn, and the throughput interval is narrower."""
+    profiled = SMALL.replace(profile=_complete_profile(tmp_path / "p.json"))
+    assert {i.name for i in uncertain_inputs(profiled, ["psd"])} == {"acceptance qwen3-1.7b -> qwen3-32b",
+                                                                     "seed"}
+    # what was dropped indeed moves nothing: the extreme launch cost gives the same run
+    launch = next(i for i in uncertain_inputs(SMALL, ["psd"]) if i.name.endswith(".launch_us"))
+    (draw,) = make_draws(profiled, ["psd"], [launch], np.array([[1.0]]))
+    path = tmp_path / "drawn.toml"
+    path.write_text(draw.catalog_toml)
+    assert simulate(profiled.replace(catalog=str(path))).summary == simulate(profiled).summary
+
+    def width(s: Scenario) -> float:
+        iv = interval(propagate(s, 8, workers=2).figure("psd", ("throughput_tok_s",)))
+        return (iv.high - iv.low) / iv.median
+
+    assert width(profiled) < width(SMALL)
+
+
+SWEEP = """[base]
+requests = 24
+output_len = 16
+m = 4
+prompt_len = 32
+
+[grid]
+method = ["sd", "psd"]
+"""
+
+
+def test_sweep_with_intervals_adds_interval_columns_and_reruns_for_another_n(capsys, tmp_path):
+    import csv
+
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    assert main(["sweep", "sweep.toml", "--out", "s", "--workers", "1", "--no-figures", "--json"]) == 0
+    plain = list(csv.DictReader((tmp_path / "s" / "results.csv").open()))
+    assert not any(c.startswith("intervals_") for c in plain[0])
+    capsys.readouterr()
+    assert main(["sweep", "sweep.toml", "--out", "s", "--workers", "2", "--no-figures", "--json",
+                 "--intervals", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["ran"] == 2   # runs without intervals are not reused
+    rows = list(csv.DictReader((tmp_path / "s" / "results.csv").open()))
+    for row, before in zip(rows, plain, strict=True):
+        low, median, high = (float(row[f"intervals_throughput_tok_s_{q}"]) for q in ("low", "median", "high"))
+        assert low <= median <= high
+        assert row["throughput_tok_s"] == before["throughput_tok_s"]   # the point run as before
+
+
+def test_a_dataset_length_range_moves_the_prompts_it_draws(tmp_path):
+    """sharegpt's mu carries a range; a draw at its top gives longer prompts than one at its bottom."""
+    r = builtin_catalog().ranges[("datasets", "sharegpt", "components.0.mu")]
+    assert r.low < builtin_catalog().datasets["sharegpt"].components[0].mu < r.high
+    (mu,) = [i for i in uncertain_inputs(SMALL.replace(prompt_len=0), ["psd"]) if i.table == "datasets"]
+    assert "datasets" not in {i.table for i in uncertain_inputs(SMALL, ["psd"])}   # fixed prompts: none
+
+    def mean_prompt(u: float) -> float:
+        (draw,) = make_draws(SMALL.replace(prompt_len=0), ["psd"], [mu], np.array([[u]]))
+        path = tmp_path / f"{u}.toml"
+        path.write_text(draw.catalog_toml)
+        return float(simulate(draw.scenario.replace(catalog=str(path))).requests["prompt_len"].mean())
+
+    assert mean_prompt(1.0) > mean_prompt(0.0)
+
+
+def test_a_plan_verdict_is_ranked_on_its_own_configuration_s_inputs(tmp_path):
+    """Two drafters: each verdict's gain is ranked against its own draft pair's acceptance only."""
+    from psdsim.studies.plan import load_plan
+    from psdsim.studies.plan_intervals import plan_draws, plan_sensitivities, verdict_label
+    from psdsim.studies.plan_verdict import run_plan
+
+    drafts = 'method = ["sd", "psd"]\ndraft = ["qwen3-0.6b", "qwen3-1.7b"]'
+    (tmp_path / "plan.toml").write_text(PLAN.replace('method = ["sd", "psd"]', drafts))
+    spec = load_plan(tmp_path / "plan.toml")
+    result = run_plan(spec, 1)
+    drawn = plan_draws(spec, result.configs, 3, 2)
+    labels = [verdict_label(v, list(spec.space)) for v in result.verdicts]
+    for rank in plan_sensitivities(drawn, labels):
+        if rank.input.field == "acceptance":
+            draft = rank.figure.split("draft=")[1].split()[0]
+            assert rank.input.name.startswith(f"acceptance {draft} ->")
