@@ -6,6 +6,8 @@ starts at 0 and resolves a tenth of a microsecond up to 1e9 s, sim/scenario.py M
 optionally `acceptance` (per-token acceptance in (0, 1 - 1e-9], the highest rate the acceptance
 model takes as given; rows without it draw from the scenario's distribution). A malformed row is
 reported with its line number and field, as a ScenarioError naming `trace`; no value is clamped.
+A CSV header may start with a byte-order mark and space its names (as spreadsheets write it); a
+column or JSON key given twice is refused, since either reader would keep only the last.
 Rows are replayed in arrival order (stable for ties).
 """
 
@@ -22,7 +24,7 @@ import numpy as np
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.numbers import number
+from psdsim.sim.numbers import finite, number
 from psdsim.sim.scenario import MAX_SPAN_S
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
@@ -46,14 +48,31 @@ def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: 
     if field not in row or row[field] in ("", None):
         raise _fail(path, line, field, "missing", f"give {field} on every row")
     raw = row[field]
-    try:
-        value = math.nan if isinstance(raw, bool) else number(raw) if isinstance(raw, str) else float(raw)
-    except (TypeError, ValueError):
-        raise _fail(path, line, field, f"not a number: {raw!r}") from None
-    if not math.isfinite(value) or (integer and value != int(value)):
+    value = _cell_value(raw)
+    if value is None and not isinstance(raw, int | float):   # bools are ints: refused below
+        raise _fail(path, line, field, f"not a number: {_shown(raw)}")
+    if value is None or not math.isfinite(value) or (integer and value != int(value)):
         kind = "an integer" if integer else "a finite number"
-        raise _fail(path, line, field, f"must be {kind}, got {raw!r}")
+        raise _fail(path, line, field, f"must be {kind}, got {_shown(raw)}")
     return value
+
+
+def _cell_value(raw: Any) -> float | None:
+    """A cell as a float through the shared number readers: text as a user typed it (ASCII digits
+    only; a text past a float's range reads as inf), JSON numbers only when finite and no bool (an
+    integer past a float's range, which JSON allows, is None, not an OverflowError)."""
+    if isinstance(raw, str):
+        try:
+            return number(raw)
+        except ValueError:
+            return None
+    return finite(raw)
+
+
+def _shown(raw: Any) -> str:
+    """A cell as a message quotes it, cut short when long (a 400-digit number would swamp the line)."""
+    text = repr(raw)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
 
 
 def _tokens(count: float) -> str:
@@ -69,11 +88,41 @@ def _text(path: Path) -> str:
     if path.is_dir():
         raise ScenarioError("trace", f"{str(path)!r} is a folder, not a trace file", what)
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")   # Excel starts a CSV with a BOM
     except UnicodeDecodeError:
         raise ScenarioError("trace", f"{path.name} is not UTF-8 text (a binary file?)", what) from None
     except OSError as exc:
         raise ScenarioError("trace", f"cannot read {str(path)!r} ({exc.strerror or exc})", what) from None
+
+
+def _header(path: Path, names: list[str]) -> list[str]:
+    """The CSV header's column names without the spaces around them (`a, b` as some tools write
+    it); a column named twice is refused, since DictReader would silently keep the last cell."""
+    names = [name.strip() for name in names]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise _fail(path, 1, twice, "column given twice in the header (which one is meant?)",
+                    "keep one of the two columns")
+    return names
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _json_object(line: str) -> Any:
+    """json.loads, refusing a key given twice in one object (json keeps the last silently)."""
+    return json.loads(line, object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    row = dict(pairs)
+    if len(row) < len(pairs):
+        keys = [key for key, _ in pairs]
+        raise _DuplicateKey(next(key for key in keys if keys.count(key) > 1))
+    return row
 
 
 def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -81,7 +130,8 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(text.splitlines())
         try:
-            missing = [f for f in REQUIRED if f not in (reader.fieldnames or [])]
+            reader.fieldnames = _header(path, reader.fieldnames or [])
+            missing = [f for f in REQUIRED if f not in reader.fieldnames]
             if missing:
                 raise _fail(path, 1, missing[0], "column missing from the header",
                             f"start the file with the header {','.join(REQUIRED)},acceptance")
@@ -94,7 +144,10 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            row = parse_document(json.loads, line, "trace", f"{path.name} line {i}")
+            row = parse_document(_json_object, line, "trace", f"{path.name} line {i}")
+        except _DuplicateKey as exc:
+            raise _fail(path, i, exc.key, "given twice in the row (which one is meant?)",
+                        "keep one of the two") from None
         except json.JSONDecodeError as exc:
             raise ScenarioError("trace", f"{path.name} line {i}: not valid JSON ({exc.msg})",
                                 "write one JSON object per line") from None

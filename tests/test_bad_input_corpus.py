@@ -71,6 +71,10 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "deep_catalog.toml": b"[gpus]\nx = " + DEEP + b"\n", "deep.json": DEEP,
     "deep.jsonl": b'{"arrival_s": ' + DEEP + b"}\n", "deep_run/manifest.toml": b"k = " + DEEP + b"\n",
     "fullwidth.csv": "arrival_s,prompt_tokens,output_tokens\n0,１6,8\n".encode(),
+    # values past a float's range, a column or key given twice
+    "digits400.jsonl": b'{"arrival_s": 0, "prompt_tokens": 1' + b"0" * 400 + b', "output_tokens": 4}\n',
+    "twice_column.csv": b"arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,10,4,20\n",
+    "twice_key.jsonl": b'{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 4, "output_tokens": 8}\n',
 }
 DEEP_CASES = [["run", "deep.toml"], ["sweep", "deep_sweep.toml"], ["plan", "deep.toml"],
               ["catalog", "--catalog", "deep_catalog.toml"], ["validate", "--traces", "deep_run"],
@@ -107,7 +111,8 @@ CASES = [
     ["run", "--set", "requests=100000000", "--no-write"],
     *[["run", "--no-write", "--set", f"trace={name}"]
       for name in ("random.csv", "random.toml", "random.jsonl", "folder", "huge.csv", "badrow.csv",
-                   "noheader.csv", "missing.csv")],
+                   "noheader.csv", "missing.csv", "digits400.jsonl", "twice_column.csv",
+                   "twice_key.jsonl")],
     ["run", "--set", "name=../escaped"], ["run", "--set", "name=a/b"],
     ["run", "--no-write", "--set", "max_model_len=10"],
     ["run", "--no-write", "--set", "num_gpu_blocks_override=1"],
