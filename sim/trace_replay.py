@@ -24,7 +24,7 @@ import numpy as np
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.numbers import finite, number
+from psdsim.sim.numbers import finite, number, shown
 from psdsim.sim.scenario import MAX_SPAN_S
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
@@ -50,10 +50,10 @@ def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: 
     raw = row[field]
     value = _cell_value(raw)
     if value is None and not isinstance(raw, int | float):   # bools are ints: refused below
-        raise _fail(path, line, field, f"not a number: {_shown(raw)}")
+        raise _fail(path, line, field, f"not a number: {shown(raw)}")
     if value is None or not math.isfinite(value) or (integer and value != int(value)):
         kind = "an integer" if integer else "a finite number"
-        raise _fail(path, line, field, f"must be {kind}, got {_shown(raw)}")
+        raise _fail(path, line, field, f"must be {kind}, got {shown(raw)}")
     return value
 
 
@@ -67,12 +67,6 @@ def _cell_value(raw: Any) -> float | None:
         except ValueError:
             return None
     return finite(raw)
-
-
-def _shown(raw: Any) -> str:
-    """A cell as a message quotes it, cut short when long (a 400-digit number would swamp the line)."""
-    text = repr(raw)
-    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
 
 
 def _tokens(count: float) -> str:

@@ -75,6 +75,7 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "digits400.jsonl": b'{"arrival_s": 0, "prompt_tokens": 1' + b"0" * 400 + b', "output_tokens": 4}\n',
     "twice_column.csv": b"arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,10,4,20\n",
     "twice_key.jsonl": b'{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 4, "output_tokens": 8}\n',
+    "not_utf8_\udcff.csv": b"arrival_s,prompt_tokens,output_tokens\n0,10,4\n",   # a name with byte 0xff
 }
 DEEP_CASES = [["run", "deep.toml"], ["sweep", "deep_sweep.toml"], ["plan", "deep.toml"],
               ["catalog", "--catalog", "deep_catalog.toml"], ["validate", "--traces", "deep_run"],
@@ -113,6 +114,7 @@ CASES = [
       for name in ("random.csv", "random.toml", "random.jsonl", "folder", "huge.csv", "badrow.csv",
                    "noheader.csv", "missing.csv", "digits400.jsonl", "twice_column.csv",
                    "twice_key.jsonl")],
+    ["run", *FAST, "--set", "trace=not_utf8_\udcff.csv"],   # scenario.toml could not record it
     ["run", "--set", "name=../escaped"], ["run", "--set", "name=a/b"],
     ["run", "--no-write", "--set", "max_model_len=10"],
     ["run", "--no-write", "--set", "num_gpu_blocks_override=1"],
@@ -324,3 +326,20 @@ def test_generated_request_traces(workdir, capsys, rows, as_csv):
         assert len(captured.err.splitlines()) == 1 and captured.err.startswith("psdsim: error: "), (body,
                                                                                                     captured.err)
 
+
+
+NUMERIC_FIELDS = [name for name, f in FIELDS.items() if f.metadata["kind"] in (int, float)]
+
+
+@pytest.mark.parametrize("name", NUMERIC_FIELDS)
+def test_every_number_at_its_extreme_is_refused_in_one_line_or_runs(name, workdir, capsys):
+    """1e300 (an integer field: 10**300) in each numeric field: a one-line refusal naming the
+    field, or a clean run; no product of it may overflow into a traceback or a NaN."""
+    huge = "1e300" if FIELDS[name].metadata["kind"] is float else "1" + "0" * 300
+    argv = ["run", "--no-write", *FAST, "--set", f"{name}={huge}"]
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code in (0, 2) and "Traceback" not in captured.err, (argv, captured.err[-2000:])
+    if code == 2:
+        line, = captured.err.splitlines()
+        assert line.startswith(f"psdsim: error: {name}: ") and len(line) < 400, line

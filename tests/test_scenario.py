@@ -97,3 +97,12 @@ def test_warnings_flag_what_no_real_system_has():
     assert warnings(Scenario(gpu="h100-sxm", drafter_gpu="h100-sxm", link="nvlink4")) == []
     assert any("beyond the paper" in w for w in warnings(Scenario(sub_batches=3, drafters=2)))
     assert any("compact" in w for w in warnings(Scenario(sampler_output="compact")))
+
+
+def test_a_path_scenario_toml_cannot_record_is_refused_naming_its_field(tmp_path):
+    """A file name with a byte that is not UTF-8 reaches Python as a lone surrogate; written into
+    scenario.toml it would make a file that does not load back, so it is refused up front."""
+    trace = tmp_path / "a\udcffb.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,4\n")
+    with pytest.raises(ScenarioError, match=r"^trace: .*not UTF-8"):
+        load_scenario(overrides=[f"trace={trace}"])
