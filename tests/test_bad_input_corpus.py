@@ -78,6 +78,8 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "cat_head_dim0.toml": (b'[models.big]\nhf_id = "x/y"\nlayers = 64\nhidden = 5120\nintermediate = 25600\n'
                            b'heads = 64\nkv_heads = 8\nhead_dim = 0\nvocab = 151936\ntie_embeddings = false\n'
                            b'qk_norm = true\nbytes_per_param = 2.0\nsource = "t"\n'),
+    "cat_far_prompts.toml": (b'[datasets.dd]\nmax_requests = 0\nmin_prompt = 256\nmax_prompt = 300\n'
+                             b'components = [{ weight = 1.0, mu = 20.0, sigma = 0.01 }]\nsource = "t"\n'),
     "not_utf8_\udcff.csv": b"arrival_s,prompt_tokens,output_tokens\n0,10,4\n",   # a name with byte 0xff
 }
 DEEP_CASES = [["run", "deep.toml"], ["sweep", "deep_sweep.toml"], ["plan", "deep.toml"],
@@ -117,9 +119,11 @@ CASES = [
       for name in ("random.csv", "random.toml", "random.jsonl", "folder", "huge.csv", "badrow.csv",
                    "noheader.csv", "missing.csv", "digits400.jsonl", "twice_column.csv",
                    "twice_key.jsonl")],
-    ["run", *FAST, "--set", "trace=not_utf8_\udcff.csv"],
+    ["run", *FAST, "--set", "trace=not_utf8_\udcff.csv"],   # scenario.toml could not record it
     ["run", "--no-write", *FAST, "--set", "catalog=cat_head_dim0.toml", "--set", "target=big"],
-    ["catalog", "--catalog", "cat_head_dim0.toml"],   # scenario.toml could not record it
+    ["catalog", "--catalog", "cat_head_dim0.toml"],
+    ["run", *FAST[:2], "--set", "output_len=16", "--set", "catalog=cat_far_prompts.toml",
+     "--set", "dataset=dd"],
     ["run", "--set", "name=../escaped"], ["run", "--set", "name=a/b"],
     ["run", "--no-write", "--set", "max_model_len=10"],
     ["run", "--no-write", "--set", "num_gpu_blocks_override=1"],
