@@ -476,9 +476,9 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           "path separators, leading dots or spaces)", f"write name = {safe!r}")
     _need(s.method in METHODS, "method", f"unknown method {s.method!r}",
           f"use one of: {', '.join(METHODS)}")
-    _in_range(s, "k", 1, 32)
+    _in_range(s, "k", 1, MAX_K)
     _in_range(s, "m", 1, 4096)
-    _in_range(s, "extra", 0, 32)
+    _in_range(s, "extra", 0, MAX_K)
     if s.method == "psd+tetris":
         _need(s.extra >= 1, "extra", "psd+tetris drafts k + extra tokens, extra must be >= 1",
               "set extra=1 (MineDraft's runs use 1 to 3)")
@@ -680,6 +680,7 @@ SPAN_WHY = f"the {MAX_SPAN_S:g} s within which the simulated clock resolves a te
 # scenario never meets one, and none of their products (blocks of swap, Beta parameters, step times)
 # overflows a float or an int64.
 MAX_SEED = 2**63 - 1
+MAX_K = 32   # draft tokens a step proposes: the scenario's bound and the reference engine's
 MAX_CONCENTRATION = 1e9
 CONCENTRATION_WHY = "where a Beta draw's spread (below 2e-5) is lost in the acceptance itself"
 MAX_MEMORY_GB = 1e6

@@ -189,6 +189,7 @@ CASES = [
     ["engine", "run", "--set", "model.draft_noise=3"], ["engine", "run", "--k", "x"],
     ["engine", "run", "--engine", "vllm", "--set", "dtype=auto"],
     ["engine", "run", "--set", "warmup_passes=1"],
+    ["engine", "run", "--k", "100000", "--requests", "2", "--output-len", "4", "--m", "1"],
     ["engine"], ["engine", "stop"], ["nosuchcommand"], [],
     ["run", "--no-wr"], ["engine", "run", "--out", "8"],   # no abbreviations: --out is not --output-len
     ["engine", "run", ""], ["engine", "run", "--k", "3", " "],   # a stray empty word (an unset $VAR)

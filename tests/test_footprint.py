@@ -109,3 +109,13 @@ def test_psdsim_run_refuses_a_trace_the_machine_cannot_hold(monkeypatch, tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("psdsim: error:") and "--trace" in err[0]
     assert not trace.exists()
+
+
+def test_the_python_api_refuses_what_the_cli_refuses(monkeypatch):
+    """simulate() runs the CLI's footprint check first: a run the machine cannot hold is a
+    ScenarioError at once, not minutes of work ended by the kernel."""
+    from psdsim.sim.run import simulate
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 10**6)   # 1 MB
+    monkeypatch.setattr(footprint, "available_disk_bytes", lambda: None)
+    with pytest.raises(ScenarioError, match=r"^requests: .* GB of memory"):
+        simulate(load_scenario(overrides=["requests=100000", "output_len=16"]))

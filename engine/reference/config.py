@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.numbers import integer, number
+from psdsim.sim.scenario import MAX_K
 
 METHODS = ("ar", "sd", "psd", "pearl")
 DEVICES = ("cpu", "cuda")
@@ -169,6 +170,9 @@ class EngineConfig:
         if self.device not in DEVICES:
             raise EngineConfigError(f"device = {self.device!r}: use one of {', '.join(DEVICES)}")
         _positive(self, "k", "m", "requests", "prompt_len", "output_len", "max_num_batched_tokens")
+        if self.k > MAX_K:   # each step drafts k tokens one forward pass at a time
+            raise EngineConfigError(f"k = {self.k} is past {MAX_K}, the most draft tokens a step may "
+                                    f"propose (a scenario's k too): use k in [1, {MAX_K}]")
         if self.prompt_len_max is not None and self.prompt_len_max < self.prompt_len:
             raise EngineConfigError(f"prompt_len_max = {self.prompt_len_max} is below prompt_len = "
                                     f"{self.prompt_len}")
