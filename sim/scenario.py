@@ -19,8 +19,15 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.catalog import Catalog, CatalogError, load_catalog
-from psdsim.sim.catalog.hf_config import ConfigError, derive_model, display_name, is_config_path
+from psdsim.sim.catalog.hf_config import (
+    ConfigError,
+    check_context,
+    derive_model,
+    display_name,
+    is_config_path,
+)
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import integer, number, shown
@@ -226,7 +233,9 @@ def _with_config_models(cat: Catalog, s: Scenario) -> Catalog:
     models = dict(cat.models)
     for name, path in paths.items():
         try:
-            models[path] = derive_model(path).model
+            derived = derive_model(path)
+            check_context(derived, s.max_model_len)
+            models[path] = derived.model
         except ConfigError as exc:
             where = f"{name}={display_name(path)}" + (f": {exc.key}" if exc.key else "")
             raise ScenarioError(where, exc.problem, exc.fix) from None
@@ -513,7 +522,9 @@ def _check_models(s: Scenario, cat: Catalog) -> None:
     _in_catalog("target", s.target, cat.models, "model")
     _in_catalog("draft", s.draft, cat.models, "model")
     if s.acceptance is not None:
-        _need(0.0 < s.acceptance < 1.0, "acceptance", f"must be in (0, 1), got {s.acceptance}",
+        # the trace reader's bound too: a higher mean would be clamped where it is drawn
+        _need(0.0 < s.acceptance <= MAX_ACCEPTANCE, "acceptance",
+              f"must be in (0, 1 - 1e-9], got {s.acceptance}",
               "set acceptance to a per-token acceptance rate such as 0.6")
     elif s.speculates:
         _need(cat.acceptance_prior(s.draft, s.target) is not None, "acceptance",
@@ -534,7 +545,7 @@ def _check_hardware(s: Scenario, cat: Catalog) -> None:
     tp = s.tensor_parallel_size
     target = cat.models[s.target]
     _need(tp >= 1 and target.heads % tp == 0, "tensor_parallel_size",
-          f"must divide the target's {target.heads} attention heads, got {tp}",
+          f"must divide the target's {target.heads} attention heads, got {shown(tp)}",
           "use 1, 2, 4 or 8")
 
 
@@ -547,7 +558,7 @@ def _one_of(s: Scenario, name: str, allowed: tuple[str, ...]) -> None:
 def _check_engine(s: Scenario, cat: Catalog) -> None:
     _in_range(s, "gpu_memory_utilization", 0.05, 1.0)
     _in_range(s, "block_size", 1, 256)
-    _in_range(s, "max_model_len", 2, 1 << 20)
+    _in_range(s, "max_model_len", 2, MAX_MODEL_LEN)
     _one_of(s, "scheduler", SCHEDULERS)
     if s.engine:
         _in_catalog("engine", s.engine, cat.engines, "engine")
@@ -578,6 +589,7 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
     _in_catalog("dataset", s.dataset, cat.datasets, "dataset")
     ds = cat.datasets[s.dataset]
     _need(s.requests >= 1, "requests", f"must be >= 1, got {s.requests}", "set requests=1000")
+    _at_most(s, "requests", MAX_REQUESTS, "a trillion prompts, whose results alone no disk holds")
     _need(s.n >= 1, "n", f"must be >= 1, got {shown(s.n)}", "set n=1 (one sample per prompt) or more")
     _at_most(s, "n", MAX_SAMPLES, "the most sequences a batch holds (m's bound): vLLM keeps a prompt's "
              "samples in one batch")
@@ -585,6 +597,7 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
         _need(s.requests <= ds.max_requests, "requests",
               f"{s.dataset} has only {ds.max_requests} prompts, got {s.requests}",
               f"set requests to at most {ds.max_requests}")
+    _at_most(s, "output_len", MAX_MODEL_LEN - 1, "max_model_len's bound less a prompt token")
     if s.output_len >= s.max_model_len >= 1:   # blame the one moved from its default
         blame = "output_len" if s.max_model_len == FIELDS["max_model_len"].default else "max_model_len"
         lower = s.max_model_len - max(ds.min_prompt, 1)
@@ -680,6 +693,8 @@ SPAN_WHY = f"the {MAX_SPAN_S:g} s within which the simulated clock resolves a te
 # scenario never meets one, and none of their products (blocks of swap, Beta parameters, step times)
 # overflows a float or an int64.
 MAX_SEED = 2**63 - 1
+MAX_MODEL_LEN = 1 << 20   # a million tokens of context, past every model's window
+MAX_REQUESTS = 10**12
 MAX_K = 32   # draft tokens a step proposes: the scenario's bound and the reference engine's
 MAX_CONCENTRATION = 1e9
 CONCENTRATION_WHY = "where a Beta draw's spread (below 2e-5) is lost in the acceptance itself"

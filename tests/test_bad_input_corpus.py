@@ -125,6 +125,8 @@ CASES = [
     ["run", *FAST[:2], "--set", "output_len=16", "--set", "catalog=cat_far_prompts.toml",
      "--set", "dataset=dd"],
     ["run", "--set", "name=../escaped"], ["run", "--set", "name=a/b"],
+    ["run", "--no-write", *FAST, "--set", "acceptance=0.9999999999"],
+    ["run", "--set", "n=100000000000000000000"],
     ["run", "--no-write", "--set", "max_model_len=10"],
     ["run", "--no-write", "--set", "num_gpu_blocks_override=1"],
     ["run", "--no-write", "--set", "gpu_memory_utilization=0.1"],
@@ -270,6 +272,7 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert "does not fit: does not fit" not in lines["plan nothing_fits.toml --workers 1"]
     assert lines["plan space_invalid.toml --workers 1"].count("fix:") == 1
     assert lines["run --set requests=1000000000"].startswith("psdsim: error: requests: ")
+    assert lines["run --set n=100000000000000000000"].startswith("psdsim: error: n: ")
     assert "GB of memory" in lines["run --set requests=1000000000"]
     assert lines["validate --engine vllm --models-dir missing"].startswith(
         "psdsim: error: --models-dir: 'missing' not found")

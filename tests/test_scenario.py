@@ -106,3 +106,11 @@ def test_a_path_scenario_toml_cannot_record_is_refused_naming_its_field(tmp_path
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,4\n")
     with pytest.raises(ScenarioError, match=r"^trace: .*not UTF-8"):
         load_scenario(overrides=[f"trace={trace}"])
+
+
+def test_acceptance_is_bounded_as_a_trace_row_is():
+    """The trace reader refuses an acceptance past 1 - 1e-9; the scenario did not, and clamped it."""
+    from psdsim.sim.acceptance import MAX_ACCEPTANCE
+    assert load_scenario(overrides=[f"acceptance={MAX_ACCEPTANCE!r}"]).acceptance == MAX_ACCEPTANCE
+    with pytest.raises(ScenarioError, match=r"^acceptance: must be in \(0, 1 - 1e-9\]"):
+        load_scenario(overrides=["acceptance=0.9999999999"])
