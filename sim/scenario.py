@@ -405,6 +405,9 @@ def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
     """A preset (if any), then a scenario file (None = the built-in default), then `--set`."""
     values: dict[str, Any] = preset_fields(preset) if preset else {}
     if path is not None:
+        if not str(path):   # Path("") is ".", the current folder: say what was given
+            raise ScenarioError("scenario", "the path is empty", "give the path of a .toml scenario, or "
+                                "none (None) for the default")
         p = Path(path)
         values.update(_flatten(read_toml(p, "scenario", "a .toml scenario, or none for the default")[1],
                                p.name))

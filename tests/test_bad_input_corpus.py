@@ -144,6 +144,7 @@ CASES = [
     ["compare", *FAST, "--methods", "ar,nosuch"], ["compare", *FAST, "--methods", "sd,sd"],
     ["compare", *FAST, "--set", "gpu_memory_utilization=0.1"], ["compare", "--set", "requests=300000000"],
     ["compare", *FAST, "--out", "existing.txt"],
+    ["compare", *FAST, "--methods", ""], ["catalog", "--set", "catalog=cat_scalar.toml"],
     # scenario, catalog, theory
     ["scenario", "--set", "bogus=1"], ["scenario", "twice.toml"], ["scenario", "random.toml"],
     ["catalog", "--catalog", "random.toml"], ["catalog", "--catalog", "missing.toml"],
@@ -273,6 +274,8 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert lines["plan space_invalid.toml --workers 1"].count("fix:") == 1
     assert lines["run --set requests=1000000000"].startswith("psdsim: error: requests: ")
     assert lines["run --set n=100000000000000000000"].startswith("psdsim: error: n: ")
+    assert "names no method" in lines[" ".join(["compare", *FAST, "--methods", ""])]
+    assert lines["catalog --set catalog=cat_scalar.toml"].endswith("fix: write --catalog cat_scalar.toml")
     assert "GB of memory" in lines["run --set requests=1000000000"]
     assert lines["validate --engine vllm --models-dir missing"].startswith(
         "psdsim: error: --models-dir: 'missing' not found")

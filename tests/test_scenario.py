@@ -114,3 +114,9 @@ def test_acceptance_is_bounded_as_a_trace_row_is():
     assert load_scenario(overrides=[f"acceptance={MAX_ACCEPTANCE!r}"]).acceptance == MAX_ACCEPTANCE
     with pytest.raises(ScenarioError, match=r"^acceptance: must be in \(0, 1 - 1e-9\]"):
         load_scenario(overrides=["acceptance=0.9999999999"])
+
+
+def test_an_empty_scenario_path_is_named_as_empty():
+    """Path('') is '.', which was reported as "'.' is not a regular file"."""
+    with pytest.raises(ScenarioError, match=r"^scenario: the path is empty"):
+        load_scenario("")
