@@ -31,6 +31,7 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "nothing_fits.toml": (b"[base]\nrequests = 10\noutput_len = 8\ngpu_memory_utilization = 0.1\n"
                           b"[space]\nmethod = [\"sd\", \"psd\"]\n[slo]\nlatency_p99_ms = 60000\n"),
     "sweep_bad.toml": b"[grid]\nkk = [1, 2]\n",
+    "sweep_empty.toml": b"[grid]\nk = []\n", "sweep_text.toml": b'[grid]\nmethod = "sd"\n',
     "space_invalid.toml": b"[base]\nrequests = 10\n[space]\nk = [0, 40]\n[slo]\nlatency_p99_ms = 1000\n",
     # catalog files a scenario names: tables of the wrong shape, numbers the model cannot use
     "cat_scalar.toml": b"gpus = 3\n",
@@ -157,6 +158,7 @@ CASES = [
     ["paper", "--quick", "--set", "num_gpu_blocks_override=1"],
     ["plan", "missing.toml"], ["plan", "random.toml"], ["plan", "nothing_fits.toml", "--workers", "1"],
     ["plan", "nothing_fits.toml", "--workers", "0"], ["plan", "space_invalid.toml", "--workers", "1"],
+    ["sweep", "sweep_empty.toml"], ["sweep", "sweep_text.toml"],
     ["sweep", "random.toml"], ["sweep", "sweep_bad.toml"], ["sweep", "typo.toml", "--out", "existing.txt"],
     ["sweep", "typo.toml", "--workers", "0"],
     *[["run", "--no-write", *FAST, "--set", f"catalog={name}"]
@@ -274,6 +276,8 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert lines["plan space_invalid.toml --workers 1"].count("fix:") == 1
     assert lines["run --set requests=1000000000"].startswith("psdsim: error: requests: ")
     assert lines["run --set n=100000000000000000000"].startswith("psdsim: error: n: ")
+    assert "[[]]" not in lines["sweep sweep_empty.toml"]
+    assert 'write method = ["sd"]' in lines["sweep sweep_text.toml"]
     assert "names no method" in lines[" ".join(["compare", *FAST, "--methods", ""])]
     assert lines["catalog --set catalog=cat_scalar.toml"].endswith("fix: write --catalog cat_scalar.toml")
     assert "GB of memory" in lines["run --set requests=1000000000"]
