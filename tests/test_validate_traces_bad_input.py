@@ -136,3 +136,11 @@ def test_a_k_no_calibration_run_measured(capsys, runs):
     text = (psd / "manifest.toml").read_text(encoding="utf-8").replace("k = 2", "k = 3")
     (psd / "manifest.toml").write_text(text, encoding="utf-8")
     _refused(capsys, str(sd), str(psd), names=f"{psd / 'manifest.toml'}: acceptance")
+
+
+def test_a_proposed_len_no_run_may_have_is_not_suggested_as_k(capsys, runs):
+    """A proposed_len of 10**7 is a corrupt trace, not a k to set (k is at most 32)."""
+    sd, psd = runs
+    _records(sd, "Step", _spec(proposed_len=10**7))
+    line = _refused(capsys, str(sd), str(psd), names="propose 10000000 tokens")
+    assert "set k = 10000000" not in line and "check them" in line

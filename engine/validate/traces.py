@@ -73,7 +73,14 @@ from psdsim.sim.errors import ScenarioError
 from psdsim.sim.metrics import ms_stats, ratio, step_throughput
 from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import PATH_FIELDS, Scenario, read_toml, scenario_from_mapping, scenario_to_toml
+from psdsim.sim.scenario import (
+    MAX_K,
+    PATH_FIELDS,
+    Scenario,
+    read_toml,
+    scenario_from_mapping,
+    scenario_to_toml,
+)
 from psdsim.sim.trace_replay import read_trace
 
 MANIFEST = "manifest.toml"
@@ -249,8 +256,9 @@ def _check_k(folder: Path, s: Scenario, sourced: Sequence[tuple[Path, Iteration]
                        f"{s.k + s.extra} tokens per request, its traces propose {k}", fix)
         return s.k
     if k != s.k:
-        raise _bad(folder, "k", f"the manifest says {s.k}, its traces propose {k} tokens per request",
-                   f"set k = {k}")
+        fix = (f"set k = {k}" if 1 <= k <= MAX_K else
+               f"the traces' proposed_len of {k} is past the k a run may have ({MAX_K}): check them")
+        raise _bad(folder, "k", f"the manifest says {s.k}, its traces propose {k} tokens per request", fix)
     return k
 
 
