@@ -138,7 +138,7 @@ CASES = [
     ["run", "nope.toml"],
     ["run", "--profile", "random.json"], ["run", "--profile", "folder"], ["run", "--profile", "list.json"],
     ["run", *FAST, "--out", "existing.txt"], ["run", *FAST, "--out", "."],
-    ["run", *FAST, "--trace", "no/dir/t.json"],
+    ["run", *FAST, "--trace", "no/dir/t.json"], ["run", *FAST, "--trace", "existing.txt"],
     ["run", "--preset", "setting99"], ["run", "--method", "nosuch"], ["run", "--frobnicate"],
     ["run", "--set", "k=4", "--set", "k_policy=sometimes"],
     # compare
@@ -276,6 +276,7 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert lines["plan space_invalid.toml --workers 1"].count("fix:") == 1
     assert lines["run --set requests=1000000000"].startswith("psdsim: error: requests: ")
     assert lines["run --set n=100000000000000000000"].startswith("psdsim: error: n: ")
+    assert "fix: name a new file" in lines[" ".join(["run", *FAST, "--trace", "existing.txt"])]
     assert "[[]]" not in lines["sweep sweep_empty.toml"]
     assert 'write method = ["sd"]' in lines["sweep sweep_text.toml"]
     assert "names no method" in lines[" ".join(["compare", *FAST, "--methods", ""])]

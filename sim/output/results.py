@@ -159,7 +159,7 @@ def write_files(files: Sequence[tuple[str, Path, str | bytes]]) -> None:
         try:
             for option, path, content in files:
                 if Path(path).is_dir():   # a rename over a folder fails only once others are in place
-                    raise _refuse(option, Path(path), "is a folder")
+                    raise _refuse(option, Path(path), "is a folder", "file")
                 try:
                     real = _placed(Path(path))
                     staged.append((_stage(real, content), real))
@@ -416,9 +416,10 @@ def summary_json(summary: Mapping[str, Any]) -> str:
     return json.dumps(summary, indent=2, allow_nan=False) + "\n"
 
 
-def _refuse(option: str, out: Path, why: str) -> ScenarioError:
+def _refuse(option: str, out: Path, why: str, new: str = "folder") -> ScenarioError:
+    """`new`: what the option names, a folder (--out) or a file (--trace, a figure)."""
     return ScenarioError(option, f"{str(out)!r} {why}; psdsim never deletes or overwrites what it did not "
-                         "write", "name a new folder (or remove that one yourself)")
+                         "write", f"name a new {new} (or remove that one yourself)")
 
 
 def _holds_working_directory(out: Path) -> bool:
@@ -559,9 +560,9 @@ def check_output_file(path: Path, option: str, signatures: tuple[bytes, ...] = O
     path = Path(path)
     real = landing(path, option)
     if path.is_symlink() or real.is_dir():
-        raise _refuse(option, path, "is a folder or a link")
+        raise _refuse(option, path, "is a folder or a link", "file")
     if real.exists() and not real.is_file():   # a pipe or a device: reading its head would block
-        raise _refuse(option, path, "is not a regular file")
+        raise _refuse(option, path, "is not a regular file", "file")
     if real.exists():
         try:
             with real.open("rb") as fh:   # head=None: the whole file (a signature written late)
@@ -573,7 +574,7 @@ def check_output_file(path: Path, option: str, signatures: tuple[bytes, ...] = O
             raise ScenarioError(option, f"cannot read {str(path)!r} ({exc.strerror or exc})",
                                 "choose another file") from None
         if not any(signature in start for signature in signatures):
-            raise _refuse(option, path, "is an existing file psdsim did not write")
+            raise _refuse(option, path, "is an existing file psdsim did not write", "file")
 
 
 def claim_folder(out_dir: Path, command: str, option: str = "--out") -> Path:
