@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.catalog import Catalog, CatalogError, load_catalog
 from psdsim.sim.catalog.hf_config import (
     ConfigError,
@@ -525,7 +524,10 @@ def _check_models(s: Scenario, cat: Catalog) -> None:
     _in_catalog("target", s.target, cat.models, "model")
     _in_catalog("draft", s.draft, cat.models, "model")
     if s.acceptance is not None:
-        # the trace reader's bound too: a higher mean would be clamped where it is drawn
+        # the trace reader's bound too: a higher mean would be clamped where it is drawn (imported
+        # here: sim.acceptance loads numpy, which `psdsim run --help` must not)
+        from psdsim.sim.acceptance import MAX_ACCEPTANCE
+
         _need(0.0 < s.acceptance <= MAX_ACCEPTANCE, "acceptance",
               f"must be in (0, 1 - 1e-9], got {s.acceptance}",
               "set acceptance to a per-token acceptance rate such as 0.6")

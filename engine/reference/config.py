@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.numbers import integer, number
-from psdsim.sim.scenario import MAX_K
 
 METHODS = ("ar", "sd", "psd", "pearl")
 DEVICES = ("cpu", "cuda")
@@ -29,6 +28,9 @@ RANDN_MAX = math.sqrt(2 * 53 * math.log(2))
 # Seeds: torch.Generator.manual_seed takes an unsigned 64-bit integer (a larger one overflows, a
 # negative one wraps around onto a positive seed); numpy takes seeds >= 0 too.
 SEED_MAX = 2**64 - 1
+# The most draft tokens a step may propose: the scenario's bound (sim/scenario.py MAX_K, which this
+# module does not import: `psdsim engine run --help` loads no simulator; a test keeps them equal).
+MAX_K = 32
 # Sizes and lengths end up as torch sizes or int64 position tensors: none can exceed int64's maximum.
 INDEX_MAX = 2**63 - 1
 
