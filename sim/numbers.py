@@ -56,6 +56,13 @@ def number(text: str) -> float:
     return float(_ascii(text))
 
 
+def shown(value: Any) -> str:
+    """repr(value) as a one-line message quotes it, cut short past 40 characters: an integer of
+    hundreds of digits (which TOML, JSON and --set all read) would swamp the line."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
 def _ascii(text: str) -> str:
     if not text.isascii():
         raise ValueError(f"not a number in ASCII digits: {text!r}")

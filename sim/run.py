@@ -16,6 +16,7 @@ from psdsim.sim.clock import Clock, run_clocked
 from psdsim.sim.costs import StepCost, complete
 from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.execution import step_cost
+from psdsim.sim.footprint import check_memory
 from psdsim.sim.kv import KVPools
 from psdsim.sim.layout import NONE, layout_for
 from psdsim.sim.memory import MemoryPlan, plan_memory
@@ -98,6 +99,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
     `timeline` records every piece of work for sim/timeline.py (off: no cost, same results)."""
     began = time.perf_counter()
     s = validate(s)
+    check_memory([s], traced=timeline)   # the API refuses what the CLI refuses, before any work
     cat = catalog_for(s)
     memory = plan_memory(s, cat)
     if not memory.fits:

@@ -20,10 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.catalog import Catalog, CatalogError, load_catalog
-from psdsim.sim.catalog.hf_config import ConfigError, derive_model, display_name, is_config_path
+from psdsim.sim.catalog.hf_config import (
+    ConfigError,
+    check_context,
+    derive_model,
+    display_name,
+    is_config_path,
+)
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.numbers import integer, number
+from psdsim.sim.numbers import integer, number, shown
 from psdsim.sim.presets import preset_fields
 
 METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
@@ -235,7 +241,9 @@ def _with_config_models(cat: Catalog, s: Scenario) -> Catalog:
     models = dict(cat.models)
     for name, path in paths.items():
         try:
-            models[path] = derive_model(path).model
+            derived = derive_model(path)
+            check_context(derived, s.max_model_len)
+            models[path] = derived.model
         except ConfigError as exc:
             where = f"{name}={display_name(path)}" + (f": {exc.key}" if exc.key else "")
             raise ScenarioError(where, exc.problem, exc.fix) from None
@@ -264,7 +272,22 @@ def _coerce(name: str, value: Any) -> Any:
     if kind is float and not math.isfinite(value):
         raise ScenarioError(name, f"must be a finite number, got {value!r}",
                             f"write {name} = {_example(name)}")
+    if kind is str and not _is_utf8(value):
+        fix = ("rename that file or folder to a UTF-8 name" if name in PATH_FIELDS + MODEL_FIELDS
+               else f"write {name} in UTF-8 text")
+        raise ScenarioError(name, f"{value!a} holds bytes that are not UTF-8 text, which scenario.toml "
+                            "(UTF-8) cannot record for the run to be repeated", fix)
     return value
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether text encodes as UTF-8: a path read from a non-UTF-8 file name carries its bytes
+    as lone surrogates ('\\udcff'), which no TOML file can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _kind_name(kind: type) -> str:
@@ -390,6 +413,9 @@ def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
     """A preset (if any), then a scenario file (None = the built-in default), then `--set`."""
     values: dict[str, Any] = preset_fields(preset) if preset else {}
     if path is not None:
+        if not str(path):   # Path("") is ".", the current folder: say what was given
+            raise ScenarioError("scenario", "the path is empty", "give the path of a .toml scenario, or "
+                                "none (None) for the default")
         p = Path(path)
         values.update(_flatten(read_toml(p, "scenario", "a .toml scenario, or none for the default")[1],
                                p.name))
@@ -438,8 +464,20 @@ def _positive(s: Scenario, *names: str) -> None:
 
 def _in_range(s: Scenario, name: str, lo: float, hi: float) -> None:
     v = getattr(s, name)
-    _need(lo <= v <= hi, name, f"must be between {lo:g} and {hi:g}, got {v!r}",
-          f"set {name} to a value in [{lo:g}, {hi:g}]")
+    _need(lo <= v <= hi, name, f"must be between {_bound(lo)} and {_bound(hi)}, got {shown(v)}",
+          f"set {name} to a value in [{_bound(lo)}, {_bound(hi)}]")
+
+
+def _bound(value: float) -> str:
+    """A bound as a message shows it: an integer whole (2**63 - 1 is no 9.22337e+18), else short."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _at_most(s: Scenario, name: str, hi: float, why: str) -> None:
+    """An upper bound past which a value describes no machine or run (`why` says which), so that
+    no product of it overflows the arithmetic the run does."""
+    v = getattr(s, name)
+    _need(v <= hi, name, f"{shown(v)} is past {_bound(hi)}, {why}", f"set {name} to at most {_bound(hi)}")
 
 
 _CHECKS: list[Callable[[Scenario, Catalog], None]] = []
@@ -460,7 +498,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           f"use one of: {', '.join(METHODS)}")
     _in_range(s, "k", 1, MAX_K)
     _in_range(s, "m", 1, 4096)
-    _in_range(s, "extra", 0, 32)
+    _in_range(s, "extra", 0, MAX_K)
     if s.method == "psd+tetris":
         _need(s.extra >= 1, "extra", "psd+tetris drafts k + extra tokens, extra must be >= 1",
               "set extra=1 (MineDraft's runs use 1 to 3)")
@@ -485,7 +523,9 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           + (" as a ring" if s.method == "psd" else ""), "set k_policy=fixed")
     _one_of(s, "sampler_output", ("full", "compact"))
     _positive(s, "confidence_spread")
-    _need(s.seed >= 0, "seed", f"must be >= 0, got {s.seed}", "use a non-negative integer seed")
+    _at_most(s, "confidence_spread", MAX_CONCENTRATION, CONCENTRATION_WHY)
+    _need(s.seed >= 0, "seed", f"must be >= 0, got {shown(s.seed)}", "use a non-negative integer seed")
+    _at_most(s, "seed", MAX_SEED, "the largest integer TOML holds (scenario.toml records the seed)")
 
 
 @_check
@@ -493,13 +533,19 @@ def _check_models(s: Scenario, cat: Catalog) -> None:
     _in_catalog("target", s.target, cat.models, "model")
     _in_catalog("draft", s.draft, cat.models, "model")
     if s.acceptance is not None:
-        _need(0.0 < s.acceptance < 1.0, "acceptance", f"must be in (0, 1), got {s.acceptance}",
+        # the trace reader's bound too: a higher mean would be clamped where it is drawn (imported
+        # here: sim.acceptance loads numpy, which `psdsim run --help` must not)
+        from psdsim.sim.acceptance import MAX_ACCEPTANCE
+
+        _need(0.0 < s.acceptance <= MAX_ACCEPTANCE, "acceptance",
+              f"must be in (0, 1 - 1e-9], got {s.acceptance}",
               "set acceptance to a per-token acceptance rate such as 0.6")
     elif s.speculates:
         _need(cat.acceptance_prior(s.draft, s.target) is not None, "acceptance",
               f"no catalog prior for draft {s.draft!r} with target {s.target!r}",
               "set acceptance to the per-token acceptance rate you expect, e.g. acceptance=0.6")
     _positive(s, "acceptance_spread")
+    _at_most(s, "acceptance_spread", MAX_CONCENTRATION, CONCENTRATION_WHY)
 
 
 @_check
@@ -513,7 +559,7 @@ def _check_hardware(s: Scenario, cat: Catalog) -> None:
     tp = s.tensor_parallel_size
     target = cat.models[s.target]
     _need(tp >= 1 and target.heads % tp == 0, "tensor_parallel_size",
-          f"must divide the target's {target.heads} attention heads, got {tp}",
+          f"must divide the target's {target.heads} attention heads, got {shown(tp)}",
           "use 1, 2, 4 or 8")
 
 
@@ -526,7 +572,7 @@ def _one_of(s: Scenario, name: str, allowed: tuple[str, ...]) -> None:
 def _check_engine(s: Scenario, cat: Catalog) -> None:
     _in_range(s, "gpu_memory_utilization", 0.05, 1.0)
     _in_range(s, "block_size", 1, 256)
-    _in_range(s, "max_model_len", 2, 1 << 20)
+    _in_range(s, "max_model_len", 2, MAX_MODEL_LEN)
     _one_of(s, "scheduler", SCHEDULERS)
     if s.engine:
         _in_catalog("engine", s.engine, cat.engines, "engine")
@@ -539,9 +585,8 @@ def _check_engine(s: Scenario, cat: Catalog) -> None:
               "vllm-v1 always chunks prefills", "remove enable_chunked_prefill or use vllm-v0")
         _need(s.preemption_mode == "recompute", "preemption_mode",
               "vllm-v1 preempts by recompute only", "use preemption_mode=recompute or vllm-v0")
-    if s.chunked_prefill:
-        _in_range(s, "max_num_batched_tokens", 1, 1 << 24)
-    else:
+    _in_range(s, "max_num_batched_tokens", 1, MAX_STEP_TOKENS)
+    if not s.chunked_prefill:
         _need(s.max_num_batched_tokens >= s.max_model_len, "max_num_batched_tokens",
               f"must be >= max_model_len ({s.max_model_len}) without chunked prefill, "
               f"got {s.max_num_batched_tokens}",
@@ -550,6 +595,7 @@ def _check_engine(s: Scenario, cat: Catalog) -> None:
         _in_range(s, "num_gpu_blocks_override", 1, 1 << 30)
     _need(s.swap_space_gb >= 0, "swap_space_gb", f"must be >= 0, got {s.swap_space_gb}",
           "set swap_space_gb to 0 or more")
+    _at_most(s, "swap_space_gb", MAX_MEMORY_GB, MEMORY_WHY)
 
 
 @_check
@@ -557,11 +603,15 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
     _in_catalog("dataset", s.dataset, cat.datasets, "dataset")
     ds = cat.datasets[s.dataset]
     _need(s.requests >= 1, "requests", f"must be >= 1, got {s.requests}", "set requests=1000")
-    _need(s.n >= 1, "n", f"must be >= 1, got {s.n}", "set n=1 (one sample per prompt) or more")
+    _at_most(s, "requests", MAX_REQUESTS, "a trillion prompts, whose results alone no disk holds")
+    _need(s.n >= 1, "n", f"must be >= 1, got {shown(s.n)}", "set n=1 (one sample per prompt) or more")
+    _at_most(s, "n", MAX_SAMPLES, "the most sequences a batch holds (m's bound): vLLM keeps a prompt's "
+             "samples in one batch")
     if ds.max_requests:
         _need(s.requests <= ds.max_requests, "requests",
               f"{s.dataset} has only {ds.max_requests} prompts, got {s.requests}",
               f"set requests to at most {ds.max_requests}")
+    _at_most(s, "output_len", MAX_MODEL_LEN - 1, "max_model_len's bound less a prompt token")
     if s.output_len >= s.max_model_len >= 1:   # blame the one moved from its default
         blame = "output_len" if s.max_model_len == FIELDS["max_model_len"].default else "max_model_len"
         lower = s.max_model_len - max(ds.min_prompt, 1)
@@ -584,12 +634,14 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
               f"lower output_len or raise max_model_len to {ds.min_prompt + s.output_len}")
     if s.rate is not None:
         _positive(s, "rate")
+        _at_most(s, "rate", MAX_RATE, "a billion requests a second, more than any service receives")
         span = s.requests / s.rate
         _need(span <= MAX_SPAN_S, "rate", f"{s.requests:,} requests at {s.rate:g} a second arrive over "
               f"~{span:.3g} s, past the {MAX_SPAN_S:g} s within which the simulated clock (a float64) "
               "resolves a tenth of a microsecond", f"raise rate to at least {s.requests / MAX_SPAN_S:.3g}")
     _in_range(s, "abort_fraction", 0.0, 1.0)
     _positive(s, "abort_window_s")
+    _at_most(s, "abort_window_s", MAX_SPAN_S, SPAN_WHY)
     if s.trace:
         _need(not Path(s.trace).is_dir(), "trace", f"{s.trace!r} is a folder, not a trace file",
               "give the path of a JSONL or CSV request trace file")
@@ -607,6 +659,7 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
     for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_latency_ms"):
         if getattr(s, name) is not None:
             _positive(s, name)
+            _at_most(s, name, MAX_SPAN_S * 1e3, SPAN_WHY)
 
 
 TRACE_WINDOW = ("trace_speedup", "trace_start_s", "trace_duration_s")
@@ -629,10 +682,13 @@ def _check_trace_window(s: Scenario) -> None:
 def _check_costs(s: Scenario, cat: Catalog) -> None:
     _in_range(s, "mem_efficiency", 0.01, 1.0)
     _in_range(s, "compute_efficiency", 0.01, 1.0)
-    for name in ("launch_overhead_us", "step_overhead_ms", "reject_overhead_ms",
-                 "activation_reserve_gb"):
+    for name, most, why in (("launch_overhead_us", MAX_OVERHEAD_S * 1e6, OVERHEAD_WHY),
+                            ("step_overhead_ms", MAX_OVERHEAD_S * 1e3, OVERHEAD_WHY),
+                            ("reject_overhead_ms", MAX_OVERHEAD_S * 1e3, OVERHEAD_WHY),
+                            ("activation_reserve_gb", MAX_MEMORY_GB, MEMORY_WHY)):
         v = getattr(s, name)
         _need(v >= 0, name, f"must be >= 0, got {v}", f"set {name} to 0 or more")
+        _at_most(s, name, most, why)
     if s.profile:
         _need(not Path(s.profile).is_dir(), "profile", f"{s.profile!r} is a folder, not a profile",
               "give the path of a profile written by `psdsim calibrate … --out profile.json`")
@@ -667,6 +723,25 @@ def warnings(s: Scenario) -> list[str]:
 MAX_SPAN_S = 1e9
 # The most draft tokens a request may propose a step (k): beyond what any speculative decoder runs.
 MAX_K = 32
+
+SPAN_WHY = f"the {MAX_SPAN_S:g} s within which the simulated clock resolves a tenth of a microsecond"
+
+# Upper bounds of the fields no other check bounds: each lies far past any machine or run, so a valid
+# scenario never meets one, and none of their products (blocks of swap, Beta parameters, step times)
+# overflows a float or an int64.
+MAX_SEED = 2**63 - 1
+MAX_MODEL_LEN = 1 << 20   # a million tokens of context, past every model's window
+MAX_REQUESTS = 10**12
+MAX_K = 32   # draft tokens a step proposes: the scenario's bound and the reference engine's
+MAX_CONCENTRATION = 1e9
+CONCENTRATION_WHY = "where a Beta draw's spread (below 2e-5) is lost in the acceptance itself"
+MAX_MEMORY_GB = 1e6
+MEMORY_WHY = "a petabyte, more memory than any machine's GPU or host has"
+MAX_STEP_TOKENS = 1 << 24   # 16 M tokens in one engine step: activations no GPU holds
+MAX_SAMPLES = 4096
+MAX_RATE = 1e9
+MAX_OVERHEAD_S = 3600.0   # an hour, the largest time a profile's coefficient may take
+OVERHEAD_WHY = "an hour per launch or step, which no GPU or framework takes"
 
 # Analytic constants that only the roofline engine reads: an engine execution profile (sim/execution.py)
 # replaces them with its own per-kernel and framework terms.

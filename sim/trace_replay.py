@@ -8,8 +8,10 @@ max_model_len, and optionally `acceptance` (per-token acceptance in (0, 1 - 1e-9
 rate the acceptance model takes as given; rows without it draw from the scenario's distribution).
 A public format's arrivals count from its earliest request. A Replay then keeps a window of the
 trace's clock and replays it faster or slower. A malformed row is reported with its line (or
-request) number and field, as a ScenarioError naming `trace`; no value is clamped. Rows are
-replayed in arrival order (stable for ties).
+request) number and field, as a ScenarioError naming `trace`; no value is clamped. A CSV header
+may start with a byte-order mark and space its names (as spreadsheets write it); a column or JSON
+key given twice is refused, since either reader would keep only the last. Rows are replayed in
+arrival order (stable for ties).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.numbers import number
+from psdsim.sim.numbers import finite, number, shown
 from psdsim.sim.scenario import MAX_SPAN_S, Scenario
 from psdsim.sim.trace_formats import (
     BENCH_KEYS,
@@ -81,14 +83,25 @@ def _number(path: Path, where: str, row: dict[str, Any], field: str, *, integer:
     if field not in row or row[field] in ("", None):
         raise _fail(path, where, field, "missing", f"give {field} on every row")
     raw = row[field]
-    try:
-        value = math.nan if isinstance(raw, bool) else number(raw) if isinstance(raw, str) else float(raw)
-    except (TypeError, ValueError):
-        raise _fail(path, where, field, f"not a number: {raw!r}", fix) from None
-    if not math.isfinite(value) or (integer and value != int(value)):
+    value = _cell_value(raw)
+    if value is None and not isinstance(raw, int | float):   # bools are ints: refused below
+        raise _fail(path, where, field, f"not a number: {shown(raw)}", fix)
+    if value is None or not math.isfinite(value) or (integer and value != int(value)):
         kind = "an integer" if integer else "a finite number"
-        raise _fail(path, where, field, f"must be {kind}, got {raw!r}", fix)
+        raise _fail(path, where, field, f"must be {kind}, got {shown(raw)}", fix)
     return value
+
+
+def _cell_value(raw: Any) -> float | None:
+    """A cell as a float through the shared number readers: text as a user typed it (ASCII digits
+    only; a text past a float's range reads as inf), JSON numbers only when finite and no bool (an
+    integer past a float's range, which JSON allows, is None, not an OverflowError)."""
+    if isinstance(raw, str):
+        try:
+            return number(raw)
+        except ValueError:
+            return None
+    return finite(raw)
 
 
 def _tokens(count: float) -> str:
@@ -111,10 +124,41 @@ def _text(path: Path) -> str:
         raise ScenarioError("trace", f"cannot read {str(path)!r} ({exc.strerror or exc})", what) from None
 
 
+def _header(path: Path, names: list[str]) -> list[str]:
+    """The CSV header's column names without the spaces around them (`a, b` as some tools write
+    it); a column named twice is refused, since DictReader would silently keep the last cell."""
+    names = [name.strip() for name in names]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise _fail(path, "line 1", twice, "column given twice in the header (which one is meant?)",
+                    "keep one of the two columns")
+    return names
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _json_object(line: str) -> Any:
+    """json.loads, refusing a key given twice in one object (json keeps the last silently)."""
+    return json.loads(line, object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    row = dict(pairs)
+    if len(row) < len(pairs):
+        keys = [key for key, _ in pairs]
+        raise _DuplicateKey(next(key for key in keys if keys.count(key) > 1))
+    return row
+
+
 def _csv_rows(path: Path, text: str) -> tuple[TraceFormat, Rows]:
     reader = csv.DictReader(text.splitlines())
     try:
-        fmt, missing = closest(reader.fieldnames or [], "csv")
+        reader.fieldnames = _header(path, reader.fieldnames or [])
+        fmt, missing = closest(reader.fieldnames, "csv")
         if missing:
             raise _fail(path, "line 1", missing[0], "column missing from the header",
                         f"start the file with a known header: {known_headers('csv')}")
@@ -141,7 +185,10 @@ def _jsonl_rows(path: Path, text: str) -> tuple[TraceFormat, Rows]:
         if not line.strip():
             continue
         try:
-            row = parse_document(json.loads, line, "trace", f"{path.name} line {i}")
+            row = parse_document(_json_object, line, "trace", f"{path.name} line {i}")
+        except _DuplicateKey as exc:
+            raise _fail(path, f"line {i}", exc.key, "given twice in the row (which one is meant?)",
+                        "keep one of the two") from None
         except json.JSONDecodeError as exc:
             raise ScenarioError("trace", f"{path.name} line {i}: not valid JSON ({exc.msg})",
                                 "write one JSON object per line") from None

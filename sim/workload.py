@@ -30,6 +30,7 @@ from statistics import NormalDist
 import numpy as np
 from psdsim.sim.acceptance import draw_request_acceptance
 from psdsim.sim.catalog import Catalog, Dataset
+from psdsim.sim.errors import ScenarioError
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.trace_replay import Trace, scenario_trace
 
@@ -86,11 +87,40 @@ def prompt_lengths(ds: Dataset, max_prompt: int, which: np.ndarray, u: np.ndarra
     lo, hi = ds.min_prompt, min(ds.max_prompt, max_prompt)
     mu = np.array([c.mu for c in ds.components])[which]
     sigma = np.array([c.sigma for c in ds.components])[which]
-    # Bounds are widened by half a token so that rounding maps onto [lo, hi] evenly.
-    f_lo = normal_cdf((np.log(lo - 0.5) - mu) / sigma) if lo > 0.5 else np.zeros(len(which))
-    f_hi = normal_cdf((np.log(hi + 0.5) - mu) / sigma)
+    f_lo, f_hi = _window_cdf(lo, hi, mu, sigma)
     lengths = np.exp(mu + sigma * normal_quantile(f_lo + u * (f_hi - f_lo)))
     return np.clip(np.rint(lengths), lo, hi).astype(np.int64)
+
+
+def _window_cdf(lo: int, hi: int, mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each log-normal's CDF at the prompt window's two ends, widened by half a token so that
+    rounding maps onto [lo, hi] evenly."""
+    f_lo = normal_cdf((np.log(lo - 0.5) - mu) / sigma) if lo > 0.5 else np.zeros(len(mu))
+    return f_lo, normal_cdf((np.log(hi + 0.5) - mu) / sigma)
+
+
+# The least share of a component's prompts the window may hold: below one in a trillion the dataset
+# does not describe prompts of these lengths, and every draw of that component would be pinned at
+# a bound of the window (the quantile of a range a float cannot tell from a point).
+MIN_COMPONENT_MASS = 1e-12
+
+
+def check_prompt_window(ds: Dataset, max_prompt: int) -> None:
+    """ScenarioError naming the dataset when one of its components puts (almost) none of its
+    prompts in [min_prompt, min(max_prompt, the room max_model_len leaves)]."""
+    lo, hi = ds.min_prompt, min(ds.max_prompt, max_prompt)
+    mu = np.array([c.mu for c in ds.components])
+    sigma = np.array([c.sigma for c in ds.components])
+    f_lo, f_hi = _window_cdf(lo, hi, mu, sigma)
+    mass = f_hi - f_lo
+    empty = np.flatnonzero(mass < MIN_COMPONENT_MASS)
+    if len(empty):
+        i = int(empty[0])
+        c = ds.components[i]
+        raise ScenarioError("dataset", f"{ds.key}: component {i + 1} (median {math.exp(c.mu):.4g} tokens, "
+                            f"sigma {c.sigma:g}) puts {mass[i]:.2g} of its prompts in the prompt window "
+                            f"[{lo}, {hi}] tokens", "move that component's mu into the window, drop it, or "
+                            "widen the window (min_prompt, max_prompt; max_model_len - output_len)")
 
 
 def sample_prompt_lengths(ds: Dataset, n: int, max_prompt: int, rng: np.random.Generator) -> np.ndarray:
@@ -158,6 +188,8 @@ class WorkloadStream:
         self.acceptance_mean: float | None = mean
         self.n = self._prompts * s.n          # requests after fan-out
         self._dataset = None if self._trace is not None or s.prompt_len else cat.datasets[s.dataset]
+        if self._dataset is not None:
+            check_prompt_window(self._dataset, s.max_model_len - s.output_len)
         self._draws = self._field_draws()
         # One pass over the draws, discarding them, leaves rng where drawing every request at
         # once would and marks where each field's run starts.

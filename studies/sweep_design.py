@@ -244,8 +244,9 @@ def _grid(doc: Any, spec_dir: Path) -> dict[str, list[Any]]:
     grid: dict[str, list[Any]] = {}
     for name, values in _fields(doc, "grid"):
         if not isinstance(values, list) or not values:
+            listed = "the values to sweep" if isinstance(values, list | dict) else toml_value(values)
             raise _bad(f"grid.{name}", f"must be a non-empty list of values, got {values!r}",
-                       f"write {name} = [{values!r}] or move {name} to [base]")
+                       f"write {name} = [{listed}] or move {name} to [base]")
         if name in grid:
             raise _bad(f"grid.{name}", "given twice", "give each field once")
         grid[name] = [field_value(name, v, "grid", spec_dir) for v in values]

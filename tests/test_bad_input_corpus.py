@@ -31,6 +31,7 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "nothing_fits.toml": (b"[base]\nrequests = 10\noutput_len = 8\ngpu_memory_utilization = 0.1\n"
                           b"[space]\nmethod = [\"sd\", \"psd\"]\n[slo]\nlatency_p99_ms = 60000\n"),
     "sweep_bad.toml": b"[grid]\nkk = [1, 2]\n",
+    "sweep_empty.toml": b"[grid]\nk = []\n", "sweep_text.toml": b'[grid]\nmethod = "sd"\n',
     "space_invalid.toml": b"[base]\nrequests = 10\n[space]\nk = [0, 40]\n[slo]\nlatency_p99_ms = 1000\n",
     # catalog files a scenario names: tables of the wrong shape, numbers the model cannot use
     "cat_scalar.toml": b"gpus = 3\n",
@@ -71,6 +72,16 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "deep_catalog.toml": b"[gpus]\nx = " + DEEP + b"\n", "deep.json": DEEP,
     "deep.jsonl": b'{"arrival_s": ' + DEEP + b"}\n", "deep_run/manifest.toml": b"k = " + DEEP + b"\n",
     "fullwidth.csv": "arrival_s,prompt_tokens,output_tokens\n0,１6,8\n".encode(),
+    # values past a float's range, a column or key given twice
+    "digits400.jsonl": b'{"arrival_s": 0, "prompt_tokens": 1' + b"0" * 400 + b', "output_tokens": 4}\n',
+    "twice_column.csv": b"arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,10,4,20\n",
+    "twice_key.jsonl": b'{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 4, "output_tokens": 8}\n',
+    "cat_head_dim0.toml": (b'[models.big]\nhf_id = "x/y"\nlayers = 64\nhidden = 5120\nintermediate = 25600\n'
+                           b'heads = 64\nkv_heads = 8\nhead_dim = 0\nvocab = 151936\ntie_embeddings = false\n'
+                           b'qk_norm = true\nbytes_per_param = 2.0\nsource = "t"\n'),
+    "cat_far_prompts.toml": (b'[datasets.dd]\nmax_requests = 0\nmin_prompt = 256\nmax_prompt = 300\n'
+                             b'components = [{ weight = 1.0, mu = 20.0, sigma = 0.01 }]\nsource = "t"\n'),
+    "not_utf8_\udcff.csv": b"arrival_s,prompt_tokens,output_tokens\n0,10,4\n",   # a name with byte 0xff
 }
 DEEP_CASES = [["run", "deep.toml"], ["sweep", "deep_sweep.toml"], ["plan", "deep.toml"],
               ["catalog", "--catalog", "deep_catalog.toml"], ["validate", "--traces", "deep_run"],
@@ -107,8 +118,16 @@ CASES = [
     ["run", "--set", "requests=100000000", "--no-write"],
     *[["run", "--no-write", "--set", f"trace={name}"]
       for name in ("random.csv", "random.toml", "random.jsonl", "folder", "huge.csv", "badrow.csv",
-                   "noheader.csv", "missing.csv")],
+                   "noheader.csv", "missing.csv", "digits400.jsonl", "twice_column.csv",
+                   "twice_key.jsonl")],
+    ["run", *FAST, "--set", "trace=not_utf8_\udcff.csv"],   # scenario.toml could not record it
+    ["run", "--no-write", *FAST, "--set", "catalog=cat_head_dim0.toml", "--set", "target=big"],
+    ["catalog", "--catalog", "cat_head_dim0.toml"],
+    ["run", *FAST[:2], "--set", "output_len=16", "--set", "catalog=cat_far_prompts.toml",
+     "--set", "dataset=dd"],
     ["run", "--set", "name=../escaped"], ["run", "--set", "name=a/b"],
+    ["run", "--no-write", *FAST, "--set", "acceptance=0.9999999999"],
+    ["run", "--set", "n=100000000000000000000"],
     ["run", "--no-write", "--set", "max_model_len=10"],
     ["run", "--no-write", "--set", "num_gpu_blocks_override=1"],
     ["run", "--no-write", "--set", "gpu_memory_utilization=0.1"],
@@ -119,13 +138,14 @@ CASES = [
     ["run", "nope.toml"],
     ["run", "--profile", "random.json"], ["run", "--profile", "folder"], ["run", "--profile", "list.json"],
     ["run", *FAST, "--out", "existing.txt"], ["run", *FAST, "--out", "."],
-    ["run", *FAST, "--trace", "no/dir/t.json"],
+    ["run", *FAST, "--trace", "no/dir/t.json"], ["run", *FAST, "--trace", "existing.txt"],
     ["run", "--preset", "setting99"], ["run", "--method", "nosuch"], ["run", "--frobnicate"],
     ["run", "--set", "k=4", "--set", "k_policy=sometimes"],
     # compare
     ["compare", *FAST, "--methods", "ar,nosuch"], ["compare", *FAST, "--methods", "sd,sd"],
     ["compare", *FAST, "--set", "gpu_memory_utilization=0.1"], ["compare", "--set", "requests=300000000"],
     ["compare", *FAST, "--out", "existing.txt"],
+    ["compare", *FAST, "--methods", ""], ["catalog", "--set", "catalog=cat_scalar.toml"],
     # scenario, catalog, theory
     ["scenario", "--set", "bogus=1"], ["scenario", "twice.toml"], ["scenario", "random.toml"],
     ["catalog", "--catalog", "random.toml"], ["catalog", "--catalog", "missing.toml"],
@@ -138,6 +158,7 @@ CASES = [
     ["paper", "--quick", "--set", "num_gpu_blocks_override=1"],
     ["plan", "missing.toml"], ["plan", "random.toml"], ["plan", "nothing_fits.toml", "--workers", "1"],
     ["plan", "nothing_fits.toml", "--workers", "0"], ["plan", "space_invalid.toml", "--workers", "1"],
+    ["sweep", "sweep_empty.toml"], ["sweep", "sweep_text.toml"],
     ["sweep", "random.toml"], ["sweep", "sweep_bad.toml"], ["sweep", "typo.toml", "--out", "existing.txt"],
     ["sweep", "typo.toml", "--workers", "0"],
     *[["run", "--no-write", *FAST, "--set", f"catalog={name}"]
@@ -173,6 +194,7 @@ CASES = [
     ["engine", "run", "--set", "model.draft_noise=3"], ["engine", "run", "--k", "x"],
     ["engine", "run", "--engine", "vllm", "--set", "dtype=auto"],
     ["engine", "run", "--set", "warmup_passes=1"],
+    ["engine", "run", "--k", "100000", "--requests", "2", "--output-len", "4", "--m", "1"],
     ["engine"], ["engine", "stop"], ["nosuchcommand"], [],
     ["run", "--no-wr"], ["engine", "run", "--out", "8"],   # no abbreviations: --out is not --output-len
     ["engine", "run", ""], ["engine", "run", "--k", "3", " "],   # a stray empty word (an unset $VAR)
@@ -253,6 +275,12 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert "does not fit: does not fit" not in lines["plan nothing_fits.toml --workers 1"]
     assert lines["plan space_invalid.toml --workers 1"].count("fix:") == 1
     assert lines["run --set requests=1000000000"].startswith("psdsim: error: requests: ")
+    assert lines["run --set n=100000000000000000000"].startswith("psdsim: error: n: ")
+    assert "fix: name a new file" in lines[" ".join(["run", *FAST, "--trace", "existing.txt"])]
+    assert "[[]]" not in lines["sweep sweep_empty.toml"]
+    assert 'write method = ["sd"]' in lines["sweep sweep_text.toml"]
+    assert "names no method" in lines[" ".join(["compare", *FAST, "--methods", ""])]
+    assert lines["catalog --set catalog=cat_scalar.toml"].endswith("fix: write --catalog cat_scalar.toml")
     assert "GB of memory" in lines["run --set requests=1000000000"]
     assert lines["validate --engine vllm --models-dir missing"].startswith(
         "psdsim: error: --models-dir: 'missing' not found")
@@ -319,3 +347,20 @@ def test_generated_request_traces(workdir, capsys, rows, as_csv):
         assert len(captured.err.splitlines()) == 1 and captured.err.startswith("psdsim: error: "), (body,
                                                                                                     captured.err)
 
+
+
+NUMERIC_FIELDS = [name for name, f in FIELDS.items() if f.metadata["kind"] in (int, float)]
+
+
+@pytest.mark.parametrize("name", NUMERIC_FIELDS)
+def test_every_number_at_its_extreme_is_refused_in_one_line_or_runs(name, workdir, capsys):
+    """1e300 (an integer field: 10**300) in each numeric field: a one-line refusal naming the
+    field, or a clean run; no product of it may overflow into a traceback or a NaN."""
+    huge = "1e300" if FIELDS[name].metadata["kind"] is float else "1" + "0" * 300
+    argv = ["run", "--no-write", *FAST, "--set", f"{name}={huge}"]
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code in (0, 2) and "Traceback" not in captured.err, (argv, captured.err[-2000:])
+    if code == 2:
+        line, = captured.err.splitlines()
+        assert line.startswith(f"psdsim: error: {name}: ") and len(line) < 400, line

@@ -132,3 +132,51 @@ def test_a_bad_user_catalog_is_a_one_line_error(tmp_path, text, words):
     with pytest.raises(ScenarioError) as err:
         validate(Scenario(catalog=str(f)))
     assert err.value.field == "catalog" and words in str(err.value) and "\n" not in str(err.value)
+
+
+MODEL = {"hf_id": "'a/b'", "layers": 2, "hidden": 64, "intermediate": 128, "heads": 4, "kv_heads": 2,
+         "head_dim": 16, "vocab": 100, "tie_embeddings": "true", "qk_norm": "false",
+         "bytes_per_param": 2.0, "source": "'s'"}
+MOE = {"experts": 4, "experts_per_token": 2, "moe_intermediate": 32}
+
+
+def _model_toml(**changes) -> str:
+    fields = {**MODEL, **changes}
+    return "[models.m]\n" + "".join(f"{name} = {value}\n" for name, value in fields.items())
+
+
+@pytest.mark.parametrize("name", ["layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim",
+                                  "vocab", "moe_intermediate"])
+def test_a_model_size_of_zero_is_refused_naming_it(tmp_path, name):
+    """Each is a count or a divisor of the cost and memory models (a head_dim of 0 divided by 0)."""
+    from psdsim.sim.catalog import CatalogError, load_catalog
+    f = tmp_path / "m.toml"
+    f.write_text(_model_toml(**({**MOE, name: 0} if name == "moe_intermediate" else {name: 0})))
+    with pytest.raises(CatalogError, match=f"field '{name}' must be >= 1"):
+        load_catalog(f)
+
+
+@pytest.mark.parametrize("bpp, ok", [(0.0, False), (0.05, False), (0.125, True)])
+def test_weights_take_at_least_a_tenth_of_a_byte(tmp_path, bpp, ok):
+    from psdsim.sim.catalog import CatalogError, load_catalog
+    f = tmp_path / "m.toml"
+    f.write_text(_model_toml(bytes_per_param=bpp))
+    if ok:
+        assert load_catalog(f).models["m"].bytes_per_param == bpp   # 1-bit weights
+    else:
+        with pytest.raises(CatalogError, match=r"'bytes_per_param' must be at least 0\.1"):
+            load_catalog(f)
+
+
+@pytest.mark.parametrize("fp8, ok", [(0.0, True), (1e-300, False), (1500.0, True)])
+def test_fp8_tflops_is_none_or_a_real_rate(tmp_path, fp8, ok):
+    from psdsim.sim.catalog import CatalogError, load_catalog
+    f = tmp_path / "g.toml"
+    f.write_text(f"[gpus.g]\nname = 'G'\nmemory_gb = 48.0\nmemory_bandwidth_gbps = 864.0\n"
+                 "bf16_tflops = 181.0\n"
+                 f"fp8_tflops = {fp8}\nnvlink = false\nhost_link = 'pcie4'\nsource = 's'\n")
+    if ok:
+        assert load_catalog(f).gpus["g"].fp8_tflops == fp8
+    else:
+        with pytest.raises(CatalogError, match="fp8_tflops must be 0"):
+            load_catalog(f)

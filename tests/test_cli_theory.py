@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -63,3 +64,16 @@ def test_bad_theory_input(capsys, args, flag):
     assert main(["theory", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"psdsim: error: {flag}:") and "\n" not in err
+
+
+@pytest.mark.parametrize("argv, named", [(["--c-drafter", "1e308", "--c", "1e308"],
+                                          "--c 1e+308, --c-drafter 1e+308"),
+                                         (["--V", "1e-308"], "--V 1e-308")])
+def test_an_overflow_is_one_line_naming_the_inputs_it_came_from(capsys, argv, named):
+    """numpy warns of no overflow on stderr, and the one line blames the inputs that overflowed."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["theory", *argv]) == 2
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    line, = capsys.readouterr().err.splitlines()
+    assert line.startswith("psdsim: error: theory: ") and f"from {named};" in line, line

@@ -43,3 +43,13 @@ def test_command_line_builds_the_config(capsys):
     assert main(["--set", "k=x"]) == 2
     assert main(["--method", "tetris"]) == 2
     assert "error: method" in capsys.readouterr().err
+
+
+def test_k_is_bounded_as_the_scenario_bounds_it():
+    """k = 100000 drafted one forward pass a token ran for minutes without a word."""
+    from psdsim.engine.reference.config import MAX_K
+    from psdsim.sim.scenario import MAX_K as SCENARIO_MAX_K
+    assert MAX_K == SCENARIO_MAX_K
+    EngineConfig(k=MAX_K).check()
+    with pytest.raises(EngineConfigError, match=rf"k = {MAX_K + 1} is past {MAX_K}"):
+        EngineConfig(k=MAX_K + 1).check()

@@ -200,3 +200,11 @@ def test_a_kineto_trace_too_large_for_the_memory_is_refused_before_it_is_parsed(
     monkeypatch.setattr(kineto.json, "loads", lambda _data: pytest.fail("parsed"))
     with pytest.raises(ScenarioError, match=r"19 bytes of trace JSON take about 152 bytes of memory"):
         kineto.read_kineto(trace, PRESETS["psdsim"])
+def test_the_python_api_refuses_what_the_cli_refuses(monkeypatch):
+    """simulate() runs the CLI's footprint check first: a run the machine cannot hold is a
+    ScenarioError at once, not minutes of work ended by the kernel."""
+    from psdsim.sim.run import simulate
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 10**6)   # 1 MB
+    monkeypatch.setattr(footprint, "available_disk_bytes", lambda: None)
+    with pytest.raises(ScenarioError, match=r"^requests: .* GB of memory"):
+        simulate(load_scenario(overrides=["requests=100000", "output_len=16"]))

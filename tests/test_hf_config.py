@@ -287,3 +287,29 @@ def test_a_missing_config_is_one_line(tmp_path, capsys):
     assert main(["run", "--set", f"draft={tmp_path}/none.json", "--set", "acceptance=0.6", "--no-write"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("psdsim: error: draft=") and "file not found" in err
+
+
+@pytest.mark.parametrize("context, rope_scaling, refused", [
+    (64, None, True), (2048, None, False),
+    (1024, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, False),
+    (1024, {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024}, True)])
+def test_a_context_shorter_than_max_model_len_is_refused_naming_the_key(tmp_path, capsys, context,
+                                                                        rope_scaling, refused):
+    """vLLM refuses a max_model_len (2048 here) past the model's context, so no such run exists."""
+    draft = write(tmp_path / "d", config_of("qwen3-1.7b") | {"max_position_embeddings": context,
+                                                             "rope_scaling": rope_scaling})
+    code = main(["run", "--no-write", "--set", f"draft={draft}", "--set", "acceptance=0.6",
+                 "--set", "requests=4", "--set", "output_len=8", "--set", "m=4"])
+    err = capsys.readouterr().err
+    if refused:
+        assert code == 2, err
+        assert err.startswith("psdsim: error: draft=d/config.json: max_position_embeddings: "), err
+        assert err.count("\n") == 1 and "max_model_len" in err
+    else:
+        assert code == 0, err
+
+
+def test_a_count_of_hundreds_of_digits_is_quoted_short(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        derive_model(write(tmp_path / "m", _qwen8(vocab_size=10**400)))
+    assert info.value.key == "vocab_size" and len(info.value.problem) < 200

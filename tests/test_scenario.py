@@ -97,3 +97,26 @@ def test_warnings_flag_what_no_real_system_has():
     assert warnings(Scenario(gpu="h100-sxm", drafter_gpu="h100-sxm", link="nvlink4")) == []
     assert any("beyond the paper" in w for w in warnings(Scenario(sub_batches=3, drafters=2)))
     assert any("compact" in w for w in warnings(Scenario(sampler_output="compact")))
+
+
+def test_a_path_scenario_toml_cannot_record_is_refused_naming_its_field(tmp_path):
+    """A file name with a byte that is not UTF-8 reaches Python as a lone surrogate; written into
+    scenario.toml it would make a file that does not load back, so it is refused up front."""
+    trace = tmp_path / "a\udcffb.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,4\n")
+    with pytest.raises(ScenarioError, match=r"^trace: .*not UTF-8"):
+        load_scenario(overrides=[f"trace={trace}"])
+
+
+def test_acceptance_is_bounded_as_a_trace_row_is():
+    """The trace reader refuses an acceptance past 1 - 1e-9; the scenario did not, and clamped it."""
+    from psdsim.sim.acceptance import MAX_ACCEPTANCE
+    assert load_scenario(overrides=[f"acceptance={MAX_ACCEPTANCE!r}"]).acceptance == MAX_ACCEPTANCE
+    with pytest.raises(ScenarioError, match=r"^acceptance: must be in \(0, 1 - 1e-9\]"):
+        load_scenario(overrides=["acceptance=0.9999999999"])
+
+
+def test_an_empty_scenario_path_is_named_as_empty():
+    """Path('') is '.', which was reported as "'.' is not a regular file"."""
+    with pytest.raises(ScenarioError, match=r"^scenario: the path is empty"):
+        load_scenario("")

@@ -118,3 +118,36 @@ def test_a_late_arrival_the_clock_resolves_still_replays(tmp_path):
     f.write_text("arrival_s,prompt_tokens,output_tokens\n0,32,8\n1e9,32,8\n")
     with pytest.raises(ScenarioError, match=r"^summary: makespan_s 1e\+09 s from .* with trace"):
         simulate(Scenario(trace=str(f)))
+
+
+@pytest.mark.parametrize("field", ["arrival_s", "prompt_tokens", "acceptance"])
+@pytest.mark.parametrize("as_csv", [False, True])
+def test_a_number_past_a_floats_range_names_row_and_column_briefly(tmp_path, field, as_csv):
+    row = {"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 4, field: 10 ** 400}
+    if as_csv:
+        f = tmp_path / "t.csv"
+        f.write_text(",".join(row) + "\n" + ",".join(str(v) for v in row.values()) + "\n")
+    else:
+        f = tmp_path / "t.jsonl"
+        f.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ScenarioError, match=f"line {1 + as_csv}: field '{field}'") as err:
+        read_trace(f, 2048)
+    assert len(str(err.value)) < 300   # not the 401 digits
+
+
+def test_csv_written_by_spreadsheets_reads(tmp_path):
+    """A UTF-8 BOM (Excel) and spaces after the commas are how common tools write a CSV."""
+    f = tmp_path / "t.csv"
+    f.write_bytes(b"\xef\xbb\xbfarrival_s, prompt_tokens , output_tokens\n0, 10, 4\n")
+    trace = read_trace(f, 2048)
+    assert trace.prompt_len.tolist() == [10] and trace.output_len.tolist() == [4]
+
+
+@pytest.mark.parametrize("name, body", [
+    ("t.csv", "arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,10,4,20\n"),
+    ("t.jsonl", '{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 4, "prompt_tokens": 20}\n')])
+def test_a_column_given_twice_is_refused(tmp_path, name, body):
+    f = tmp_path / name
+    f.write_text(body)
+    with pytest.raises(ScenarioError, match=r"field 'prompt_tokens': .*given twice"):
+        read_trace(f, 2048)

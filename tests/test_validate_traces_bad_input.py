@@ -137,3 +137,20 @@ def test_a_k_no_calibration_run_measured(capsys, runs):
     text = (psd / "manifest.toml").read_text(encoding="utf-8").replace("k = 2", "k = 3")
     (psd / "manifest.toml").write_text(text, encoding="utf-8")
     _refused(capsys, str(sd), str(psd), names=f"{psd / 'manifest.toml'}: acceptance")
+
+
+def test_a_proposed_len_no_run_may_have_is_not_suggested_as_k(capsys, runs):
+    """A proposed_len of 10**7 is a corrupt trace, not a k to set (k is at most 32)."""
+    sd, psd = runs
+    _records(sd, "Step", _spec(proposed_len=10**7))
+    line = _refused(capsys, str(sd), str(psd), names="propose 10000000 tokens")
+    assert "set k = 10000000" not in line and "check them" in line
+
+
+@pytest.mark.parametrize("edit", [_spec(measured_target_time=0.0), _spec(generated_num=10**6)],
+                         ids=["target_time_zero", "generated_huge"])
+def test_spoiled_sd_steps_are_blamed_not_a_missing_calibration_run(capsys, runs, edit):
+    sd, psd = runs   # the SD run at k is there: its steps are what is wrong
+    _records(sd, "Step", edit)
+    line = _refused(capsys, str(sd), str(psd), names="give no usable acceptance")
+    assert "no calibration run measured" not in line and "add an SD run" not in line

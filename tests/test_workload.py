@@ -8,7 +8,7 @@ from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import Scenario, validate
+from psdsim.sim.scenario import Scenario, catalog_for, validate
 from psdsim.sim.workload import make_workload, sample_prompt_lengths
 
 CAT = builtin_catalog()
@@ -120,3 +120,18 @@ def test_the_standard_library_normal_gives_scipys_prompt_lengths():
         scipys = np.clip(np.rint(np.exp(mu + sigma * ndtri(u))), lo, hi).astype(np.int64)
         ours = sample_prompt_lengths(ds, 200_000, 1792, np.random.default_rng(seed))
         assert np.array_equal(ours, scipys)
+
+
+@pytest.mark.parametrize("mu, window_ok", [(20.0, False), (5.6, True)])
+def test_a_component_with_no_prompts_in_the_window_is_refused_naming_the_dataset(tmp_path, mu, window_ok):
+    """A component far outside [min_prompt, max_prompt] would pin every prompt it draws at a bound."""
+    f = tmp_path / "ds.toml"
+    f.write_text("[datasets.dd]\nmax_requests = 0\nmin_prompt = 256\nmax_prompt = 300\n"
+                 f"components = [{{ weight = 1.0, mu = {mu}, sigma = 0.01 }}]\nsource = 't'\n")
+    s = Scenario(catalog=str(f), dataset="dd", requests=10, output_len=16)
+    if window_ok:
+        lengths = make_workload(s, catalog_for(s), np.random.default_rng(0)).prompt_len
+        assert ((lengths >= 256) & (lengths <= 300)).all()
+    else:
+        with pytest.raises(ScenarioError, match=r"^dataset: dd: component 1 .* puts 0 of its prompts"):
+            make_workload(s, catalog_for(s), np.random.default_rng(0))

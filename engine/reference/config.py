@@ -28,6 +28,9 @@ RANDN_MAX = math.sqrt(2 * 53 * math.log(2))
 # Seeds: torch.Generator.manual_seed takes an unsigned 64-bit integer (a larger one overflows, a
 # negative one wraps around onto a positive seed); numpy takes seeds >= 0 too.
 SEED_MAX = 2**64 - 1
+# The most draft tokens a step may propose: the scenario's bound (sim/scenario.py MAX_K, which this
+# module does not import: `psdsim engine run --help` loads no simulator; a test keeps them equal).
+MAX_K = 32
 # Sizes and lengths end up as torch sizes or int64 position tensors: none can exceed int64's maximum.
 INDEX_MAX = 2**63 - 1
 
@@ -169,6 +172,9 @@ class EngineConfig:
         if self.device not in DEVICES:
             raise EngineConfigError(f"device = {self.device!r}: use one of {', '.join(DEVICES)}")
         _positive(self, "k", "m", "requests", "prompt_len", "output_len", "max_num_batched_tokens")
+        if self.k > MAX_K:   # each step drafts k tokens one forward pass at a time
+            raise EngineConfigError(f"k = {self.k} is past {MAX_K}, the most draft tokens a step may "
+                                    f"propose (a scenario's k too): use k in [1, {MAX_K}]")
         if self.prompt_len_max is not None and self.prompt_len_max < self.prompt_len:
             raise EngineConfigError(f"prompt_len_max = {self.prompt_len_max} is below prompt_len = "
                                     f"{self.prompt_len}")

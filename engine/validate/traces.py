@@ -73,7 +73,14 @@ from psdsim.sim.errors import ScenarioError
 from psdsim.sim.metrics import ms_stats, ratio, step_throughput
 from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import PATH_FIELDS, Scenario, read_toml, scenario_from_mapping, scenario_to_toml
+from psdsim.sim.scenario import (
+    MAX_K,
+    PATH_FIELDS,
+    Scenario,
+    read_toml,
+    scenario_from_mapping,
+    scenario_to_toml,
+)
 from psdsim.sim.trace_replay import scenario_trace
 
 MANIFEST = "manifest.toml"
@@ -249,8 +256,9 @@ def _check_k(folder: Path, s: Scenario, sourced: Sequence[tuple[Path, Iteration]
                        f"{s.k + s.extra} tokens per request, its traces propose {k}", fix)
         return s.k
     if k != s.k:
-        raise _bad(folder, "k", f"the manifest says {s.k}, its traces propose {k} tokens per request",
-                   f"set k = {k}")
+        fix = (f"set k = {k}" if 1 <= k <= MAX_K else
+               f"the traces' proposed_len of {k} is past the k a run may have ({MAX_K}): check them")
+        raise _bad(folder, "k", f"the manifest says {s.k}, its traces propose {k} tokens per request", fix)
     return k
 
 
@@ -570,11 +578,22 @@ def _accepted(cal: Any, named: Sequence[tuple[EngineRun, TraceRun]]
                           if er.k == k and r.label != "ar" and r.scenario.acceptance is not None), None)
             if given is None:
                 folder = next(r.folder for er, r in named if er.k == k and r.label != "ar")
-                raise _bad(folder, "acceptance", f"no calibration run measured the acceptance at k = {k}",
-                           f"add an SD run at k = {k}, or set acceptance in this manifest") from None
+                raise _bad(folder, "acceptance", *_no_acceptance(k, named)) from None
             accepted[k] = ("manifest", given)
             doc[str(k)] = {"from": "manifest", "acceptance": given}
     return accepted, doc
+
+
+def _no_acceptance(k: int, named: Sequence[tuple[EngineRun, TraceRun]]) -> tuple[str, str]:
+    """(problem, fix) when no acceptance at k is known: no SD calibration run at k, or the ones
+    there are give none usable (their step records spoiled), rather than blaming a run that exists."""
+    if not any(er.k == k and r.calibration and r.label == "sd" for er, r in named):
+        return (f"no calibration run measured the acceptance at k = {k}",
+                f"add an SD run at k = {k}, or set acceptance in this manifest")
+    return (f"the SD calibration runs at k = {k} give no usable acceptance: their verify steps were "
+            "dropped (a zero measured_target_time, or generated_num - accepted_num no batch size) or "
+            "accept none or all of their drafts",
+            f"correct those steps of the SD runs at k = {k}, or set acceptance in this manifest")
 
 
 def _rate(accepted: float | tuple[str, float], k: int, spread: float) -> float:

@@ -20,9 +20,16 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     p.add_argument("--key", help="the new entry's catalog key (default: from the model's name)")
     p.add_argument("--json", action="store_true", help="print the catalog (or the derived entry) as JSON")
     p.add_argument("--catalog", help="also merge this catalog file (as a scenario's catalog field)")
+    # every other command takes --set: here it is read only to say what to write instead
+    p.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.set:
+        name, _, value = args.set[0].partition("=")
+        fix = (f"write --catalog {value}" if name.strip() == "catalog" and value
+               else "give a catalog file with --catalog FILE")
+        raise user_error("--set", "catalog reads no scenario fields", fix)
     if args.action == "add":
         return _add(args)
     if args.config or args.key:

@@ -43,7 +43,9 @@ def _methods(text: str) -> list[str]:
         if m not in METHODS:
             raise user_error("--methods", f"unknown method {m!r}",
                              f"use a comma-separated subset of {','.join(METHODS)}")
-    if not methods or len(set(methods)) != len(methods):
+    if not methods:
+        raise user_error("--methods", "names no method", "write e.g. --methods sd,psd")
+    if len(set(methods)) != len(methods):
         raise user_error("--methods", "needs distinct methods", "write e.g. --methods sd,psd")
     return methods
 

@@ -92,6 +92,31 @@ def theory_model(args: argparse.Namespace) -> Any:
                          serial_sd=args.serial_sd)
 
 
+# Past it (or below its inverse) a product or ratio of two inputs can leave a float's range.
+EXTREME = 1e150
+
+
+def _not_finite(doc: Any, path: str = "") -> list[str]:
+    """The dotted names (as --json writes them) of the results that are not finite numbers."""
+    if isinstance(doc, dict):
+        return [bad for key, value in doc.items() for bad in _not_finite(value, f"{path}{key}.")]
+    if isinstance(doc, list | tuple):
+        return [bad for i, value in enumerate(doc) for bad in _not_finite(value, f"{path}{i}.")]
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return [f"{path.rstrip('.')} = {doc}"]
+    return []
+
+
+def _extreme_inputs(args: argparse.Namespace) -> str:
+    """The model's flags whose values lie outside [1/EXTREME, EXTREME] (0 aside), else every flag
+    given a value other than its default: the inputs an overflow came from."""
+    defaults = {**model_defaults(), "t_token": None}
+    values = {name: getattr(args, name) for name in defaults if name != "k_max"}
+    names = [name for name, v in values.items() if v and not 1 / EXTREME <= abs(v) <= EXTREME]
+    names = names or [name for name, v in values.items() if v != defaults[name]]
+    return ", ".join(f"--{name.replace('_', '-')} {values[name]:g}" for name in names) or "the defaults"
+
+
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.output.results import check_output_file, landing, output_locks
     from psdsim.sim.scenario import load_scenario
@@ -133,15 +158,18 @@ def run(args: argparse.Namespace) -> int:
             doc["bridge"] = bridge_json(rep)
             lines += bridge_lines(rep)
     else:
+        import numpy as np
+
         m = theory_model(args)
-        doc = theory_json(m, args.t_token, args.k_max)
-        try:
-            json.dumps(doc, allow_nan=False)
-        except ValueError:   # finite inputs whose products overflow: alpha 1e308 gives T* = inf
-            raise user_error("theory", f"the inputs overflow a float (alpha*V = {m.alpha * m.V:g}, "
-                                       f"T_SD* = {doc['sd']['T']:g})",
-                             "give alpha, V and the times in units that keep each below about 1e150"
-                             ) from None
+        with np.errstate(all="ignore"):   # an overflow is refused below, in one line, not warned of
+            doc = theory_json(m, args.t_token, args.k_max)
+        overflowed = _not_finite(doc)
+        if overflowed:   # finite inputs whose products overflow: alpha 1e308 gives T* = inf
+            verb = "overflows" if len(overflowed) == 1 else "overflow"
+            raise user_error("theory", f"{', '.join(overflowed)} {verb} a float, from "
+                                       f"{_extreme_inputs(args)}",
+                             f"give alpha, V and the times in units that keep each within "
+                             f"[{1 / EXTREME:g}, {EXTREME:g}]")
         lines += [*optima_lines(m, args.t_token, args.k_max), "", *published_lines()]
         if args.plot:
             folder = landing(args.plot, "--plot")   # a name too long is refused here, in one line

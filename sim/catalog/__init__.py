@@ -35,6 +35,12 @@ MAX_NUMBER = 1e12
 # step time; a link of 1e-300 GB/s made a makespan of 1e301 s (the summary refuses such figures,
 # but the value is refused here first, where it is named).
 MIN_RATE = 1e-3
+# The fewest bytes a weight may take: 1-bit weights are 0.125 B/param, so 0.1 is below any real
+# quantisation, and weights of (almost) no bytes would read in no time at all.
+MIN_BYTES_PER_PARAM = 0.1
+# A model's shape: each is a count or a divisor (head_dim divides the KV bytes a block holds), so 0 is
+# no model (a head_dim of 0 made a KV capacity of x / 0).
+MODEL_SIZES = ("layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab")
 BYTES_PER_KV_ELEMENT = 2  # KV cache in bf16/fp16, vLLM's default kv_cache_dtype="auto"
 RANGE_SUFFIX = "_range"   # `FIELD_range = { low, high, why }` beside a numeric FIELD
 
@@ -475,6 +481,9 @@ def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance:
         if min(gpu.memory_gb, gpu.memory_bandwidth_gbps, gpu.bf16_tflops) < MIN_RATE:
             raise CatalogError(f"{filename}: GPU {key!r}: memory, bandwidth and TFLOPS must be at least "
                                f"{MIN_RATE:g} (GB, GB/s, TFLOPS)")
+        if gpu.fp8_tflops and gpu.fp8_tflops < MIN_RATE:
+            raise CatalogError(f"{filename}: GPU {key!r}: fp8_tflops must be 0 (no FP8 tensor cores) or at "
+                               f"least {MIN_RATE:g} TFLOPS, got {gpu.fp8_tflops!r}")
     for key, link in links.items():
         if min(link.p2p_bandwidth_gbps, link.allreduce_busbw_gbps) < MIN_RATE:
             raise CatalogError(f"{filename}: link {key!r}: p2p_bandwidth_gbps and allreduce_busbw_gbps "
@@ -482,8 +491,7 @@ def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance:
     for key, m in models.items():
         if m.compute not in ("bf16", "fp8"):
             raise CatalogError(f"{filename}: model {key!r}: compute must be 'bf16' or 'fp8'")
-        if m.layers < 1 or m.heads < 1 or m.kv_heads < 1 or m.hidden < 1 or m.vocab < 1:
-            raise CatalogError(f"{filename}: model {key!r}: layers, heads, hidden and vocab must be >= 1")
+        _check_model_sizes(key, m, filename)
         if m.moe and not 0 < m.experts_per_token <= m.experts:
             raise CatalogError(f"{filename}: model {key!r}: experts_per_token must be in 1..experts")
         if m.shared_intermediate and not m.moe:
@@ -525,6 +533,19 @@ def _component_ranges(tables: dict[str, Any], datasets: dict[str, Dataset],
                     out[("datasets", key, f"components.{i}.{name}")] = _range(
                         spec, point, f"{filename} [{key}] components[{i}].{name}{RANGE_SUFFIX}")
     return out
+
+
+def _check_model_sizes(key: str, m: Model, filename: str) -> None:
+    """A model's shape counts are >= 1 (an MoE model's expert size too) and its weights take at
+    least MIN_BYTES_PER_PARAM: the cost and memory models divide by them or scale by them."""
+    sizes = MODEL_SIZES + (("moe_intermediate",) if m.moe else ())
+    small = next((name for name in sizes if getattr(m, name) < 1), None)
+    if small is not None:
+        raise CatalogError(f"{filename}: model {key!r}: field {small!r} must be >= 1, "
+                           f"got {getattr(m, small)!r}")
+    if m.bytes_per_param < MIN_BYTES_PER_PARAM:
+        raise CatalogError(f"{filename}: model {key!r}: field 'bytes_per_param' must be at least "
+                           f"{MIN_BYTES_PER_PARAM:g} (1-bit weights take 0.125), got {m.bytes_per_param!r}")
 
 
 @cache

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.catalog import MAX_NUMBER, Model
+from psdsim.sim.numbers import finite, shown
 
 CONFIG_NAME = "config.json"
 # The catalog's hand-written bytes_per_param carry two decimals (docs/reference/
@@ -42,7 +43,8 @@ IRRELEVANT_KEYS: dict[str, str] = {
                     "library and training bookkeeping"),
     **dict.fromkeys(("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings",
                      "max_sequence_length"),
-                    "position encoding and context limit: no weights, the same FLOPs"),
+                    "position encoding and context limit: no weights, the same FLOPs (the context "
+                    "must hold max_model_len)"),
     **dict.fromkeys(("rms_norm_eps", "initializer_range", "hidden_act", "attention_dropout",
                      "pretraining_tp"), "numerics and training settings: the same matrices"),
     **dict.fromkeys(("norm_topk_prob", "router_aux_loss_coef", "router_jitter_noise"),
@@ -120,6 +122,8 @@ class DerivedModel:
     provenance: dict[str, str]
     path: Path
     ignored: dict[str, str]   # keys of the file that set no field, and why that is safe
+    context: int | None = None   # the longest sequence vLLM lets it run (max_model_len), if stated
+    context_key: str = ""        # the key that states it
 
 
 def is_config_path(value: object) -> bool:
@@ -211,7 +215,45 @@ def _from_config(cfg: dict[str, Any], p: Path, key: str) -> DerivedModel:
     _consistent(model)
     left_out = {**IRRELEVANT_KEYS, **CHECKED_KEYS}
     ignored = {name: left_out[name] for name in cfg if name in left_out}
-    return DerivedModel(model, prov, p, ignored)
+    return DerivedModel(model, prov, p, ignored, *_context(cfg))
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length")
+
+
+def _context(cfg: dict[str, Any]) -> tuple[int | None, str]:
+    """(the longest max_model_len vLLM accepts for this config, the key stating it), as vLLM
+    derives it: the least of the context keys given, times a rope_scaling factor (yarn scales
+    its original_max_position_embeddings; llama3 and longrope state their own length)."""
+    given = [(_count(cfg, key), key) for key in CONTEXT_KEYS if cfg.get(key) is not None]
+    if not given:
+        return None, ""
+    length, key = min(given)
+    return _scaled(length, cfg.get("rope_scaling")), key
+
+
+def _scaled(length: int, scaling: Any) -> int:
+    """A context length stretched by rope_scaling as vLLM stretches it: times its factor (from
+    original_max_position_embeddings for yarn); su, longrope and llama3 state their own length."""
+    if not isinstance(scaling, dict):
+        return length
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = finite(scaling.get("factor"))
+    if kind in ("su", "longrope", "llama3") or factor is None or factor < 1:
+        return length
+    if kind == "yarn" and "original_max_position_embeddings" in scaling:
+        length = _count(scaling, "original_max_position_embeddings")
+    return int(length * factor)
+
+
+def check_context(derived: DerivedModel, max_model_len: int) -> None:
+    """ConfigError naming the context key when the model cannot hold max_model_len tokens: vLLM
+    refuses such a max_model_len at start-up, so no run of it exists to simulate."""
+    if derived.context is not None and derived.context < max_model_len:
+        raise ConfigError(derived.context_key, f"{derived.context} positions, fewer than max_model_len "
+                          f"{max_model_len} (vLLM refuses a max_model_len past the model's context)",
+                          f"set max_model_len to at most {derived.context}, or use a model with a "
+                          "longer context")
 
 
 def _family(cfg: dict[str, Any]) -> tuple[str, Family]:
@@ -274,7 +316,7 @@ def _count(cfg: dict[str, Any], name: str, allow_zero: bool = False) -> int:
     value = cfg[name]
     lowest = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= MAX_NUMBER:
-        raise ConfigError(name, f"must be a whole number in {lowest}..{MAX_NUMBER:g}, got {value!r}",
+        raise ConfigError(name, f"must be a whole number in {lowest}..{MAX_NUMBER:g}, got {shown(value)}",
                           f"write the model's {name} from its {CONFIG_NAME}")
     return value
 

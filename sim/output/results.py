@@ -508,9 +508,10 @@ def summary_json(summary: Mapping[str, Any]) -> str:
     return json.dumps(summary, indent=2, allow_nan=False) + "\n"
 
 
-def _refuse(option: str, out: Path, why: str) -> ScenarioError:
+def _refuse(option: str, out: Path, why: str, new: str = "folder") -> ScenarioError:
+    """`new`: what the option names, a folder (--out) or a file (--trace, a figure)."""
     return ScenarioError(option, f"{str(out)!r} {why}; psdsim never deletes or overwrites what it did not "
-                         "write", "name a new folder (or remove that one yourself)")
+                         "write", f"name a new {new} (or remove that one yourself)")
 
 
 def _holds_working_directory(out: Path) -> bool:
@@ -661,7 +662,7 @@ def check_output_file(path: Path, option: str, signatures: tuple[bytes, ...] = (
     path = Path(path)
     real = landing(path, option)
     if path.is_symlink() or real.is_dir():
-        raise _refuse(option, path, "is a folder or a link")
+        raise _refuse(option, path, "is a folder or a link", "file")
     if real.exists() and not real.is_file():   # a pipe or a device: reading its head would block
         raise _refuse(option, path, "is not a regular file")
     if real.exists() and not (signatures and _signed(real, path, option, signatures, head)):
