@@ -18,7 +18,6 @@ the drawn entries merged over it), which the scenario's `catalog` field then nam
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
@@ -314,20 +313,3 @@ def check_draws(draws: int) -> None:
     if not 2 <= draws <= MAX_DRAWS:
         raise ScenarioError("--intervals", f"must be 2..{MAX_DRAWS} draws, got {draws}",
                             "write e.g. --intervals 32 (each draw is a full simulation)")
-
-
-def propagate(s: Scenario, draws: int, methods: Sequence[str] | None = None,
-              inputs: Sequence[UncertainInput] | None = None, workers: int | None = None,
-              progress: Callable[[float], None] | None = None) -> Propagation:
-    """Simulate `draws` draws of `s`'s uncertain inputs (default: all of them) under `methods`
-    (default: the scenario's own), on local worker processes (default: one per CPU)."""
-    from psdsim.studies.parallel import map_in_order
-
-    check_draws(draws)
-    methods = tuple(methods or (s.method,))
-    inputs = tuple(uncertain_inputs(s, methods) if inputs is None else inputs)
-    points = unit_points(s, draws, len(inputs)) if inputs else np.zeros((draws, 0))
-    jobs = make_draws(s, methods, inputs, points)
-    summaries = map_in_order(simulate_draw, jobs, workers or os.cpu_count() or 1, progress)
-    values = np.array([[inp.value(u) for inp, u in zip(inputs, row, strict=True)] for row in points])
-    return Propagation(inputs, values.reshape(draws, len(inputs)), tuple(summaries))

@@ -77,7 +77,8 @@ def execute_with_intervals(job: tuple[Scenario, int]) -> dict[str, Any]:
     median and 90% interval under the summary's `intervals` key, which the table flattens into
     columns (intervals_throughput_tok_s_low, ...). The record notes `draws`, so that a sweep
     resumed with another N runs those runs again."""
-    from psdsim.sim.uncertainty import interval, numeric_paths, propagate
+    from psdsim.sim.uncertainty import interval, numeric_paths
+    from psdsim.studies.intervals import propagate
 
     s, draws = job
     record = execute(s)

@@ -206,5 +206,5 @@ def test_the_python_api_refuses_what_the_cli_refuses(monkeypatch):
     from psdsim.sim.run import simulate
     monkeypatch.setattr(footprint, "available_bytes", lambda: 10**6)   # 1 MB
     monkeypatch.setattr(footprint, "available_disk_bytes", lambda: None)
-    with pytest.raises(ScenarioError, match=r"^requests: .* GB of memory"):
+    with pytest.raises(ScenarioError, match=r"^requests: .* of memory"):
         simulate(load_scenario(overrides=["requests=100000", "output_len=16"]))

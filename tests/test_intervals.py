@@ -17,9 +17,9 @@ from psdsim.sim.uncertainty import (
     UncertainInput,
     interval,
     make_draws,
-    propagate,
     uncertain_inputs,
 )
+from psdsim.studies.intervals import propagate
 from psdsim.theory.tail import tail_exact, verifications_pmf
 
 from psdsim.cli import main

@@ -34,7 +34,7 @@ def draw_intervals(args: argparse.Namespace, s: Any, methods: Sequence[str]) -> 
     """The Propagation of `--intervals N` draws, or None without the flag."""
     if args.intervals is None:
         return None
-    from psdsim.sim.uncertainty import propagate
+    from psdsim.studies.intervals import propagate
 
     progress = Progress(not args.json)
     return propagate(s, args.intervals, methods, progress=lambda f: progress("draws", f))
