@@ -23,7 +23,7 @@ from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import number
-from psdsim.sim.scenario import MAX_SPAN_S
+from psdsim.sim.scenario import MAX_SPAN_S, path_field_file
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 
@@ -66,8 +66,7 @@ def _text(path: Path) -> str:
     """The trace's text; every way it cannot be read (a folder, no permission, not UTF-8 text)
     is one ScenarioError naming `trace`."""
     what = "give a JSONL or CSV request trace (a UTF-8 text file you can read)"
-    if path.is_dir():
-        raise ScenarioError("trace", f"{str(path)!r} is a folder, not a trace file", what)
+    path_field_file("trace", path)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,31 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "deep_catalog.toml": b"[gpus]\nx = " + DEEP + b"\n", "deep.json": DEEP,
     "deep.jsonl": b'{"arrival_s": ' + DEEP + b"}\n", "deep_run/manifest.toml": b"k = " + DEEP + b"\n",
     "fullwidth.csv": "arrival_s,prompt_tokens,output_tokens\n0,１6,8\n".encode(),
+    **{f"nul_{field}.toml": f'{field} = "./x\\u0000y"\n'.encode()
+       for field in ("profile", "trace", "catalog", "target")},
 }
+LINKS = {"loop1": "loop2", "loop2": "loop1"}   # a loop of symbolic links
+PIPE = "pipe"   # a named pipe: reading it would wait forever
+# Paths the system cannot follow, and a pipe: (the field the line names, why, the command line)
+LOOP, NUL, NOT_REGULAR = "a loop of symbolic links", "the name holds a NUL byte", "is not a regular file"
+UNFOLLOWABLE = [
+    ("profile", LOOP, ["run", "--no-write", "--set", "profile=loop1"]),
+    ("trace", LOOP, ["run", "--no-write", "--set", "trace=loop1"]),
+    ("catalog", LOOP, ["run", "--no-write", "--set", "catalog=loop1"]),
+    ("target", LOOP, ["run", "--no-write", "--set", "target=./loop1"]),
+    ("loop1", LOOP, ["calibrate", "loop1", "--out", "p.json"]),
+    ("--traces", LOOP, ["validate", "--traces", "loop1"]),
+    ("profile", LOOP, ["theory", "--tail", "--set", "profile=loop1"]),
+    ("catalog", LOOP, ["compare", "--set", "catalog=loop1"]),
+    ("catalog", LOOP, ["catalog", "--catalog", "loop1"]),
+    ("scenario", LOOP, ["run", "loop1"]),
+    *((field, NUL, ["run", "--no-write", f"nul_{field}.toml"])
+      for field in ("profile", "trace", "catalog", "target")),
+    ("profile", NOT_REGULAR, ["run", "--no-write", "--profile", PIPE]),
+    ("trace", NOT_REGULAR, ["run", "--no-write", "--set", f"trace={PIPE}"]),
+    ("catalog", NOT_REGULAR, ["run", "--no-write", "--set", f"catalog={PIPE}"]),
+    (PIPE, NOT_REGULAR, ["calibrate", PIPE]),
+]
 DEEP_CASES = [["run", "deep.toml"], ["sweep", "deep_sweep.toml"], ["plan", "deep.toml"],
               ["catalog", "--catalog", "deep_catalog.toml"], ["validate", "--traces", "deep_run"],
               ["run", "--no-write", "--set", "trace=deep.jsonl"],
@@ -180,15 +205,18 @@ CASES = [
     *DEEP_CASES,
     *(argv for _, argv in WIDE_DIGITS),
     *LONG_NAME_CASES,
+    *(argv for _, _, argv in UNFOLLOWABLE),
 ]
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    """Every path under root with a digest of its bytes (folders as 'dir')."""
+    """Every path under root with a digest of its bytes (folders as 'dir', links as their
+    target, a pipe as 'pipe')."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = str(path.relative_to(root))
-        out[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+        out[rel] = ("link to " + os.readlink(path) if path.is_symlink() else "dir" if path.is_dir()
+                    else "pipe" if path.is_fifo() else hashlib.sha256(path.read_bytes()).hexdigest())
     return out
 
 
@@ -200,6 +228,9 @@ def workdir(tmp_path: Path, monkeypatch) -> Path:
         else:
             (tmp_path / name).parent.mkdir(exist_ok=True)
             (tmp_path / name).write_bytes(content)
+    for name, target in LINKS.items():
+        (tmp_path / name).symlink_to(target)
+    os.mkfifo(tmp_path / PIPE)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -234,6 +265,38 @@ def test_an_unreadable_trace_is_one_line(workdir, capsys, monkeypatch):
     monkeypatch.setattr(Path, "read_text", refuse)
     line = _refused(["run", "--no-write", "--set", "trace=locked.csv"], workdir, capsys)
     assert "Permission denied" in line and line.startswith("psdsim: error: trace: ")
+
+
+@pytest.mark.parametrize("field,why,argv", UNFOLLOWABLE, ids=[" ".join(argv) for _, _, argv in UNFOLLOWABLE])
+def test_a_path_the_system_cannot_follow_names_its_field_and_why(field, why, argv, workdir, capsys):
+    line = _refused(argv, workdir, capsys)
+    assert line.startswith(f"psdsim: error: {field}: ") and why in line, line
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["run", "--no-write", "--profile", "locked/p.json"], "profile"),
+    (["run", "--no-write", "--set", "trace=locked/t.csv"], "trace"),
+    (["run", "--no-write", "--set", "catalog=locked/c.toml"], "catalog"),
+    (["run", "--no-write", "--set", "target=./locked/config.json"], "target"),
+    (["validate", "--traces", "locked/r"], "--traces"),
+    (["calibrate", "locked/t.json"], "locked/t.json"),
+    (["run", "locked/s.toml"], "scenario"),
+    (["run", *FAST, "--out", "locked/r"], "--out"),
+])
+def test_a_folder_psdsim_may_not_search_is_one_line_naming_the_field(argv, field, workdir, capsys,
+                                                                     monkeypatch):
+    """(Tests run as root here, whom permissions do not stop: looking inside `locked` fails instead.)"""
+    real = Path.stat
+
+    def refuse(self, *args, **kwargs):
+        if "locked" in self.parts:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", refuse)
+    line = _refused(argv, workdir, capsys)
+    assert line.startswith(f"psdsim: error: {field}: ") and "(Permission denied)" in line, line
+    assert "shorter or plainer" not in line
 
 
 def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, capsys):
