@@ -64,6 +64,7 @@ FILES: dict[str, bytes | None] = {   # None: a folder
                              + b"\nm = " + str(list(range(1, 101))).encode() + b"\nseed = "
                              + str(list(range(101))).encode() + b"\n[slo]\nlatency_p99_ms = 60000\n"),
     "plan_text_number.toml": b'[base]\nrequests = 8\n[space]\nk = ["2"]\n[slo]\nlatency_p99_ms = 60000\n',
+    "sweep_huge_sample.toml": b"[base]\nrequests = 8\n[sample]\nn = 1000000000\nk = { range = [1, 8] }\n",
     "sweep_preset_list.toml": b'[base]\npreset = ["setting2"]\n[grid]\nk = [2]\n',
     "sweep_log_text.toml": (b'[base]\nrequests = 8\n[sample]\nn = 2\n'
                             b'rate = { range = [1.0, 8.0], log = "false" }\n'),
@@ -175,6 +176,8 @@ CASES = [
                                                     "plan_price_typo.toml", "plan_slo_nan.toml",
                                                     "plan_rate_inf.toml", "plan_too_big.toml")],
     ["sweep", "sweep_preset_list.toml"], ["sweep", "sweep_log_text.toml"],
+    ["sweep", "sweep_huge_sample.toml"], ["sweep", "typo.toml", "--set", "k=3"],
+    ["run", "twice.toml", "typo.toml"],
     ["theory", "nope.toml"], ["theory", "--ks", "1-3"], ["theory", "--tail", "--ks", "1-3"],
     ["theory", "--set", "k=abc"], ["theory", "--alpha", "1e308"], ["theory", "--V", "1e-308"],
     ["theory", "--tail", "--alpha", "2"], ["theory", "--bridge", "--plot", "figs"],
@@ -323,6 +326,11 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     for argv in DEEP_CASES[:-2]:   # calibrate says "not JSON"; scenario reads as run does
         assert "nests lists or tables too deeply" in lines[" ".join(argv)], argv
     assert "an empty argument ('')" in lines["engine run "]
+    assert lines["sweep typo.toml --set k=3"].endswith("see `psdsim sweep --help`")   # not `psdsim --help`
+    assert lines["run twice.toml typo.toml"].startswith(   # a second file is no "unknown option"
+        "psdsim: error: arguments: 'typo.toml' is one argument more than the command takes")
+    huge = lines["sweep sweep_huge_sample.toml"]
+    assert huge.startswith("psdsim: error: sample.n: ") and "[sample] design" not in huge
     for field, argv in WIDE_DIGITS:
         assert lines[" ".join(argv)].startswith(f"psdsim: error: {field}: "), argv
 
