@@ -43,6 +43,7 @@ from psdsim.sim.scenario import (
     field_section,
     load_scenario,
     read_toml,
+    resolved_path_field,
     scenario_from_mapping,
     scenario_to_toml,
     toml_value,
@@ -212,10 +213,10 @@ def field_value(name: str, value: Any, where: str, spec_dir: Path) -> Any:
         return None
     try:
         value = _coerce(name, value)
+        if name in PATH_FIELDS and value:
+            value = str(resolved_path_field(name, spec_dir / value))
     except ScenarioError as exc:
         raise _bad(f"{where}.{name}", exc.problem, exc.fix) from None
-    if name in PATH_FIELDS and value:
-        value = str((spec_dir / value).resolve())
     return value
 
 

@@ -76,6 +76,11 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     **{f"nul_{field}.toml": f'{field} = "./x\\u0000y"\n'.encode()
        for field in ("profile", "trace", "catalog", "target")},
 }
+# files that name the loop of links below, each relative to its own folder
+FILES.update({"sweep_loop.toml": b'[base]\nprofile = "loop1"\n[grid]\nk = [2, 3]\n',
+              "plan_loop.toml": (b'[base]\nrequests = 8\n[space]\nprofile = ["loop1"]\n'
+                                 b'[slo]\nlatency_p99_ms = 1\n'),
+              "loop_run/manifest.toml": b'profile = "../loop1"\n'})
 LINKS = {"loop1": "loop2", "loop2": "loop1"}   # a loop of symbolic links
 PIPE = "pipe"   # a named pipe: reading it would wait forever
 # Paths the system cannot follow, and a pipe: (the field the line names, why, the command line)
@@ -91,6 +96,8 @@ UNFOLLOWABLE = [
     ("catalog", LOOP, ["compare", "--set", "catalog=loop1"]),
     ("catalog", LOOP, ["catalog", "--catalog", "loop1"]),
     ("scenario", LOOP, ["run", "loop1"]),
+    ("base.profile", LOOP, ["sweep", "sweep_loop.toml"]), ("space.profile", LOOP, ["plan", "plan_loop.toml"]),
+    ("loop_run/manifest.toml: profile", LOOP, ["validate", "--traces", "loop_run"]),
     *((field, NUL, ["run", "--no-write", f"nul_{field}.toml"])
       for field in ("profile", "trace", "catalog", "target")),
     ("profile", NOT_REGULAR, ["run", "--no-write", "--profile", PIPE]),
