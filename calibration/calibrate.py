@@ -12,7 +12,6 @@ import hashlib
 import json
 import math
 import re
-import stat
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from psdsim.calibration.ranges import AUTO_ORDER, parse_rules
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.input_paths import input_file, input_path
 from psdsim.sim.profile import TERMS, Profile, profile_from_json
 
 SNIFF_BYTES = 1 << 20
@@ -35,17 +35,24 @@ MINEDRAFT_KEYS = (b'"traces"', b'"start_us"', b'"is_prompt_run"')
 TIMINGS = ("busy", "span")
 
 
+TRACE_FILE = ("a trace file", "give the path of a trace file")   # what a trace path must name; the fix
+
+
+def check_trace_path(path: Path) -> None:
+    """Refuse, in one line naming it, a trace path the system cannot follow (a loop of links, a
+    folder on the way psdsim may not search): checked before the outputs are compared with the
+    traces; what the path names is detect_format's to check."""
+    input_path(path, str(path), TRACE_FILE[1])
+
+
 def detect_format(path: Path) -> str:
     """'nsys', 'kineto' or 'minedraft', from the file's first bytes (a MineDraft bundle or a
     compact Kineto trace is one long line, so keys are looked for, not whole lines parsed). A
     folder, a pipe or a device is refused before it is opened: reading a pipe would wait forever."""
+    input_file(path, str(path), *TRACE_FILE)   # a pipe would be read forever
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise TraceError(path, "not a regular file (a folder, a pipe or a device)", "give a trace file")
         with path.open("rb") as fh:
             head = fh.read(SNIFF_BYTES)
-    except FileNotFoundError:
-        raise TraceError(path, "file not found", "check the path") from None
     except OSError as exc:
         raise TraceError(path, f"cannot read ({exc.strerror or exc})", "make the file readable") from None
     if not head.strip():

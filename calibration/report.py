@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from psdsim.calibration.calibrate import Calibration
-from psdsim.sim.output.plots import figure_bytes
+from psdsim.sim.output.plots import default_style, figure_bytes
 from psdsim.sim.profile import FEATURES, TERMS
 
 # What a coefficient is per (features without an entry are seconds per pass, message or step).
@@ -84,6 +84,7 @@ def _kinds(c: Calibration) -> dict[str, int]:
     return counts
 
 
+@default_style()
 def fit_figure(c: Calibration, fmt: str = "png") -> bytes:
     """`measured_vs_fitted_figure` as `fmt` bytes."""
     return figure_bytes(measured_vs_fitted_figure(c), fmt, dpi=110)

@@ -32,6 +32,9 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, allow_abbrev=False, **kwargs)
+        # Whose --help an error points at: the top-level parser reports the words no parser took,
+        # which belong to the command named on the line (build_parser sets it).
+        self.help_prog = self.prog
 
     def error(self, message: str) -> NoReturn:
         field, problem = "arguments", message
@@ -41,9 +44,11 @@ class Parser(argparse.ArgumentParser):
             words = message.removeprefix("unrecognized arguments: ").split()
             if not words:   # only empty or blank words were left over ('' from an unset variable)
                 raise user_error("arguments", "an empty argument ('') is not a value of any option",
-                                 f"drop it, or give the value it stood for (`{self.prog} --help`)")
+                                 f"drop it, or give the value it stood for (`{self.help_prog} --help`)")
             field, problem = words[0], "unknown option"
-        raise user_error(field, problem, f"see `{self.prog} --help`")
+            if not words[0].startswith("-"):   # a second file, e.g. from a pattern that matched two
+                field, problem = "arguments", f"{words[0]!r} is one argument more than the command takes"
+        raise user_error(field, problem, f"see `{self.help_prog} --help`")
 
 
 def _module(name: str) -> ModuleType:
@@ -64,6 +69,8 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
                            "psdsim: error: FIELD: problem; fix: what to do (exit code 2).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = _chosen(argv)
+    if chosen:
+        parser.help_prog = f"psdsim {chosen}"
     for name in COMMANDS:
         module = _module(name)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)

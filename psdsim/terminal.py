@@ -1,7 +1,8 @@
 """What the `psdsim` command does to its own process before a command runs: its output streams
 and matplotlib's backend. Only the standard library is imported: `psdsim --help` pays for this.
 
-* A terminal that cannot show psdsim's few non-ASCII signs (`LC_ALL=C`: an ASCII stdout) gets
+* A terminal that cannot show psdsim's few non-ASCII signs (an ASCII stdout: `LC_ALL=C
+  PYTHONUTF8=0`; `LC_ALL=C` alone turns on Python's UTF-8 mode) gets
   ASCII spellings of them (× as x, ↑ as ^, – as -) instead of a UnicodeEncodeError; `--json`
   output is ASCII already (json.dumps escapes everything else).
 * Output that cannot be written (stdout on a full disk, a closed pipe) is told apart from every
@@ -12,6 +13,9 @@ and matplotlib's backend. Only the standard library is imported: `psdsim --help`
 * Figures only ever go to files (every figure writer picks Agg): an MPLBACKEND meant for
   interactive use cannot change that and, when matplotlib does not know its name, would only
   stop `import matplotlib` with a traceback; psdsim and its worker processes use Agg.
+  MATPLOTLIBRC is pointed at an empty file: `import matplotlib` reads the file it names (a pipe
+  or /dev/zero forever), and psdsim's figures take matplotlib's defaults anyway
+  (sim/output/plots.py default_style), whatever rc file a user keeps.
 """
 
 from __future__ import annotations
@@ -140,8 +144,10 @@ def silence(stream: Any) -> None:
 
 
 def figures_to_files_only() -> None:
-    """Agg for this process and its workers, whatever MPLBACKEND says (see the module's note)."""
+    """Agg for this process and its workers, whatever MPLBACKEND says, and no MATPLOTLIBRC read
+    (see the module's note)."""
     os.environ["MPLBACKEND"] = "agg"
+    os.environ["MATPLOTLIBRC"] = os.devnull
 
 
 def _report_lost_output(lost: OutputLost, stdout: Any) -> int:

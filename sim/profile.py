@@ -37,7 +37,7 @@ from psdsim.sim.errors import ScenarioError
 from psdsim.sim.layout import DEDICATED, layout_for
 from psdsim.sim.numbers import finite
 from psdsim.sim.overlap import idle_factor
-from psdsim.sim.scenario import MAX_SPAN_S, catalog_for
+from psdsim.sim.scenario import MAX_SPAN_S, catalog_for, path_field_file
 
 PROFILE_FORMAT = "psdsim-profile"
 PROFILE_VERSION = 1
@@ -337,11 +337,9 @@ def profile_from_json(text: str, path: str = "profile") -> Profile:
 
 def load_profile(path: str | Path) -> Profile:
     p = Path(path)
+    path_field_file("profile", p)
     try:
         text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError("profile", f"file {str(p)!r} not found",
-                            "give the path of a profile written by `psdsim calibrate`") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise _bad(f"cannot read it ({exc.__class__.__name__})", str(p)) from None
     return profile_from_json(text, str(p))

@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from psdsim.sim.catalog import Catalog, CatalogError, load_catalog
+from psdsim.sim.catalog import CATALOG_FILE, Catalog, CatalogError, load_catalog
 from psdsim.sim.catalog.hf_config import (
+    CONFIG_FILE,
     ConfigError,
     check_context,
     derive_model,
@@ -29,6 +30,7 @@ from psdsim.sim.catalog.hf_config import (
 )
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.input_paths import input_file, input_path
 from psdsim.sim.numbers import integer, number, shown
 from psdsim.sim.presets import preset_fields
 
@@ -393,13 +395,10 @@ def scenario_from_mapping(values: Mapping[str, Any], source: str = "scenario") -
 def read_toml(p: Path, field_name: str, what: str) -> tuple[str, dict[str, Any]]:
     """(text, document) of a TOML file the user named in `field_name` (scenario, sweep spec,
     plan); every way it can be unreadable is a one-line ScenarioError."""
+    input_file(p, field_name, "a TOML file", f"give the path of {what}")  # a pipe would be read forever
     try:
-        if p.exists() and not p.is_file():   # a folder, or a pipe that would be read forever
-            raise ScenarioError(field_name, f"{str(p)!r} is not a regular file", f"give the path of {what}")
         text = p.read_text(encoding="utf-8")
         return text, parse_document(tomllib.loads, text, field_name, p.name)
-    except FileNotFoundError:
-        raise ScenarioError(field_name, f"file {str(p)!r} not found", f"give the path of {what}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(field_name, f"{p.name} is not valid TOML ({exc})",
                             "fix the TOML syntax at the position given") from None
@@ -423,15 +422,35 @@ def load_scenario(path: str | Path | None = None, overrides: Iterable[str] = (),
             values["name"] = plain_label(p.stem)
         for name in PATH_FIELDS + MODEL_FIELDS:  # relative to the scenario file
             if _is_path(name, values.get(name)):
-                values[name] = str((p.parent / values[name]).resolve())
+                values[name] = str(resolved_path_field(name, p.parent / values[name]))
     for text in overrides:
         name, value = parse_override(text)
         if _is_path(name, value):
-            value = str(Path(value).resolve())
+            value = str(resolved_path_field(name, value))
         values[name] = value
     if method is not None:
         values["method"] = method
     return scenario_from_mapping(values, str(path) if path else "scenario")
+
+
+# What each path field names, for its refusals: (what it must be, how to fix it)
+PATH_WHAT = {
+    "trace": ("a trace file", "give the path of a JSONL or CSV request trace file"),
+    "profile": ("a profile", "give the path of a profile written by `psdsim calibrate … --out profile.json`"),
+    "catalog": CATALOG_FILE, "target": CONFIG_FILE, "draft": CONFIG_FILE,
+}
+
+
+def resolved_path_field(name: str, value: str | Path) -> Path:
+    """A path field's value (trace, catalog, profile, a target or draft config) made absolute,
+    refused in one line naming the field if the system cannot follow it."""
+    return input_path(value, name, PATH_WHAT[name][1])
+
+
+def path_field_file(name: str, value: str | Path) -> Path:
+    """The resolved file a path field (trace, profile) names; refused in one line naming the
+    field where it names no regular file psdsim can read."""
+    return input_file(value, name, *PATH_WHAT[name])
 
 
 def _is_path(name: str, value: Any) -> bool:
@@ -643,12 +662,7 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
     _positive(s, "abort_window_s")
     _at_most(s, "abort_window_s", MAX_SPAN_S, SPAN_WHY)
     if s.trace:
-        _need(not Path(s.trace).is_dir(), "trace", f"{s.trace!r} is a folder, not a trace file",
-              "give the path of a JSONL or CSV request trace file")
-        _need(Path(s.trace).is_file(), "trace",
-              f"{s.trace!r} is not a regular file" if Path(s.trace).exists()
-              else f"file {s.trace!r} not found",
-              "give the path of a JSONL or CSV request trace")
+        path_field_file("trace", s.trace)
         _need(s.rate is None, "rate", "a trace gives its own arrival times",
               "remove rate when replaying a trace")
         _check_trace_window(s)
@@ -690,10 +704,7 @@ def _check_costs(s: Scenario, cat: Catalog) -> None:
         _need(v >= 0, name, f"must be >= 0, got {v}", f"set {name} to 0 or more")
         _at_most(s, name, most, why)
     if s.profile:
-        _need(not Path(s.profile).is_dir(), "profile", f"{s.profile!r} is a folder, not a profile",
-              "give the path of a profile written by `psdsim calibrate … --out profile.json`")
-        _need(Path(s.profile).is_file(), "profile", f"file {s.profile!r} not found",
-              "give the path of a profile written by `psdsim calibrate … --out profile.json`")
+        path_field_file("profile", s.profile)
 
 
 def warnings(s: Scenario) -> list[str]:

@@ -28,7 +28,7 @@ from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import finite, number, shown
-from psdsim.sim.scenario import MAX_SPAN_S, Scenario
+from psdsim.sim.scenario import MAX_SPAN_S, Scenario, path_field_file
 from psdsim.sim.trace_formats import (
     BENCH_KEYS,
     NATIVE,
@@ -114,8 +114,7 @@ def _text(path: Path) -> str:
     """The trace's text; every way it cannot be read (a folder, no permission, not UTF-8 text)
     is one ScenarioError naming `trace`."""
     what = "give a JSONL or CSV request trace (a UTF-8 text file you can read)"
-    if path.is_dir():
-        raise ScenarioError("trace", f"{str(path)!r} is a folder, not a trace file", what)
+    path_field_file("trace", path)
     try:
         return path.read_text(encoding="utf-8-sig")   # a spreadsheet's byte-order mark is no column
     except UnicodeDecodeError:

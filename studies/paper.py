@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.catalog import Catalog
-from psdsim.sim.output.plots import figure_formats, figure_legend, label_k_axis
+from psdsim.sim.output.plots import default_style, figure_formats, figure_legend, label_k_axis
 from psdsim.sim.presets import PRESETS
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, catalog_for
@@ -143,6 +143,7 @@ PAPER_FIGURES = (("throughput_vs_k", "throughput_tok_s", "throughput (tok/s, dec
                  ("per_gpu_vs_k", "throughput_tok_s_per_gpu", "throughput per GPU (tok/s)"))
 
 
+@default_style()
 def figures(rows: list[dict[str, Any]], title: str) -> dict[str, bytes]:
     """Throughput vs k, E2EL vs k and the per-GPU view, one panel per dataset (PNG and SVG)."""
     out: dict[str, bytes] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from psdsim.sim.output.plots import K_AXIS, M_AXIS, figure_formats, legend_outside
+from psdsim.sim.output.plots import K_AXIS, M_AXIS, default_style, figure_formats, legend_outside
 from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate
 from psdsim.studies.plan import DEFAULT_WHY, OBJECTIVES, PlanSpec
@@ -93,6 +93,7 @@ def _best_per_method(result: PlanResult) -> dict[str, int]:
     return best
 
 
+@default_style()
 def plan_figures(result: PlanResult) -> dict[str, bytes]:
     """File name → content: pareto, latency_vs_rate, latency_cdf and (when k and m vary)
     regime_map, each as .png and .svg."""

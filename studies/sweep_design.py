@@ -43,6 +43,7 @@ from psdsim.sim.scenario import (
     field_section,
     load_scenario,
     read_toml,
+    resolved_path_field,
     scenario_from_mapping,
     scenario_to_toml,
     toml_value,
@@ -212,10 +213,10 @@ def field_value(name: str, value: Any, where: str, spec_dir: Path) -> Any:
         return None
     try:
         value = _coerce(name, value)
+        if name in PATH_FIELDS and value:
+            value = str(resolved_path_field(name, spec_dir / value))
     except ScenarioError as exc:
         raise _bad(f"{where}.{name}", exc.problem, exc.fix) from None
-    if name in PATH_FIELDS and value:
-        value = str((spec_dir / value).resolve())
     return value
 
 
@@ -386,13 +387,25 @@ def load_design(path: str | Path, expand: bool = True) -> Design:
                 raise _bad(f"sample.{d.name}", "is also in [grid]",
                            f"keep {d.name} in one of [grid] and [sample]")
     design = Design(p, text, grid, sample, base_values)
-    if design.size > MAX_POINTS:
-        raise _bad("grid", f"the design has {design.size:,} points (more than {MAX_POINTS:,})",
-                   "use fewer values, or a [sample] design")
+    _check_size(design)
     _check_axes(design)
     if expand:
         design.points   # noqa: B018  (builds and validates every point now)
     return design
+
+
+def _check_size(design: Design) -> None:
+    """Refuse more than MAX_POINTS points, naming what makes them: the grid's values, the
+    sample's n, or both multiplied."""
+    if design.size <= MAX_POINTS:
+        return
+    problem = f"the design has {design.size:,} points (more than {MAX_POINTS:,})"
+    if design.sample is None:
+        raise _bad("grid", problem, "use fewer values, or a [sample] design")
+    if not design.grid:
+        raise _bad("sample.n", problem, f"draw at most {MAX_POINTS:,} samples")
+    raise _bad("grid", f"{problem}: the grid's points times [sample] n",
+               "use fewer [grid] values or a smaller [sample] n")
 
 
 def _at(index: int, size: int, inputs: Mapping[str, Any]) -> str:

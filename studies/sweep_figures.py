@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from psdsim.sim.numbers import finite
-from psdsim.sim.output.plots import K_AXIS, M_AXIS, figure_formats, figure_legend
+from psdsim.sim.output.plots import K_AXIS, M_AXIS, default_style, figure_formats, figure_legend
 
 MAX_LINES = 12
 IGNORED = ("rate", "seed", "name")  # not a line of their own in throughput vs rate
@@ -169,6 +169,7 @@ def _cell_values(ax: Any, grid: Any, middle: float) -> None:
             ax.text(j, i, text, ha="center", va="center", fontsize=7, color="k" if value > middle else "w")
 
 
+@default_style()
 def sweep_figures(rows: list[dict[str, Any]], swept: Sequence[str],
                   metric: str = "throughput_tok_s") -> dict[str, bytes]:
     """File name -> content; empty when neither figure applies."""

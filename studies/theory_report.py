@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from psdsim.sim.output.plots import figure_file, legend_outside
+from psdsim.sim.output.plots import default_style, figure_file, legend_outside
 from psdsim.sim.output.results import write_files
 from psdsim.studies.theory_bridge import BridgeReport
 from psdsim.theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
@@ -106,6 +106,7 @@ def _gain(r: float) -> str:
     return f"PSD {1 / r:.3g}x the time per token"
 
 
+@default_style()
 def plot_theory(m: FrontierModel, out_dir: Path) -> list[Path]:
     """T_SD and T_PSD against t with their optima; R against alpha V with the published marks."""
     import matplotlib

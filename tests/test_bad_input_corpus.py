@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,7 @@ FILES: dict[str, bytes | None] = {   # None: a folder
                              + b"\nm = " + str(list(range(1, 101))).encode() + b"\nseed = "
                              + str(list(range(101))).encode() + b"\n[slo]\nlatency_p99_ms = 60000\n"),
     "plan_text_number.toml": b'[base]\nrequests = 8\n[space]\nk = ["2"]\n[slo]\nlatency_p99_ms = 60000\n',
+    "sweep_huge_sample.toml": b"[base]\nrequests = 8\n[sample]\nn = 1000000000\nk = { range = [1, 8] }\n",
     "sweep_preset_list.toml": b'[base]\npreset = ["setting2"]\n[grid]\nk = [2]\n',
     "sweep_log_text.toml": (b'[base]\nrequests = 8\n[sample]\nn = 2\n'
                             b'rate = { range = [1.0, 8.0], log = "false" }\n'),
@@ -82,7 +84,38 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "cat_far_prompts.toml": (b'[datasets.dd]\nmax_requests = 0\nmin_prompt = 256\nmax_prompt = 300\n'
                              b'components = [{ weight = 1.0, mu = 20.0, sigma = 0.01 }]\nsource = "t"\n'),
     "not_utf8_\udcff.csv": b"arrival_s,prompt_tokens,output_tokens\n0,10,4\n",   # a name with byte 0xff
+    **{f"nul_{field}.toml": f'{field} = "./x\\u0000y"\n'.encode()
+       for field in ("profile", "trace", "catalog", "target")},
 }
+# files that name the loop of links below, each relative to its own folder
+FILES.update({"sweep_loop.toml": b'[base]\nprofile = "loop1"\n[grid]\nk = [2, 3]\n',
+              "plan_loop.toml": (b'[base]\nrequests = 8\n[space]\nprofile = ["loop1"]\n'
+                                 b'[slo]\nlatency_p99_ms = 1\n'),
+              "loop_run/manifest.toml": b'profile = "../loop1"\n'})
+LINKS = {"loop1": "loop2", "loop2": "loop1"}   # a loop of symbolic links
+PIPE = "pipe"   # a named pipe: reading it would wait forever
+# Paths the system cannot follow, and a pipe: (the field the line names, why, the command line)
+LOOP, NUL, NOT_REGULAR = "a loop of symbolic links", "the name holds a NUL byte", "is not a regular file"
+UNFOLLOWABLE = [
+    ("profile", LOOP, ["run", "--no-write", "--set", "profile=loop1"]),
+    ("trace", LOOP, ["run", "--no-write", "--set", "trace=loop1"]),
+    ("catalog", LOOP, ["run", "--no-write", "--set", "catalog=loop1"]),
+    ("target", LOOP, ["run", "--no-write", "--set", "target=./loop1"]),
+    ("loop1", LOOP, ["calibrate", "loop1", "--out", "p.json"]),
+    ("--traces", LOOP, ["validate", "--traces", "loop1"]),
+    ("profile", LOOP, ["theory", "--tail", "--set", "profile=loop1"]),
+    ("catalog", LOOP, ["compare", "--set", "catalog=loop1"]),
+    ("catalog", LOOP, ["catalog", "--catalog", "loop1"]),
+    ("scenario", LOOP, ["run", "loop1"]),
+    ("base.profile", LOOP, ["sweep", "sweep_loop.toml"]), ("space.profile", LOOP, ["plan", "plan_loop.toml"]),
+    ("loop_run/manifest.toml: profile", LOOP, ["validate", "--traces", "loop_run"]),
+    *((field, NUL, ["run", "--no-write", f"nul_{field}.toml"])
+      for field in ("profile", "trace", "catalog", "target")),
+    ("profile", NOT_REGULAR, ["run", "--no-write", "--profile", PIPE]),
+    ("trace", NOT_REGULAR, ["run", "--no-write", "--set", f"trace={PIPE}"]),
+    ("catalog", NOT_REGULAR, ["run", "--no-write", "--set", f"catalog={PIPE}"]),
+    (PIPE, NOT_REGULAR, ["calibrate", PIPE]),
+]
 DEEP_CASES = [["run", "deep.toml"], ["sweep", "deep_sweep.toml"], ["plan", "deep.toml"],
               ["catalog", "--catalog", "deep_catalog.toml"], ["validate", "--traces", "deep_run"],
               ["run", "--no-write", "--set", "trace=deep.jsonl"],
@@ -171,6 +204,8 @@ CASES = [
                                                     "plan_price_typo.toml", "plan_slo_nan.toml",
                                                     "plan_rate_inf.toml", "plan_too_big.toml")],
     ["sweep", "sweep_preset_list.toml"], ["sweep", "sweep_log_text.toml"],
+    ["sweep", "sweep_huge_sample.toml"], ["sweep", "typo.toml", "--set", "k=3"],
+    ["run", "twice.toml", "typo.toml"],
     ["theory", "nope.toml"], ["theory", "--ks", "1-3"], ["theory", "--tail", "--ks", "1-3"],
     ["theory", "--set", "k=abc"], ["theory", "--alpha", "1e308"], ["theory", "--V", "1e-308"],
     ["theory", "--tail", "--alpha", "2"], ["theory", "--bridge", "--plot", "figs"],
@@ -202,15 +237,18 @@ CASES = [
     *DEEP_CASES,
     *(argv for _, argv in WIDE_DIGITS),
     *LONG_NAME_CASES,
+    *(argv for _, _, argv in UNFOLLOWABLE),
 ]
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    """Every path under root with a digest of its bytes (folders as 'dir')."""
+    """Every path under root with a digest of its bytes (folders as 'dir', links as their
+    target, a pipe as 'pipe')."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = str(path.relative_to(root))
-        out[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+        out[rel] = ("link to " + os.readlink(path) if path.is_symlink() else "dir" if path.is_dir()
+                    else "pipe" if path.is_fifo() else hashlib.sha256(path.read_bytes()).hexdigest())
     return out
 
 
@@ -222,6 +260,9 @@ def workdir(tmp_path: Path, monkeypatch) -> Path:
         else:
             (tmp_path / name).parent.mkdir(exist_ok=True)
             (tmp_path / name).write_bytes(content)
+    for name, target in LINKS.items():
+        (tmp_path / name).symlink_to(target)
+    os.mkfifo(tmp_path / PIPE)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -258,6 +299,38 @@ def test_an_unreadable_trace_is_one_line(workdir, capsys, monkeypatch):
     assert "Permission denied" in line and line.startswith("psdsim: error: trace: ")
 
 
+@pytest.mark.parametrize("field,why,argv", UNFOLLOWABLE, ids=[" ".join(argv) for _, _, argv in UNFOLLOWABLE])
+def test_a_path_the_system_cannot_follow_names_its_field_and_why(field, why, argv, workdir, capsys):
+    line = _refused(argv, workdir, capsys)
+    assert line.startswith(f"psdsim: error: {field}: ") and why in line, line
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["run", "--no-write", "--profile", "locked/p.json"], "profile"),
+    (["run", "--no-write", "--set", "trace=locked/t.csv"], "trace"),
+    (["run", "--no-write", "--set", "catalog=locked/c.toml"], "catalog"),
+    (["run", "--no-write", "--set", "target=./locked/config.json"], "target"),
+    (["validate", "--traces", "locked/r"], "--traces"),
+    (["calibrate", "locked/t.json"], "locked/t.json"),
+    (["run", "locked/s.toml"], "scenario"),
+    (["run", *FAST, "--out", "locked/r"], "--out"),
+])
+def test_a_folder_psdsim_may_not_search_is_one_line_naming_the_field(argv, field, workdir, capsys,
+                                                                     monkeypatch):
+    """(Tests run as root here, whom permissions do not stop: looking inside `locked` fails instead.)"""
+    real = Path.stat
+
+    def refuse(self, *args, **kwargs):
+        if "locked" in self.parts:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", refuse)
+    line = _refused(argv, workdir, capsys)
+    assert line.startswith(f"psdsim: error: {field}: ") and "(Permission denied)" in line, line
+    assert "shorter or plainer" not in line
+
+
 def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, capsys):
     lines = {" ".join(argv): _refused(argv, workdir, capsys) for argv in CASES}
     for line in lines.values():
@@ -288,6 +361,11 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     for argv in DEEP_CASES[:-2]:   # calibrate says "not JSON"; scenario reads as run does
         assert "nests lists or tables too deeply" in lines[" ".join(argv)], argv
     assert "an empty argument ('')" in lines["engine run "]
+    assert lines["sweep typo.toml --set k=3"].endswith("see `psdsim sweep --help`")   # not `psdsim --help`
+    assert lines["run twice.toml typo.toml"].startswith(   # a second file is no "unknown option"
+        "psdsim: error: arguments: 'typo.toml' is one argument more than the command takes")
+    huge = lines["sweep sweep_huge_sample.toml"]
+    assert huge.startswith("psdsim: error: sample.n: ") and "[sample] design" not in huge
     for field, argv in WIDE_DIGITS:
         assert lines[" ".join(argv)].startswith(f"psdsim: error: {field}: "), argv
 

@@ -110,3 +110,44 @@ def test_an_unknown_mplbackend_does_not_stop_figures_written_to_files(tmp_path, 
     proc = _psdsim(args, tmp_path, {"MPLBACKEND": "nonsense"})
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert any(p.suffix == ".png" for p in (tmp_path / "out").iterdir())
+
+
+# A matplotlibrc that changes every figure: a font not installed (matplotlib then logs a
+# `findfont:` line per text), thick lines, a coloured background, and a key it does not know.
+CUSTOM_RC = "font.family: NoSuchFont\nlines.linewidth: 7\naxes.facecolor: pink\nbogus.key: 3\n"
+PLOTS = ["run", *FAST, "--plots", "--out"]
+
+
+@pytest.mark.parametrize("where", ["working folder", "MATPLOTLIBRC", "MPLCONFIGDIR"])
+def test_a_users_matplotlibrc_changes_no_figure_and_prints_nothing(tmp_path, where):
+    """psdsim's figures take matplotlib's defaults wherever a user's rc file is found, so the same
+    figure is the same bytes; and matplotlib's warnings stay off stderr."""
+    plain = _psdsim([*PLOTS, "plain"], tmp_path)
+    assert plain.returncode == 0, plain.stderr.decode()[-2000:]
+    (tmp_path / "rc").mkdir()
+    (tmp_path / "rc" / "matplotlibrc").write_text(CUSTOM_RC)
+    cwd, env = {"working folder": (tmp_path / "rc", {}),
+                "MATPLOTLIBRC": (tmp_path, {"MATPLOTLIBRC": str(tmp_path / "rc" / "matplotlibrc")}),
+                "MPLCONFIGDIR": (tmp_path, {"MPLCONFIGDIR": str(tmp_path / "rc")})}[where]
+    custom = _psdsim([*PLOTS, str(tmp_path / "custom")], cwd, env)
+    assert custom.returncode == 0 and custom.stderr == plain.stderr, custom.stderr.decode()[-2000:]
+    figure = "occupancy.png"
+    assert (tmp_path / "custom" / figure).read_bytes() == (tmp_path / "plain" / figure).read_bytes()
+
+
+def test_an_unusable_mplconfigdir_prints_no_warnings(tmp_path):
+    (tmp_path / "afile").write_text("not a folder")
+    proc = _psdsim([*PLOTS, "out"], tmp_path, {"MPLCONFIGDIR": str(tmp_path / "afile" / "mpl")})
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr.decode()[-2000:]
+    assert (tmp_path / "out" / "occupancy.png").is_file()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_matplotlibrc_that_never_ends_does_not_hang_the_figures(tmp_path):
+    """MATPLOTLIBRC=/dev/zero, or a pipe (used here: it holds no memory while it waits), is read
+    by `import matplotlib` until it ends."""
+    os.mkfifo(tmp_path / "rc")
+    proc = subprocess.run([sys.executable, "-m", "psdsim", *PLOTS, "out"], cwd=tmp_path, capture_output=True,
+                          env={**os.environ, "MATPLOTLIBRC": str(tmp_path / "rc")}, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert (tmp_path / "out" / "occupancy.png").is_file()

@@ -286,7 +286,7 @@ def test_a_config_psdsim_cannot_price_is_one_line_naming_the_key(tmp_path, capsy
 def test_a_missing_config_is_one_line(tmp_path, capsys):
     assert main(["run", "--set", f"draft={tmp_path}/none.json", "--set", "acceptance=0.6", "--no-write"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("psdsim: error: draft=") and "file not found" in err
+    assert err.startswith("psdsim: error: draft=") and "not found" in err
 
 
 @pytest.mark.parametrize("context, rope_scaling, refused", [

@@ -59,7 +59,7 @@ def test_bad_plans_are_one_line_errors(tmp_path: Path, text: str, match: str) ->
 
 def test_an_unreadable_plan_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_bytes(b"\xff\xfe")
-    for path, why in ((tmp_path, "is not a regular file"),
+    for path, why in ((tmp_path, "is a folder"),
                       (tmp_path / "bad.toml", r"cannot read .*\(UnicodeDecodeError\)")):
         with pytest.raises(ScenarioError, match=rf"^plan: .*{why}"):
             load_plan(path)

@@ -17,7 +17,7 @@ from typing import Any
 
 from psdsim.engine.validate.describe import SIM_METHOD, EngineRun
 from psdsim.sim.numbers import finite
-from psdsim.sim.output.plots import figure_bytes, figure_legend, label_k_axis
+from psdsim.sim.output.plots import default_style, figure_bytes, figure_legend, label_k_axis
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("throughput_tok_s", "tok/s"), ("e2el_ms", "E2EL ms"), ("latency_ms.p50", "p50 ms"),
@@ -258,6 +258,7 @@ def _error_range(interval: Mapping[str, Any] | None) -> str:
     return f"{format_error(lo)} … {format_error(hi)}"
 
 
+@default_style()
 def figure(rows: Sequence[Mapping[str, Any]], measured_by: str = "reference engine") -> bytes:
     """`validate_figure` as PNG bytes."""
     return figure_bytes(validate_figure(rows, measured_by))

@@ -70,6 +70,7 @@ from psdsim.engine.validate.reference import (
 )
 from psdsim.engine.validate.report import build_report
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.input_paths import input_folder, input_path
 from psdsim.sim.metrics import ms_stats, ratio, step_throughput
 from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
@@ -78,6 +79,7 @@ from psdsim.sim.scenario import (
     PATH_FIELDS,
     Scenario,
     read_toml,
+    resolved_path_field,
     scenario_from_mapping,
     scenario_to_toml,
 )
@@ -138,12 +140,21 @@ def _bad(run: Path, field: str, problem: str, fix: str) -> ScenarioError:
 # Reading a run folder
 
 
+RUN_DIR_FIX = "give folders that each hold one run's traces and its manifest.toml"
+
+
+def check_run_paths(folders: Iterable[Path]) -> None:
+    """Refuse, in one line naming --traces, a RUN_DIR the system cannot follow (a loop of links,
+    a folder on the way psdsim may not search): checked before the outputs are compared with
+    these folders; whether each is a folder is read_run's to say."""
+    for folder in folders:
+        input_path(folder, "--traces", RUN_DIR_FIX)
+
+
 def read_run(folder: Path) -> TraceRun:
     """A RUN_DIR's manifest and traces, each claim of the manifest checked against the traces."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise ScenarioError("--traces", f"{str(folder)!r} is not a folder",
-                            "give folders that each hold one run's traces and its manifest.toml")
+    input_folder(folder, "--traces", RUN_DIR_FIX)
     manifest = folder / MANIFEST
     if not manifest.is_file():
         raise ScenarioError("--traces", f"{folder} has no {MANIFEST}",
@@ -209,14 +220,15 @@ def _scenario(folder: Path, doc: dict[str, Any]) -> Scenario:
     """The manifest's scenario: paths relative to its folder, named after the folder unless it
     names itself; its errors name the manifest."""
     def resolve(table: dict[str, Any]) -> dict[str, Any]:
-        return {key: (str((folder / value).resolve()) if key in PATH_FIELDS and isinstance(value, str)
-                      and value else resolve(value) if isinstance(value, dict) else value)
+        return {key: (str(resolved_path_field(key, folder / value)) if key in PATH_FIELDS
+                      and isinstance(value, str) and value else resolve(value) if isinstance(value, dict)
+                      else value)
                 for key, value in table.items()}
 
-    values = resolve(doc)
-    if "name" not in values and "name" not in values.get("run", {}):
-        values["name"] = folder.name
     try:
+        values = resolve(doc)
+        if "name" not in values and "name" not in values.get("run", {}):
+            values["name"] = folder.name
         return scenario_from_mapping(values, str(folder / MANIFEST))
     except ScenarioError as exc:
         raise _bad(folder, exc.field, exc.problem, exc.fix) from None

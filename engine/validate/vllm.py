@@ -82,7 +82,7 @@ from psdsim.engine.validate.report import (
     repeat_lines,
 )
 from psdsim.engine.vllm.config import TinySpec, VllmConfig
-from psdsim.sim.output.plots import figure_bytes, figure_legend
+from psdsim.sim.output.plots import default_style, figure_bytes, figure_legend
 from psdsim.sim.output.results import write_file
 from psdsim.sim.profile import Profile, Term
 from psdsim.sim.scenario import Scenario, scenario_from_mapping, scenario_to_toml
@@ -502,6 +502,7 @@ def table_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
+@default_style()
 def figure(rows: list[dict[str, Any]]) -> bytes:
     """Measured and predicted output tokens/s and p50 latency against k (AR as a line)."""
     import matplotlib

@@ -120,7 +120,7 @@ def run_acceptance(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.calibration.calibrate import calibrate
+    from psdsim.calibration.calibrate import calibrate, check_trace_path
     from psdsim.calibration.report import fit_figure, report_lines
     from psdsim.calibration.samples import sample_columns
     from psdsim.sim.output.results import (
@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
                          f"name it {', '.join('FILE' + t for t in PLOT_TYPES)}")
     outputs = [(option, path) for option, path in (("--out", args.out), ("--plot", args.plot),
                                                    ("--samples", args.samples)) if path is not None]
+    for trace in args.traces:   # before the outputs are compared with them
+        check_trace_path(trace)
     with output_locks(outputs):   # from the checks to the last rename
         check_no_clash(outputs, args.traces)
         for option, path in outputs:

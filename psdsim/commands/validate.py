@@ -186,11 +186,10 @@ def vllm_validate_config(args: argparse.Namespace) -> Any:
 def _models_dir(path: Path) -> Path:
     """--models-dir must name a folder that exists: a typo would otherwise build the models in a
     new folder nobody asked for (engine.models_dir, like `engine run`, still creates it)."""
-    if not path.is_dir():
-        problem = "is a file, not a folder" if path.exists() else "not found"
-        raise user_error("--models-dir", f"{str(path)!r} {problem}",
-                         f"create it first (mkdir -p {path}) or leave --models-dir out for "
-                         "~/.cache/psdsim/vllm-tiny")
+    from psdsim.sim.input_paths import input_folder
+
+    input_folder(path, "--models-dir", f"create it first (mkdir -p {path}) or leave --models-dir out for "
+                 "~/.cache/psdsim/vllm-tiny")
     return path
 
 
@@ -259,7 +258,7 @@ def run_traces(args: argparse.Namespace) -> int:
     from psdsim.engine.validate.gate import check, gate_line, junit_xml, parse_max_errors
     from psdsim.engine.validate.reference import report_json
     from psdsim.engine.validate.report import table_lines
-    from psdsim.engine.validate.traces import summary_lines, validate_traces
+    from psdsim.engine.validate.traces import check_run_paths, summary_lines, validate_traces
     from psdsim.sim.output.results import (
         check_no_clash,
         check_output_file,
@@ -271,6 +270,7 @@ def run_traces(args: argparse.Namespace) -> int:
 
     bounds = parse_max_errors(args.max_error)
     out = args.out or Path("results") / "validate-traces"
+    check_run_paths(args.traces)
     with output_locks([("--out", out), ("--junit", args.junit)]):   # from the checks to the last rename
         check_results_folder(out, "validate")
         # neither output over a trace folder, nor the JUnit file inside the results folder (over its report)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.documents import parse_document
+from psdsim.sim.input_paths import input_file
 from psdsim.sim.numbers import finite
 
 # The largest number a catalog field may hold, in whatever unit it uses (GB, GB/s, TFLOPS, µs,
@@ -568,6 +569,8 @@ def builtin_catalog() -> Catalog:
     return replace(cat, ranges=ranges)
 
 
+# What a user's catalog path must name, and how to fix one that does not
+CATALOG_FILE = ("a catalog file", "give the path of a TOML catalog file (sim/catalog/*.toml show the form)")
 USER_TABLES = ("gpus", "links", "models", "datasets", "acceptance", "engines")
 
 
@@ -620,7 +623,5 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     """The built-in catalog, or it with the user's catalog file at `path` merged over it."""
     if not path:
         return builtin_catalog()
-    p = Path(path).resolve()
-    if not p.is_file():
-        raise CatalogError(f"{p.name}: " + ("not a regular file" if p.exists() else "catalog file not found"))
+    p = input_file(path, "catalog", *CATALOG_FILE)
     return _user_catalog(str(p), p.stat().st_mtime)

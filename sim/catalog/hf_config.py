@@ -20,9 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.catalog import MAX_NUMBER, Model
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.input_paths import input_file, input_path
 from psdsim.sim.numbers import finite, shown
 
 CONFIG_NAME = "config.json"
+# What a model path must name, and how to fix one that does not
+CONFIG_FILE = (f"a {CONFIG_NAME}", f"give a Hugging Face {CONFIG_NAME}, or a folder holding one")
 # The catalog's hand-written bytes_per_param carry two decimals (docs/reference/
 # hardware_models_workloads.md §1.1: AWQ "about 0.52"); a derived one is rounded alike so that a
 # config.json gives the very entry the catalog holds for that checkpoint.
@@ -135,7 +139,7 @@ def is_config_path(value: object) -> bool:
 def display_name(path: str | Path) -> str:
     """The config's path shortened for an error line: its folder and its name."""
     p = Path(path)
-    if p.is_dir():
+    if os.path.isdir(p):   # False, not an error, for a name the system cannot follow
         p = p / CONFIG_NAME
     return str(Path(p.parent.name) / p.name) if p.parent.name else p.name
 
@@ -143,14 +147,12 @@ def display_name(path: str | Path) -> str:
 def derive_model(path: str | Path, key: str | None = None) -> DerivedModel:
     """The catalog entry of the config.json at `path` (or in the folder `path`), keyed `key`
     (default: the path as given). Raises ConfigError naming the key at fault."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / CONFIG_NAME
-    if not p.is_file():
-        problem = "not a regular file" if p.exists() else "file not found"
-        raise ConfigError("", f"{problem} ({str(p)!r})",
-                          f"give a Hugging Face {CONFIG_NAME}, or a folder holding one")
-    return _derive(str(p.resolve()), p.stat().st_mtime_ns, str(path) if key is None else key)
+    try:
+        p = input_path(path, "", CONFIG_FILE[1])
+        p = input_file(p / CONFIG_NAME if p.is_dir() else p, "", *CONFIG_FILE)
+    except ScenarioError as exc:
+        raise ConfigError("", exc.problem, exc.fix) from None
+    return _derive(str(p), p.stat().st_mtime_ns, str(path) if key is None else key)
 
 
 @cache

@@ -4,6 +4,10 @@ and the helpers every psdsim figure shares (legends outside the data, psdsim's m
 from __future__ import annotations
 
 import io
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -13,7 +17,39 @@ from psdsim.sim.records import DECODE
 K_AXIS = "k (draft tokens per step)"
 M_AXIS = "m (requests per verification batch)"
 
+# Every figure names psdsim in its metadata (a later run knows its own files by the record written
+# beside them, sim.output.results.record_file, not by this); SVGs and PDFs carry no date, and SVG ids
+# are salted with a fixed string (matplotlib salts them at random), so that the same figure always
+# gives the same bytes.
+FIGURE_METADATA = {"png": {"Software": "psdsim"}, "svg": {"Date": None, "Creator": "psdsim"},
+                   "pdf": {"Creator": "psdsim", "CreationDate": None}}
+FIGURE_SETTINGS = {"svg.hashsalt": "psdsim"}
 
+
+@contextmanager
+def default_style() -> Iterator[None]:
+    """matplotlib's own defaults plus FIGURE_SETTINGS, whatever a user's matplotlibrc (in the
+    working folder, at MATPLOTLIBRC, in the config folder) says, so that the same figure is the
+    same bytes everywhere; and matplotlib's log lines and warnings (a font the user's rc names
+    that is not installed, a config folder it cannot write) kept off stderr. Every function that
+    builds and writes psdsim's figures runs in it (as a decorator: `@default_style()`), since
+    artists take their fonts and sizes when made and look fonts up again when saved."""
+    log = logging.getLogger("matplotlib")
+    level = log.level
+    log.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import matplotlib
+            import matplotlib.style
+
+            with matplotlib.style.context("default"), matplotlib.rc_context(FIGURE_SETTINGS):
+                yield
+    finally:
+        log.setLevel(level)
+
+
+@default_style()
 def occupancy_png(result: Any) -> bytes:
     """`occupancy_figure` as PNG bytes."""
     return figure_bytes(occupancy_figure(result), dpi=120)
@@ -116,22 +152,11 @@ def figure_legend(fig: Any, **options: Any) -> Any:
     return fig.legend(handles.values(), handles.keys(), loc="outside right center", fontsize=8, **options)
 
 
-# Every figure names psdsim in its metadata (a later run knows its own files by the record written
-# beside them, sim.output.results.record_file, not by this); SVGs and PDFs carry no date, and SVG ids
-# are salted with a fixed string (matplotlib salts them at random), so that the same figure always
-# gives the same bytes.
-FIGURE_METADATA = {"png": {"Software": "psdsim"}, "svg": {"Date": None, "Creator": "psdsim"},
-                   "pdf": {"Creator": "psdsim", "CreationDate": None}}
-FIGURE_SETTINGS = {"svg.hashsalt": "psdsim"}
-
-
+@default_style()
 def figure_file(fig: Any, fmt: str, dpi: int = 110, **options: Any) -> bytes:
     """The figure as `fmt` bytes with psdsim's metadata, the same bytes for the same figure."""
-    import matplotlib
-
     buffer = io.BytesIO()
-    with matplotlib.rc_context(FIGURE_SETTINGS):
-        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=FIGURE_METADATA[fmt], **options)
+    fig.savefig(buffer, format=fmt, dpi=dpi, metadata=FIGURE_METADATA[fmt], **options)
     return buffer.getvalue()
 
 

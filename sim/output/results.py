@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.input_paths import path_trouble
 from psdsim.sim.output.plots import occupancy_png
 from psdsim.sim.scenario import scenario_to_toml
 from psdsim.sim.spill import blocks
@@ -536,9 +537,10 @@ def landing(path: Path, option: str) -> Path:
         path = Path(path)
         real = path.resolve()
         real.exists()   # raises for a name too long, which resolve() lets through
-    except (OSError, RuntimeError) as exc:   # RuntimeError: a loop of links (Python 3.11)
-        raise ScenarioError(option, f"cannot use {str(path)!r} ({getattr(exc, 'strerror', None) or exc})",
-                            "choose a shorter or plainer name") from None
+    except (OSError, RuntimeError, ValueError) as exc:   # RuntimeError: a loop of links (Python 3.11)
+        fix = ("choose a folder you may search and write" if isinstance(exc, PermissionError)
+               else "choose a shorter or plainer name")
+        raise ScenarioError(option, f"cannot use {str(path)!r} ({path_trouble(exc)})", fix) from None
     blocker = next((p for p in real.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():   # refused now, not after the work is done
         raise ScenarioError(option, f"cannot write {str(path)!r}: {str(blocker)!r} is a file, not a folder",
