@@ -16,6 +16,16 @@ from tests.conftest import small
 matplotlib.use("Agg")
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """These tests look at the figures psdsim builds before they are saved (and closed): close
+    them afterwards, so the figures of later tests are not counted against matplotlib's limit."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def legend_texts(fig: Any) -> list[str]:
     legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
     return [text.get_text() for legend in legends for text in legend.get_texts()]
