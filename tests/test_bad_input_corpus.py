@@ -349,7 +349,8 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert lines["plan space_invalid.toml --workers 1"].count("fix:") == 1
     assert lines["run --set requests=1000000000"].startswith("psdsim: error: requests: ")
     assert lines["run --set n=100000000000000000000"].startswith("psdsim: error: n: ")
-    assert "fix: choose another file with --trace" in lines[" ".join(["run", *FAST, "--trace", "existing.txt"])]
+    trace_refusal = lines[" ".join(["run", *FAST, "--trace", "existing.txt"])]
+    assert "fix: choose another file with --trace" in trace_refusal
     assert "[[]]" not in lines["sweep sweep_empty.toml"]
     assert 'write method = ["sd"]' in lines["sweep sweep_text.toml"]
     assert "names no method" in lines[" ".join(["compare", *FAST, "--methods", ""])]
