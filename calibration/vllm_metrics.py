@@ -249,10 +249,24 @@ class AcceptanceEntry:
     files: tuple[str, ...]
 
     @cached_property
+    def position_factors(self) -> tuple[float, ...]:
+        """The prior's `per_position`: each position's rate given the ones before, relative to
+        the first's and capped at 1 (the model's rates never rise with position); empty (i.i.d.)
+        where the source gives no per-position counts, a position no draft reached, or none
+        falls below the first."""
+        rates = self.counts.conditional_rates
+        if not rates or not all(r > 0 for r in rates):   # NaN and 0 fail r > 0
+            return ()
+        factors = tuple(min(1.0, r / rates[0]) for r in rates)
+        return factors if min(factors) < 1.0 else ()
+
+    @cached_property
     def alpha(self) -> float:
-        """The Beta mean at `spread` under which the simulator's drafts accept, on average over
-        a run's drafts, what the engine's did (sim/acceptance.py accepted_per_draft)."""
-        return alpha_for_accepted(self.counts.mean_accepted, self.counts.k, self.spread)
+        """The Beta mean at `spread` under which the simulator's drafts, shaped by the position
+        factors, accept on average over a run's drafts what the engine's did
+        (sim/acceptance.py accepted_per_draft)."""
+        return alpha_for_accepted(self.counts.mean_accepted, self.counts.k, self.spread,
+                                  self.position_factors)
 
     def lines(self) -> list[str]:
         """What was measured and what the prior is, in words."""
@@ -264,7 +278,8 @@ class AcceptanceEntry:
         if c.per_position:
             out.append("per position: " + ", ".join(f"{r:.3f}" for r in c.position_rates)
                        + "; given the ones before: " + ", ".join(f"{r:.3f}" for r in c.conditional_rates)
-                       + " (the simulator draws positions i.i.d.)")
+                       + (" (written as per_position, relative to the first)" if self.position_factors
+                          else " (none below the first: the simulator draws positions i.i.d.)"))
         out.append(f"alpha {self.alpha:.4f}: the Beta mean (acceptance_spread {self.spread:g}) whose "
                    f"drafts of {c.k} accept {c.mean_accepted:.3f} each over a run (one rate for every "
                    f"request would be {alpha_for_accepted(c.mean_accepted, c.k):.4f})")
@@ -276,7 +291,7 @@ class AcceptanceEntry:
                 "acceptance_spread": self.spread, "dataset": self.dataset, "source": c.source,
                 "files": list(self.files), "k": c.k,
                 "drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted": c.accepted,
-                "position_rates": list(c.position_rates)}
+                "position_rates": list(c.position_rates), "per_position": list(self.position_factors)}
 
     def use(self, out: Path) -> str:
         """The run that replays the measured configuration with this prior."""
@@ -292,4 +307,10 @@ class AcceptanceEntry:
         return "\n".join([ENTRY_SIGNATURE, *(f"# {line}" for line in self.lines()),
                           f"# use it: {self.use(out)}", "",
                           f'[acceptance."{self.draft} -> {self.target}"]', f"alpha = {self.alpha!r}",
-                          f"source = {json.dumps(source)}", ""])
+                          *self._per_position_line(), f"source = {json.dumps(source)}", ""])
+
+    def _per_position_line(self) -> list[str]:
+        """The `per_position` field, where there are factors to write."""
+        if not self.position_factors:
+            return []
+        return ["per_position = [" + ", ".join(repr(f) for f in self.position_factors) + "]"]

@@ -1,16 +1,23 @@
 """Acceptance: per-request rates from a Beta distribution, per-step accepted counts.
 
 Each request has its own per-token acceptance rate a ~ Beta(mean x spread, (1 - mean) x spread),
-i.i.d. across draft positions (measured acceptance is roughly flat by position,
-docs/reference/hardware_models_workloads.md §3.6).
+i.i.d. across draft positions unless the acceptance prior gives `per_position` factors.
 A verification of n drafted tokens accepts the leading successes, capped at n. The number of
 successes before the first rejection is Geometric: P(G >= j) = a^j, drawn here as
 G = floor(ln U / ln a) with U uniform on (0, 1] (one uniform per request, 5x cheaper than numpy's
 geometric sampler at batch sizes of a few dozen). The target then emits one more token (bonus or
 resampled), so a request generates accepted + 1 tokens per verification.
+
+With factors f_1 = 1 >= f_2, ... (real acceptance falls with position), position j is accepted,
+given the ones before, with probability a f_j, so P(G >= j) = a^j f_1 ... f_j: the same one
+uniform per request, inverted through that survival function (G counts the positions j with
+ln U <= j ln a + ln f_1 + ... + ln f_j, a prefix as the right side falls with j). A verification
+longer than the list takes the last factor for the positions beyond it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,10 +40,11 @@ class AcceptanceSampler:
 
     BLOCK = 1 << 14
 
-    def __init__(self, rng: np.random.Generator) -> None:
+    def __init__(self, rng: np.random.Generator, position_factors: Sequence[float] = ()) -> None:
         self._rng = rng
         self._log_u = np.empty(0)
         self._pos = 0
+        self._log_factors = np.log(np.asarray(position_factors, dtype=float))
 
     def _take(self, n: int) -> np.ndarray:
         if self._pos + n > len(self._log_u):
@@ -53,7 +61,20 @@ class AcceptanceSampler:
         # ln U / ln a >= 0, so truncation to an integer is the floor; it is below 4e10 (ln U >=
         # ln 2^-53, ln a <= ln MAX_ACCEPTANCE), so truncating before the cap by the integer
         # `proposed` gives what capping first would, with an integer minimum (the cheaper one).
-        return np.minimum((self._take(len(proposed)) / log_acceptance).astype(np.int64), proposed)
+        log_u = self._take(len(proposed))
+        if len(self._log_factors):
+            return self._accepted_by_position(log_u, log_acceptance, proposed)
+        return np.minimum((log_u / log_acceptance).astype(np.int64), proposed)
+
+    def _accepted_by_position(self, log_u: np.ndarray, log_acceptance: np.ndarray,
+                              proposed: np.ndarray) -> np.ndarray:
+        """Accepted drafts with position j's rate a f_j: the positions whose log survival
+        j ln a + ln f_1 + ... + ln f_j is at least ln U, up to `proposed`."""
+        width = int(proposed.max(initial=0))
+        positions = np.arange(1, width + 1)
+        log_survival = positions * log_acceptance[:, None] + cumulative_log_factors(self._log_factors, width)
+        within = (log_u[:, None] <= log_survival) & (positions <= proposed[:, None])
+        return within.sum(axis=1, dtype=np.int64)
 
     def bernoulli(self, log_acceptance: np.ndarray) -> np.ndarray:
         """One acceptance trial per request: True with probability exp(log_acceptance)."""
@@ -61,15 +82,31 @@ class AcceptanceSampler:
 
 
 
-def accepted_per_draft(alpha: float, k: int, spread: float | None = None) -> float:
+def cumulative_log_factors(log_factors: np.ndarray, k: int) -> np.ndarray:
+    """ln(f_1 ... f_j) for j = 1..k, the last factor repeated past the list's end."""
+    if not len(log_factors):
+        return np.zeros(k)
+    ext = np.concatenate([log_factors[:k], np.full(max(0, k - len(log_factors)), log_factors[-1])])
+    return np.cumsum(ext)
+
+
+def position_survival(a: np.ndarray | float, k: int, position_factors: Sequence[float] = ()) -> np.ndarray:
+    """P(G >= j) = a^j f_1 ... f_j for j = 1..k (rows: the rates a), f empty for i.i.d."""
+    log_f = cumulative_log_factors(np.log(np.asarray(position_factors, dtype=float)), k)
+    return np.asarray(a, dtype=float)[..., None] ** np.arange(1, k + 1) * np.exp(log_f)
+
+
+def accepted_per_draft(alpha: float, k: int, spread: float | None = None,
+                       position_factors: Sequence[float] = ()) -> float:
     """Mean accepted drafts per verification of k, as an engine counts them over every draft of
     a run. One request at rate a accepts e(a) = a + a^2 + ... + a^k per verification; under a
     Beta(alpha x spread, (1 - alpha) x spread) population (spread None: every request at alpha)
     a request needs verifications in proportion to 1 / (1 + e(a)) for its output, so the
     draft-weighted mean is E[e / (1 + e)] / E[1 / (1 + e)]: below e(alpha), as the requests that
-    accept least are verified most."""
+    accept least are verified most. With `position_factors` e(a) is a + a^2 f_2 + ... (its
+    survival function, position_survival)."""
     if spread is None:
-        return sum(alpha**j for j in range(1, k + 1))
+        return float(_per_request_accepted(alpha, k, position_factors))
     from scipy.special import roots_jacobi
 
     # E over the population by Gauss-Jacobi quadrature, whose weight (1 - x)^p (1 + x)^q on
@@ -77,18 +114,28 @@ def accepted_per_draft(alpha: float, k: int, spread: float | None = None) -> flo
     # below 1); the weights' scale cancels in the ratio.
     x, w = roots_jacobi(QUADRATURE_NODES, (1.0 - alpha) * spread - 1.0, alpha * spread - 1.0)
     a = (1.0 + x) / 2.0
-    per_request = sum(a**j for j in range(1, k + 1))
+    per_request = _per_request_accepted(a, k, position_factors)
     return float(w @ (per_request / (1.0 + per_request)) / (w @ (1.0 / (1.0 + per_request))))
 
 
-def alpha_for_accepted(mean_accepted: float, k: int, spread: float | None = None) -> float:
+def _per_request_accepted(a: np.ndarray | float, k: int,
+                          position_factors: Sequence[float]) -> np.ndarray | float:
+    """Expected accepted drafts of a verification of k at rate a: the sum of the survival
+    function (the i.i.d. power sum when there are no factors)."""
+    if len(position_factors):
+        return position_survival(a, k, position_factors).sum(axis=-1)
+    return sum(a**j for j in range(1, k + 1))
+
+
+def alpha_for_accepted(mean_accepted: float, k: int, spread: float | None = None,
+                       position_factors: Sequence[float] = ()) -> float:
     """The acceptance mean whose accepted drafts per verification of k (accepted_per_draft) are
     `mean_accepted`, in (0, k): what a measured acceptance length says of the per-token rate.
     Bisection, as accepted_per_draft increases with alpha."""
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        if accepted_per_draft(mid, k, spread) < mean_accepted:
+        if accepted_per_draft(mid, k, spread, position_factors) < mean_accepted:
             lo = mid
         else:
             hi = mid

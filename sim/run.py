@@ -135,9 +135,11 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         gpus = max(1, layout.drafter_gpus)
         tracks = [DRAFTER] if gpus == 1 else [drafter_track(i) for i in range(gpus)]
         drafter = Drafter(env, tracks, tl, slow.driver_idle, slow.overlap, workers=events)
+    prior = cat.acceptance_prior(s.draft, s.target)   # its per-position factors shape every request's rate
+    factors = prior.per_position if prior is not None else ()
     sim = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
                      verifier=Verifier(env, link, tl, slow.verifier_idle), link=link, vocab=target.vocab,
-                     acceptance=AcceptanceSampler(rng), layout=layout, drafter=drafter,
+                     acceptance=AcceptanceSampler(rng, factors), layout=layout, drafter=drafter,
                      hidden=target.hidden if s.speculates and cat.models[s.draft].eagle else 0,
                      timeline=tl, slow=slow, overlap_prefill=s.overlap_draft_prefill and dedicated)
     if drafter is not None and slow.overlap is not None:   # worker drafting and passes contend

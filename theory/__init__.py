@@ -4,9 +4,11 @@
   (Lambert W), the ratio R, the best whole k; communication and serial-time extensions.
 - `theory.frontier`: the exponential frontier and least-squares fits of it to measured points.
 - `theory.published`: the paper's published constants and where this model disagrees with them.
+- `theory.acceptance`: expected accepted drafts per verification from per-position rates.
 - `theory.tail`: the expected share of non-parallelised steps for a finite request pool.
 """
 
+from psdsim.theory.acceptance import expected_accepted, expected_accepted_iid
 from psdsim.theory.frontier import FrontierFit, exponential, fit_frontier, pareto_points
 from psdsim.theory.model import (
            DiscreteOptimum,
@@ -20,5 +22,6 @@ from psdsim.theory.model import (
 from psdsim.theory.tail import TailEstimate, tail, verifications_pmf
 
 __all__ = ["DiscreteOptimum", "FrontierFit", "FrontierModel", "Optimum", "TailEstimate", "best_k",
+           "expected_accepted", "expected_accepted_iid",
            "exponential", "fit_frontier", "optimum_psd", "optimum_sd", "pareto_points", "ratio",
            "tail", "verifications_pmf"]

@@ -248,10 +248,15 @@ class Dataset:
 
 @dataclass(frozen=True)
 class AcceptancePrior:
+    """`alpha` is the mean of the per-request Beta rate; `per_position` (empty: i.i.d.) scales it
+    by draft position, f_1 = 1 and each in (0, 1], the last one repeated past the list's end
+    (sim/acceptance.py)."""
+
     draft: str
     target: str
     alpha: float
     source: str
+    per_position: tuple[float, ...] = ()
 
 
 ENGINE_KINDS = ("roofline", "execution")
@@ -464,8 +469,20 @@ def _load_acceptance(tables: dict[str, Any], models: dict[str, Model],
                                {"draft": draft, "target": target, **_without_ranges(raw)}, filename)
         if not 0.0 < checked["alpha"] < 1.0:
             raise CatalogError(f"{filename} [{pair!r}]: alpha must be in (0, 1)")
+        if "per_position" in checked:
+            checked["per_position"] = _position_factors(checked["per_position"], f"{filename} [{pair!r}]")
         out[(draft, target)] = AcceptancePrior(**checked)
     return out
+
+
+def _position_factors(raw: Any, where: str) -> tuple[float, ...]:
+    """Acceptance by draft position relative to the first: a list starting at 1, each factor in
+    (0, 1] (a factor above 1 could push a request's rate past 1)."""
+    values = [finite(v) for v in raw] if isinstance(raw, list) else [None]
+    if not values or any(v is None or not 0.0 < v <= 1.0 for v in values) or values[0] != 1.0:
+        raise CatalogError(f"{where}: field 'per_position' must be a list of factors in (0, 1] starting "
+                           f"at 1.0 (position j's acceptance relative to the first's), got {raw!r}")
+    return tuple(float(v) for v in values)
 
 
 def _builtin(name: str) -> dict[str, Any]:
