@@ -83,15 +83,13 @@ class AcceptanceSampler:
 
 
 def cumulative_log_factors(log_factors: np.ndarray, k: int) -> np.ndarray:
-    """ln(f_1 ... f_j) for j = 1..k, the last factor repeated past the list's end."""
-    if not len(log_factors):
-        return np.zeros(k)
+    """ln(f_1 ... f_j) for j = 1..k, the last factor repeated past the (non-empty) list's end."""
     ext = np.concatenate([log_factors[:k], np.full(max(0, k - len(log_factors)), log_factors[-1])])
     return np.cumsum(ext)
 
 
-def position_survival(a: np.ndarray | float, k: int, position_factors: Sequence[float] = ()) -> np.ndarray:
-    """P(G >= j) = a^j f_1 ... f_j for j = 1..k (rows: the rates a), f empty for i.i.d."""
+def position_survival(a: np.ndarray | float, k: int, position_factors: Sequence[float]) -> np.ndarray:
+    """P(G >= j) = a^j f_1 ... f_j for j = 1..k (rows: the rates a)."""
     log_f = cumulative_log_factors(np.log(np.asarray(position_factors, dtype=float)), k)
     return np.asarray(a, dtype=float)[..., None] ** np.arange(1, k + 1) * np.exp(log_f)
 
