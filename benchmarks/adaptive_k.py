@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 
+from recording import Lines, add_record_flag, write
+
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
-from recording import Lines, add_record_flag, write
 
 BASE = Scenario(requests=200, output_len=64)
 

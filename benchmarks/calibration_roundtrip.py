@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from recording import add_record_flag, write
+
 from psdsim.calibration.calibrate import calibrate
 from psdsim.calibration.report import report_lines
 from psdsim.calibration.synthetic import CostLog, write_cost_trace
@@ -24,7 +26,6 @@ from psdsim.sim.costs import AnalyticCost
 from psdsim.sim.output.results import write_file
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
-from recording import add_record_flag, write
 
 KEYS = ("throughput_tok_s", "output_tok_s", "makespan_s", "e2el_ms")
 

@@ -21,8 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from psdsim.calibration.synthetic import write_bulk_trace
 from recording import Lines, add_record_flag, write
+
+from psdsim.calibration.synthetic import write_bulk_trace
 
 RANGES = 10_000
 

@@ -48,7 +48,6 @@ def scenarios() -> Iterator[tuple[str, Any, Any]]:
     """(name, scenario, cost model factory or None) of every fingerprinted case."""
     sys.path.insert(0, str(ROOT))
     from psdsim.sim.scenario import load_scenario
-
     from tests.test_equivalence import cases
 
     for name, (scenario, cost) in sorted(cases().items()):

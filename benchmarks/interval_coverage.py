@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_points
 import gpu_passes
+
 from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.execution import EngineCost, PassModel, step_cost
 from psdsim.sim.run import simulate

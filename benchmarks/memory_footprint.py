@@ -20,9 +20,10 @@ import subprocess
 import sys
 
 import numpy as np
+from recording import add_record_flag, write
+
 from psdsim.sim.footprint import BYTES_PER_REQUEST, BYTES_PER_STEP, estimate_bytes
 from psdsim.sim.scenario import load_scenario
-from recording import add_record_flag, write
 
 CHILD = """
 import json, resource, sys

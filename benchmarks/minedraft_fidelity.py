@@ -14,9 +14,10 @@ import argparse
 from typing import Any
 
 import numpy as np
+from recording import Lines, add_record_flag, write
+
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
-from recording import Lines, add_record_flag, write
 
 SEEDS = (1, 2, 3)
 TIGHT = dict(k=8, block_size=4, num_gpu_blocks_override=400, prompt_len=64, output_len=64, requests=400,

@@ -12,10 +12,11 @@ import statistics
 import sys
 import time
 
+from recording import ROOT, add_record_flag, write
+
 from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
-from recording import ROOT, add_record_flag, write
 
 sys.path.insert(0, str(ROOT))
 from tests.test_csv_writer import reference_csv

@@ -17,9 +17,10 @@ import argparse
 from typing import Any
 
 import numpy as np
+from recording import Lines, add_record_flag, write
+
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
-from recording import Lines, add_record_flag, write
 
 SEEDS = (1, 2, 3)
 RATES = (0.05, 0.1, 0.2, 0.3, 0.5)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from recording import add_record_flag, write
+
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
-from recording import add_record_flag, write
 
 BASE = dict(requests=400, output_len=128, prompt_len=0, seed=1)
 CASES = [

@@ -19,9 +19,10 @@ import statistics
 import time
 
 import speed_vs
+from recording import add_record_flag, write
+
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
-from recording import add_record_flag, write
 
 
 def measure(s: Scenario, repeats: int) -> tuple[float, dict]:

@@ -26,11 +26,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from recording import add_record_flag, write
+
 from psdsim.sim.methods.common import EngineMethod
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import Scheduler
-from recording import add_record_flag, write
 
 DECODE = "decode"
 

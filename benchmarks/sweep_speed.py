@@ -18,10 +18,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from recording import Lines, add_record_flag, write
+
 from psdsim.studies.executors import ray_available
 from psdsim.studies.sweep import run_sweep
 from psdsim.studies.sweep_design import load_design
-from recording import Lines, add_record_flag, write
 
 SIZES = {  # label -> (base fields, grid)
     "short runs (40 req x 32 tok)": ("requests = 40\noutput_len = 32\nprompt_len = 128",

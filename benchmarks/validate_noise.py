@@ -19,9 +19,10 @@ import sys
 import time
 from pathlib import Path
 
+from recording import add_record_flag, write
+
 from psdsim.engine.reference.config import EngineConfig
 from psdsim.engine.validate.reference import ValidateConfig, run_validate
-from recording import add_record_flag, write
 
 KEYS = (("throughput_tok_s", "tok/s"), ("latency_ms.p50", "p50"), ("e2el_ms", "E2EL"))
 

@@ -23,9 +23,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from recording import ROOT, Lines, add_record_flag, write
+
 from psdsim.engine.validate import vllm as current
 from psdsim.engine.vllm.config import TinySpec, VllmConfig
-from recording import ROOT, Lines, add_record_flag, write
 
 
 def base_config(doc: dict[str, Any]) -> tuple[VllmConfig, tuple[int, ...]]:

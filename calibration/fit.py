@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import nnls
+
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.acceptance import alpha_for_accepted
@@ -30,7 +32,6 @@ from psdsim.sim.profile import (
     verify_features,
 )
 from psdsim.sim.scenario import MAX_K
-from scipy.optimize import nnls
 
 OUTLIER_SIGMAS = 5.0
 OUTLIER_FLOOR = 0.02

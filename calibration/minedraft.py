@@ -85,6 +85,7 @@ from statistics import median
 from typing import Any
 
 import numpy as np
+
 from psdsim.calibration.phases import Built, TraceInfo
 from psdsim.calibration.samples import NAN, StepSample
 from psdsim.calibration.trace_error import TraceError

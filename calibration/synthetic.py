@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.costs import NO_CHUNKS, Chunks, StepCost
 
 PUSH_POP, START_END = 59, 60

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 from psdsim.calibration.synthetic import CostLog, write_cost_trace
 from psdsim.sim.costs import AnalyticCost
 from psdsim.sim.run import simulate

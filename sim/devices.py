@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import simpy
+
 from psdsim.sim.clock import Time
 from psdsim.sim.overlap import overlapped
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from functools import cached_property
 
 import numpy as np
+
 from psdsim.sim.numbers import isum
 
 WATERMARK = 0.01  # vLLM V0 default fraction of blocks kept free at admission

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.kv import KVPools
 from psdsim.sim.layout import layout_for

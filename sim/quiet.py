@@ -14,6 +14,7 @@ The results are those of planning each step, bit for bit (tests/test_quiet_stret
 from __future__ import annotations
 
 import numpy as np
+
 from psdsim.sim.scheduler import EngineHooks, Scheduler, StepPlan
 
 # Requests x steps a quiet stretch plans at once (KVPools.ahead holds a matrix of that size, 8 MiB);

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
 import numpy as np
+
 from psdsim.sim.spill import SpillFile
 
 PREFILL = "prefill"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from psdsim.sim.spill import BLOCK_ROWS, SpillFile
 
 # Rows kept in memory (~9 MB) before they move to disk: the default scenario's 1,000 requests

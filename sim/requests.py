@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
+
 from psdsim.sim.numbers import isum
 from psdsim.sim.request_rows import RequestRows
 from psdsim.sim.workload import Workload

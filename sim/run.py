@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import simpy
+
 from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.clock import Clock, run_clocked
 from psdsim.sim.costs import StepCost, complete

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+
 from psdsim.sim.kv import KVPools
 from psdsim.sim.numbers import isum
 from psdsim.sim.requests import (

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from psdsim.sim.uncertainty import SEED_INPUT, UncertainInput
 
 METHOD = "Spearman rank correlation"
@@ -71,6 +72,7 @@ def tornado_png(rows: Sequence[Sensitivity], title: str, draws: int, top: int = 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from psdsim.sim.output.plots import figure_file
 
     shown = list(rows[:top])[::-1]

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import IO
 
 import numpy as np
+
 from psdsim.sim.errors import ScenarioError
 
 # Rows a reader takes at a time: ~0.5 MB of a float column, small beside any run worth spilling.

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.documents import parse_document
 from psdsim.sim.errors import ScenarioError

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.catalog import Catalog
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.scenario import FIELDS, Scenario, catalog_for, toml_value

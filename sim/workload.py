@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
+
 from psdsim.sim.acceptance import draw_request_acceptance
 from psdsim.sim.catalog import Catalog, Dataset
 from psdsim.sim.errors import ScenarioError

@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.uncertainty import (
     Propagation,

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.catalog import Catalog
 from psdsim.sim.output.plots import default_style, figure_formats, figure_legend, label_k_axis
 from psdsim.sim.presets import PRESETS

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.output.intervals import interval_text, measure_first
 from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs, sensitivity_csv, tornado_png
 from psdsim.sim.uncertainty import (

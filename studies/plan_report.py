@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.output.plots import K_AXIS, M_AXIS, default_style, figure_formats, legend_outside
 from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import check_memory
 from psdsim.sim.output.results import (

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.presets import PRESETS
 from psdsim.sim.scenario import (

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from psdsim.sim.costs import StepCost
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.report import infeasible_error

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.output.plots import default_style, figure_file, legend_outside
 from psdsim.sim.output.results import write_files
 from psdsim.studies.theory_bridge import BridgeReport

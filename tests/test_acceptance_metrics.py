@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from psdsim.calibration.vllm_metrics import PROMETHEUS, V0_LOG, V1_LOG, read_acceptance
+from psdsim.cli import main
 from psdsim.sim.acceptance import accepted_per_draft, alpha_for_accepted
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
-
-from psdsim.cli import main
 
 LABELS = 'engine="0",model_name="Qwen/Qwen3-32B"'
 # 1200 drafts of k = 3; 600 accepted position 0, 400 positions 0-1, 300 all three: 1300 accepted.

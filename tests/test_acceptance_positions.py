@@ -8,12 +8,12 @@ import math
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.acceptance import AcceptanceSampler, accepted_per_draft, alpha_for_accepted
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 from psdsim.theory import expected_accepted, expected_accepted_iid
-
-from psdsim.cli import main
 
 FACTORS = (1.0, 0.9, 0.75, 0.6)
 PAIR = '[acceptance."qwen3-0.6b -> qwen3-32b"]'

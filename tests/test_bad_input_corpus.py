@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from psdsim.sim.scenario import FIELDS
 
 from psdsim.cli import main
+from psdsim.sim.scenario import FIELDS
 
 RANDOM = bytes(range(256)) * 4 + b"\xff\xfe\x00garbage"   # not UTF-8, not JSON, not SQLite
 DEEP = b"[" * 5000 + b"]" * 5000   # deeper than tomllib and json can recurse

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from psdsim.calibration.kineto import GZIP_FLOOR_BYTES, gunzip_bounded
 from psdsim.calibration.synthetic import GpuOp, NsysWriter, NvtxRange
 from psdsim.calibration.trace_error import TraceError
-
 from psdsim.cli import main
 from tests.test_calibration_kineto import KinetoTrace
 from tests.test_calibration_minedraft import _records

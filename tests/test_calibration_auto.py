@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from psdsim.calibration.calibrate import _pick_preset, calibrate
 from psdsim.calibration.synthetic import write_cost_trace
 from psdsim.calibration.trace_error import TraceError
-
 from tests.test_calibration_kineto import KinetoTrace, unmatched
 
 

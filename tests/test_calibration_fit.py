@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from psdsim.calibration.fit import acceptance_stats, fit_term
 from psdsim.calibration.samples import StepSample
 from psdsim.sim.profile import draft_features, verify_features

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from psdsim.calibration.kineto import read_kineto
 from psdsim.calibration.ranges import PRESETS
 from psdsim.calibration.trace_error import TraceError

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from psdsim.calibration.minedraft import (
     join_step_attributes,
     read_minedraft,

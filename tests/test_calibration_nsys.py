@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 from psdsim.calibration.nsys import read_nsys
 from psdsim.calibration.ranges import PRESETS, parse_rules
 from psdsim.calibration.synthetic import START_END, GpuOp, NsysWriter, NvtxRange

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from psdsim.calibration.calibrate import calibrate, detect_format
 from psdsim.calibration.synthetic import CostLog, NsysWriter, write_cost_trace
 from psdsim.calibration.trace_error import TraceError
+from psdsim.cli import main
 from psdsim.sim.costs import AnalyticCost
 from psdsim.sim.output.results import write_file
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
-
-from psdsim.cli import main
 
 SMALL = ["requests=160", "output_len=128"]
 

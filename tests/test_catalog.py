@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from psdsim.sim.catalog import builtin_catalog
 
 CAT = builtin_catalog()

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from psdsim.sim.output.results import MARKER
 
 from psdsim.cli import main
+from psdsim.sim.output.results import MARKER
 
 FAST = ["--set", "requests=24", "--set", "output_len=16", "--set", "m=4", "--set", "prompt_len=32"]
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from psdsim.engine.reference import __main__ as reference_main
 
 from psdsim.cli import build_parser, main
 from psdsim.commands.validate import validate_config
+from psdsim.engine.reference import __main__ as reference_main
 
 
 @pytest.fixture

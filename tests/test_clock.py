@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import simpy
 from hypothesis import HealthCheck, assume, given, settings
+
 from psdsim.sim import run as run_module
 from psdsim.sim.clock import Clock, run_clocked
 from psdsim.sim.devices import wait_until
 from psdsim.sim.methods import method_class
 from psdsim.sim.scenario import Scenario
-
 from tests.test_invariants import scenarios
 from tests.test_request_slots import _everything, _same
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from psdsim.sim.output.report import TABLE_WIDTH
 
 from psdsim.cli import main
+from psdsim.sim.output.report import TABLE_WIDTH
 
 FAST = ["--set", "requests=24", "--set", "output_len=16", "--set", "m=4", "--set", "prompt_len=32"]
 SIX = "sd,sd-2m,sd-5gpu,pearl,psd,psd+tetris"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.costs import NO_PARTS, OPTIONAL, AnalyticCost, Chunks, ConstantCost, complete
 from psdsim.sim.execution import step_cost

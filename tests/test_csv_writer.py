@@ -10,9 +10,9 @@ import math
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate
-
 from tests.conftest import small
 
 

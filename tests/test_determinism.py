@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from psdsim.sim.run import simulate
 
+from psdsim.sim.run import simulate
 from tests.conftest import small
 
 

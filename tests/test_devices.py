@@ -10,6 +10,7 @@ import pytest
 import simpy
 from hypothesis import given
 from hypothesis import strategies as st
+
 from psdsim.sim.devices import AfterPassJob, Drafter, DraftJob, Link, Verifier, VerifyJob, wait_until
 from psdsim.sim.overlap import overlapped
 from psdsim.sim.timeline import Timeline

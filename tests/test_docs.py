@@ -11,11 +11,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
+from psdsim.cli import build_parser
 from psdsim.sim.metrics import SUMMARY_KEYS
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario
-
-from psdsim.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

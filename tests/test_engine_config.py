@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from psdsim.engine.reference import EngineConfig, EngineConfigError, ModelConfig
 from psdsim.engine.reference.__main__ import config_from_args, main
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, load_scenario
-
 from tests.conftest import decode_rows
 
 

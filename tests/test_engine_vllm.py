@@ -22,6 +22,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main as psdsim_main
+from psdsim.commands.engine import pick_engine
 from psdsim.engine.vllm import TinySpec, VllmConfig
 from psdsim.engine.vllm import runner as vllm_runner
 from psdsim.engine.vllm.__main__ import config_from_args
@@ -39,9 +42,6 @@ from psdsim.engine.vllm.summary import (
     summarize,
 )
 from psdsim.engine.vllm.workload import FIRST_ORDINARY_ID, prompt_lengths, prompt_token_ids
-
-from psdsim.cli import main as psdsim_main
-from psdsim.commands.engine import pick_engine
 
 # The summary keys the simulator and the reference engine share (docs/design.md §7).
 SHARED_KEYS = ("method", "k", "m", "requests", "makespan_s", "throughput_tok_s", "throughput_tok_s_trim80",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, load_scenario

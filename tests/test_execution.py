@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from psdsim.sim.catalog import EngineProfile, builtin_catalog
 from psdsim.sim.costs import AnalyticCost
 from psdsim.sim.errors import ScenarioError

@@ -8,6 +8,7 @@ import pickle
 import time
 
 import pytest
+
 from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.errors import ScenarioError
 from psdsim.studies.executors import run_local

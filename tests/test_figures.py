@@ -7,10 +7,10 @@ from typing import Any
 
 import matplotlib
 import pytest
+
 from psdsim.sim.output.plots import occupancy_figure, occupancy_png
 from psdsim.sim.run import simulate
 from psdsim.studies.sweep_figures import heatmap_k_m_figure, metric_unit, throughput_vs_rate_figure
-
 from tests.conftest import small
 
 matplotlib.use("Agg")
@@ -204,6 +204,7 @@ def test_theory_legends_cover_no_data_and_axes_say_their_units():
 
 def test_calibration_figure_says_what_its_line_is(tmp_path):
     import numpy as np
+
     from psdsim.calibration.calibrate import calibrate
     from psdsim.calibration.report import measured_vs_fitted_figure
     from psdsim.calibration.synthetic import CostLog, write_cost_trace

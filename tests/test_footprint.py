@@ -9,12 +9,12 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from psdsim.sim import footprint, records
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import check_memory, estimate_bytes, spill_bytes, steps_bound
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, load_scenario
-
 from tests.conftest import small
 
 

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.catalog import CatalogError, Model, builtin_catalog, load_catalog
 from psdsim.sim.catalog.hf_config import ConfigError, derive_model, entry_toml
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
-
-from psdsim.cli import main
 from tests.conftest import small
 
 CAT = builtin_catalog()

@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.catalog import CatalogError, builtin_catalog, load_catalog
 from psdsim.sim.output.intervals import intervals_json
 from psdsim.sim.output.results import write_file
@@ -21,8 +23,6 @@ from psdsim.sim.uncertainty import (
 )
 from psdsim.studies.intervals import propagate
 from psdsim.theory.tail import tail_exact, verifications_pmf
-
-from psdsim.cli import main
 
 SMALL = Scenario(requests=24, output_len=16, m=4, prompt_len=32)
 FAST = ["--set", "requests=24", "--set", "output_len=16", "--set", "m=4", "--set", "prompt_len=32"]

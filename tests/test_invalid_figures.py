@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.metrics import valid_figures
@@ -16,8 +18,6 @@ from psdsim.sim.output.results import write_file
 from psdsim.sim.profile import FEATURES, MAX_COEF_S, Profile, Term
 from psdsim.sim.run import compare_methods, simulate
 from psdsim.sim.scenario import Scenario, load_scenario
-
-from psdsim.cli import main
 
 SMALL = ["requests=20", "output_len=32"]
 

@@ -7,6 +7,7 @@ import json
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.memory import plan_memory
 from psdsim.sim.run import simulate

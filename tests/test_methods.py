@@ -6,11 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
+
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, validate
-
 from tests.conftest import small
 
 SMALL = dict(requests=320, output_len=128, seed=4)

@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.kv import KVPools
 from psdsim.sim.methods.pearl import PEARL
@@ -18,8 +20,6 @@ from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import EngineHooks, Scheduler
 from psdsim.sim.workload import Workload
-
-from psdsim.cli import main
 
 
 def _table(n: int, prompt: int = 16, output: int = 64) -> RequestTable:

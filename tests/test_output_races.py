@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output import results
 from psdsim.sim.output.results import check_output_file, lock_file, write_file
-
-from psdsim.cli import main
 from tests.test_output_safety import FAST, SIGTERMED, _refused, _snapshot
 from tests.test_sweep import spec
 

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from psdsim.sim.errors import ScenarioError
-from psdsim.sim.output.results import MARKER, check_output_file, write_folder
 
 from psdsim.cli import main
 from psdsim.commands import common
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.results import MARKER, check_output_file, write_folder
 
 FAST = ["--set", "requests=12", "--set", "output_len=8", "--set", "m=2", "--set", "prompt_len=16"]
 PLAN = Path(__file__).resolve().parents[1] / "examples" / "plan.toml"
@@ -142,6 +142,7 @@ def test_single_output_files_are_replaced_only_when_psdsim_wrote_them(capsys, tm
 
 def test_a_figure_is_psdsim_s_by_its_record_not_by_its_metadata(tmp_path):
     import matplotlib
+
     from psdsim.sim.output.plots import figure_formats
     from psdsim.sim.output.results import write_file
     matplotlib.use("Agg")

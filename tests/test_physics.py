@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.run import simulate
-
 from tests.conftest import small
 
 

@@ -6,15 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+
+from psdsim.cli import main
+from psdsim.commands.common import study_out
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.profile import FEATURES
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 from psdsim.studies.plan import configurations, load_plan, max_rate, violations
 from psdsim.studies.plan_verdict import _regimes, pareto
-
-from psdsim.cli import main
-from psdsim.commands.common import study_out
 
 PLAN = """
 [base]

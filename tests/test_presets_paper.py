@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+
 from psdsim.calibration.synthetic import CostLog
+from psdsim.cli import main
 from psdsim.sim.costs import AnalyticCost
 from psdsim.sim.memory import plan_memory
 from psdsim.sim.presets import PRESETS
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
-
-from psdsim.cli import main
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.costs import AnalyticCost, Chunks
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.results import write_file
@@ -22,8 +24,6 @@ from psdsim.sim.profile import (
 )
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
-
-from psdsim.cli import main
 
 DRAFT = Term("draft", (2e-3, 1e-6, 3e-9), 100, 0.01, 0.012, {"batch": (4, 16), "k": (1, 5), "ctx": (0, 1e6)})
 VERIFY = Term("verify", (0.03, 1e-4, 1e-7), 100, 0.01, 0.011,

@@ -13,11 +13,11 @@ import sys
 from collections import namedtuple
 
 import pytest
-from psdsim.sim import footprint
 
 from psdsim.cli import main
 from psdsim.commands import common
 from psdsim.commands.common import PROGRESS_AFTER_S, Progress
+from psdsim.sim import footprint
 
 SMALL_RUN = ["run", "--set", "requests=300", "--set", "output_len=16", "--set", "prompt_len=32",
              "--set", "m=4"]

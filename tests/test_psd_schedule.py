@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.run import simulate
-
 from tests.conftest import decode_rows, small
 
 DRAFT, VERIFY, COMM, REJECT, OVERHEAD, PREFILL = 3.0, 5.0, 1.0, 0.5, 0.25, 2.0

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from psdsim.sim import quiet
 from psdsim.sim.kv import KVPools
 from psdsim.sim.methods.ar import AutoRegressive
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
-
 from tests.test_request_slots import _everything, _same
 
 

@@ -15,13 +15,13 @@ import json
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
+
 from psdsim.sim import request_rows, requests, spill
 from psdsim.sim.request_rows import RequestRows
 from psdsim.sim.requests import DECODING, FINISHED, STATE_NAMES, RequestTable
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.workload import Workload
-
 from tests.test_invariants import scenarios
 
 

@@ -6,9 +6,9 @@ import csv
 
 import numpy as np
 import pytest
+
 from psdsim.sim.output.results import MARKER, write_folder, write_result
 from psdsim.sim.run import simulate
-
 from tests.conftest import small
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.scenario import FIELDS, Scenario, load_scenario, parse_override, scenario_to_toml
 

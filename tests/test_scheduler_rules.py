@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from psdsim.sim.kv import KVPools
 from psdsim.sim.requests import DECODING, REJECTED, WAITING, RequestTable
 from psdsim.sim.scheduler import EngineHooks, Scheduler

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim import footprint, records, run, spill
 from psdsim.sim.output import results
 from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate
-
-from psdsim.cli import main
 from tests.conftest import small
 from tests.test_equivalence import cases
 

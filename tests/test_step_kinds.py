@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from psdsim.sim.methods.ar import AutoRegressive
 from psdsim.sim.methods.common import EngineMethod
 from psdsim.sim.run import simulate

@@ -8,10 +8,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+
 from psdsim.sim import records, requests, spill
 from psdsim.sim.records import STEP_COLUMNS, StepRows, step_table
 from psdsim.sim.run import simulate
-
 from tests.conftest import small
 
 

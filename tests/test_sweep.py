@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.errors import ScenarioError
 from psdsim.studies import sweep as sweep_module
 from psdsim.studies.executors import ray_available
 from psdsim.studies.sweep import run_sweep
 from psdsim.studies.sweep_design import load_design, unit_design
-
-from psdsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = "[base]\nrequests = 20\noutput_len = 16\nprompt_len = 64\nm = 4\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from psdsim.theory.lambert import argmin_x, h
-from psdsim.theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import lambertw
+
+from psdsim.theory.lambert import argmin_x, h
+from psdsim.theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
 
 ALPHAS = (0.01, 0.3, 2.0, 25.0)
 VS = (0.05, 1.0, 7.0, 60.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from psdsim.theory.frontier import exponential, fit_frontier, pareto_points
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from psdsim.theory.published import (
     A0,
     RATIO_AT_A0_ALGEBRA,

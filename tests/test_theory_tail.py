@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.layout import layout_for
 from psdsim.sim.output.timeline import trace_document
 from psdsim.sim.run import Result, simulate
-
-from psdsim.cli import main
 from tests.conftest import small
 
 TIGHT_KV = dict(prompt_len=96, m=8, max_model_len=256, num_gpu_blocks_override=40, preemption_mode="swap")

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, load_scenario
 from psdsim.sim.trace_formats import datetime_ns
 from psdsim.sim.trace_replay import Replay, read_trace
-
-from psdsim.cli import main
 
 TRACES = Path(__file__).resolve().parents[1] / "examples" / "traces"
 SAMPLES = ("azure_2023.csv", "azure_2024.csv", "burstgpt.csv", "mooncake.jsonl", "vllm_bench.json")

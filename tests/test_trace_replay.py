@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from psdsim.cli import main
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.trace_replay import read_trace
-
-from psdsim.cli import main
 
 
 def _jsonl(path, rows):

@@ -16,6 +16,8 @@ import tomllib
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main
 from psdsim.engine.reference.config import EngineConfig, ModelConfig
 from psdsim.engine.validate.acceptance import acceptance_mean
 from psdsim.engine.validate.describe import (
@@ -35,8 +37,6 @@ from psdsim.sim.overlap import overlapped
 from psdsim.sim.profile import Profile, Term, profile_from_json
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, scenario_from_mapping
-
-from psdsim.cli import main
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="the reference engine needs PyTorch "

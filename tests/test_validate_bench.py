@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from psdsim.cli import main
 from psdsim.engine.validate.bench import KEYS, bench_scenario, figures, validate_bench
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
-
-from psdsim.cli import main
 
 BENCH = Path(__file__).resolve().parents[1] / "examples" / "traces" / "vllm_bench.json"
 SYSTEM = ["method=ar", "target=llama-3.1-8b"]

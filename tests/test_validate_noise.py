@@ -4,6 +4,7 @@ PSD mean's 95% interval from the repeats, the error range it allows, and a plain
 from __future__ import annotations
 
 import pytest
+
 from psdsim.engine.validate.report import TARGETS, error_interval, noise_check
 
 

@@ -23,10 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from psdsim.engine.validate.reference import predict
-
 from psdsim.cli import build_parser
 from psdsim.commands.validate import validate_config
+from psdsim.engine.validate.reference import predict
 
 DATA = Path(__file__).parent / "data" / "validate_small"
 RECORD = DATA / "predicted.json"

@@ -19,10 +19,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from psdsim.engine.validate.gate import check, parse_max_errors
-from psdsim.sim.errors import ScenarioError
 
 from psdsim.cli import main
+from psdsim.engine.validate.gate import check, parse_max_errors
+from psdsim.sim.errors import ScenarioError
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from psdsim.calibration.trace_error import TraceError
+from psdsim.cli import build_parser, main
 from psdsim.engine.validate import vllm as validate_vllm
 from psdsim.engine.validate.reference import predicted_summary
 from psdsim.engine.validate.report import error_interval
@@ -35,8 +37,6 @@ from psdsim.engine.vllm.config import VllmConfig
 from psdsim.sim.profile import load_profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
-
-from psdsim.cli import build_parser, main
 
 FRAMEWORK = (1.5e-3, 1.0e-4)    # per-step work: per step + per running request (seconds)
 LAYERS = (0.8e-3, 0.6e-4)       # the target's layers in one pass: per pass + per token

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
+
 from psdsim.sim.kv import KVPools
 from psdsim.sim.requests import ABORTED, DECODING, FINISHED, SWAPPED, WAITING, RequestTable
 from psdsim.sim.scheduler import EngineHooks, Scheduler

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.errors import ScenarioError
@@ -98,8 +99,9 @@ def test_the_standard_library_normal_gives_scipys_prompt_lengths():
     """The prompt lengths come from math.erfc and NormalDist.inv_cdf (no scipy.special at start-up):
     rounded to whole tokens they are the lengths scipy's ndtr/ndtri give, draw for draw. (Over
     7.2 M draws, 4 datasets x 3 seeds x 3 caps, not one differed; here 800 k of them.)"""
-    from psdsim.sim.workload import normal_cdf, normal_quantile
     from scipy.special import ndtr, ndtri
+
+    from psdsim.sim.workload import normal_cdf, normal_quantile
 
     x = np.linspace(-9.0, 9.0, 20_001)
     np.testing.assert_allclose(normal_cdf(x), ndtr(x), rtol=1e-13, atol=0)

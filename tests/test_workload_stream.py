@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from psdsim.sim.acceptance import MAX_ACCEPTANCE, draw_request_acceptance
 from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.scenario import Scenario

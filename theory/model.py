@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from psdsim.theory.lambert import argmin_x, h
 
 

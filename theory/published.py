@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from psdsim.theory.model import FrontierModel, ratio
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import lambertw
+
+from psdsim.theory.model import FrontierModel, ratio
 
 A0 = float(-lambertw(-1.0 / (2.0 * math.e), k=-1).real - 1.0)  # 1.678347...
 PUBLISHED_RATIO = 1.59           # "T_SD >= 1.59 T_PSD"

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 
 import torch
+
 from psdsim.engine.reference import sampling
 from psdsim.engine.reference.config import EngineConfig
 from psdsim.engine.reference.schedule import Request, Scheduler

@@ -17,9 +17,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-from psdsim.engine.reference.config import ModelConfig
 from torch import nn
 from torch.nn import functional as F
+
+from psdsim.engine.reference.config import ModelConfig
 
 ROPE_BASE = 10000.0
 NORM_EPS = 1e-6

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.engine.reference.config import EngineConfig
 from psdsim.engine.reference.schedule import Request
 from psdsim.engine.reference.trace import StepRecord

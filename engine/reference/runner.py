@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+
 from psdsim.engine.reference.config import EngineConfig, EngineConfigError
 from psdsim.engine.reference.footprint import check_memory
 from psdsim.engine.reference.methods import Engine

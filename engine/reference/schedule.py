@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import torch
+
 from psdsim.engine.reference.config import EngineConfig
 
 

@@ -26,6 +26,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
+
 from psdsim.engine.reference.config import EngineConfig
 from psdsim.engine.reference.model import Decoder, KVCache, Packed, build_target
 from psdsim.engine.reference.sampling import probabilities, sample

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
 from psdsim.calibration.fit import acceptance_stats
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError

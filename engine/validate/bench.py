@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.engine.validate.report import format_error, format_value
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.report import infeasible_error

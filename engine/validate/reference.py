@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.calibration.calibrate import Calibration, calibrate
 from psdsim.calibration.minedraft import read_minedraft_steps
 from psdsim.calibration.trace_error import TraceError

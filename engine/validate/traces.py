@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.calibration.calibrate import detect_format
 from psdsim.calibration.minedraft import CORRUPT, RECORD_FIX, Iteration, read_minedraft_iterations
 from psdsim.calibration.ranges import PRESETS as RANGE_PRESETS

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.calibration.fit import fit_term
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
@@ -166,9 +167,10 @@ def measure(cfg: VllmValidateConfig, log: Log | None = None) -> dict[str, Any]:
 
 def time_ar_steps(cfg: VllmValidateConfig, model: str, vocab: int, rep: int) -> list[dict[str, Any]]:
     """Wall seconds of `generate` for each (batch, output length), in one engine of its own, AR."""
+    from vllm import LLM, SamplingParams
+
     from psdsim.engine.vllm.runner import engine_args
     from psdsim.engine.vllm.workload import FIRST_ORDINARY_ID
-    from vllm import LLM, SamplingParams
 
     base = cfg.base
     timing = base.with_changes(method="ar", m=max(cfg.batches), output_len=max(LONG, base.output_len))

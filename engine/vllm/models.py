@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.engine.vllm.config import TinySpec
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")

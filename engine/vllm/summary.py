@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.metrics import ms_stats, ratio
 
 DRAFTS = "vllm:spec_decode_num_drafts"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.engine.vllm.config import VllmConfig
 
 FIRST_ORDINARY_ID = 4   # the tiny tokenizer's <pad> <s> </s> <unk> come first

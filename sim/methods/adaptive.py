@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
 from psdsim.sim.costs import Chunks, StepCost
 from psdsim.sim.profile import unrecorded
 

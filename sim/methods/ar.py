@@ -15,6 +15,7 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.clock import Clock
 from psdsim.sim.costs import NO_CHUNKS, Chunks
 from psdsim.sim.devices import wait_until

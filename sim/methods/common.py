@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.clock import Time
 from psdsim.sim.costs import StepCost

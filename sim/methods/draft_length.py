@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from psdsim.sim.costs import Chunks
 from psdsim.sim.methods.adaptive import AcceptanceEstimate, best_k
 from psdsim.sim.methods.common import SimContext

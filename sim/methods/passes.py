@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import simpy
+
 from psdsim.sim.costs import NO_CHUNKS, NO_PARTS, Chunks
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob, wait_until
 from psdsim.sim.execution import DRIVER_PREP

@@ -39,6 +39,7 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
 from psdsim.sim.methods.common import (
     EngineMethod,

@@ -34,6 +34,7 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.costs import NO_CHUNKS
 from psdsim.sim.devices import Drafter
 from psdsim.sim.methods.common import (

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
+
 from psdsim.sim.costs import Chunks
 from psdsim.sim.devices import DraftJob, wait_until
 from psdsim.sim.methods.common import draft_rows

@@ -17,6 +17,7 @@ from collections.abc import Generator
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.methods.common import (
     EngineMethod,
     SimContext,

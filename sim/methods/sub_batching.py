@@ -31,6 +31,7 @@ has_deferred patch). In the step table `batch0` is the verified sub-batch and `b
 from __future__ import annotations
 
 import numpy as np
+
 from psdsim.sim.batches import BatchManager
 from psdsim.sim.records import StepRecord
 from psdsim.sim.requests import DECODING

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.records import DECODE
 
 # The axis labels of the scenario fields figures vary (docs/summary.md says what they count).

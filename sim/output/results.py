@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.input_paths import path_trouble
 from psdsim.sim.output.plots import occupancy_png
