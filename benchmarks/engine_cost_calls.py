@@ -1,4 +1,4 @@
-"""What pricing costs per step under the engine execution model (issue #15.4): the StepCost calls the
+"""What pricing costs per step under the engine execution model: the StepCost calls the
 default `psdsim run` scenario makes, recorded once, replayed on this checkout's EngineCost, on the
 roofline (AnalyticCost, for the calls it has) and optionally on sim/execution.py of another commit.
 
@@ -13,7 +13,7 @@ The replay runs the calls back to back, with warm caches; inside a run they cost
 much (2026-12-01, this script: all priced calls 7.4 us a step inside a run, 3.9 replayed; the
 roofline 3.3 and 1.7). So the script also times every priced call where a real run makes it
 (perf_counter_ns around each call, the timer's own cost, measured on a no-op call, taken off), for
-this checkout's engine and the roofline: that is what richer costs add to a step (issue #15.4);
+this checkout's engine and the roofline: that is what richer costs add to a step;
 the replay stays the A/B tool for a change.
 
     python benchmarks/engine_cost_calls.py                     # engine vs roofline, us per step

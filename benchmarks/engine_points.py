@@ -3,7 +3,7 @@
     python benchmarks/engine_points.py
 
 Each row is a public measurement (docs/reference/engine_overheads.md row, or the MineDraft
-calibration point of issue #11) and the execution model's prediction of the same step under the
+calibration point, docs/engine-costs.md) and the execution model's prediction of the same step under the
 engine profile that matches the source's engine, beside the roofline's. A decode step of plain
 decoding is one target pass and the per-step framework work; MineDraft's figures come from a
 simulated run of the setting2 preset (1000 ShareGPT requests), per decode step.
@@ -75,9 +75,9 @@ def main() -> int:
         if k in published:
             d_pub, v_pub = published[k]
             print(f"{label + ' drafting':36} {'vllm-0.9.2-v0-eager':20} {d_pub:13.1f} {draft:9.1f} "
-                  f"{draft / d_pub - 1:+6.0%} {roof_d:8.1f}  MineDraft Nsight (issue #11; the fitted point)")
+                  f"{draft / d_pub - 1:+6.0%} {roof_d:8.1f}  MineDraft Nsight (the fitted point)")
             print(f"{label + ' verification':36} {'vllm-0.9.2-v0-eager':20} {v_pub:13.1f} {verify:9.1f} "
-                  f"{verify / v_pub - 1:+6.0%} {roof_v:8.1f}  MineDraft Nsight (issue #11; the fitted point)")
+                  f"{verify / v_pub - 1:+6.0%} {roof_v:8.1f}  MineDraft Nsight (the fitted point)")
         else:
             print(f"{label + ' drafting / verification':36} {'vllm-0.9.2-v0-eager':20} {'1.15-1.35':>13} "
                   f"{draft / verify:9.2f} {'':>6} {roof_d / roof_v:8.2f}  MineDraft: drafting ~25% over "

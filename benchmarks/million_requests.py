@@ -1,4 +1,4 @@
-"""A capacity-planning run of 1,000,000 requests in bounded memory (issue #14), beside 10,000 and
+"""A capacity-planning run of 1,000,000 requests in bounded memory, beside 10,000 and
 100,000 to show how memory grows with requests.
 
 Each size runs the default scenario (`psdsim run`'s: Setting 2, PSD, ShareGPT-like prompts, 256
@@ -118,7 +118,7 @@ def main() -> None:
            "held before simulating, through simulate() (summary included); above MB: the same through "
            "writing the results folder; B/request: above MB per request")
     if args.record:
-        write("million_requests", "A 1M-request run in bounded memory (issue #14)", print_,
+        write("million_requests", "A 1M-request run in bounded memory", print_,
               notes="Run with `nice -n 10` on a 2-core machine shared with other jobs: wall times "
                     "are loose; memory figures are not affected by the load.")
 

@@ -1,6 +1,6 @@
 """Output speed: writing a run's steps.csv and requests.csv, column-wise (table_csv) against the
 row-by-row csv.writer it replaced (the reference in tests/test_csv_writer.py), on the default
-scenario; the bytes are checked equal. Issue #15.3 measured ~15 µs a row for the old writer.
+scenario; the bytes are checked equal. The old writer took ~15 µs a row (docs/measurements/).
 
     python benchmarks/output_speed.py [--requests N] [--repeats N] [--record]
 """

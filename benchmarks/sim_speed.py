@@ -1,7 +1,7 @@
 """Simulator speed: simulated seconds per wall second, and engine steps per wall second.
 
 Runs the default scenario (1000 requests) and the same with 10x the requests, for each method,
-several times, and prints the median wall time. Targets from issue #2, on a 2-core machine: the
+several times, and prints the median wall time. Targets, on a 2-core machine: the
 default scenario in under 2 s of wall time; at least 1000x faster than real time.
 
     python benchmarks/sim_speed.py [--repeats N] [--methods psd,sd,ar] [--record]

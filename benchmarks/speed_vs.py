@@ -1,6 +1,6 @@
 """This checkout's speed against an earlier commit's, measured side by side in one run.
 
-Why: this machine's absolute times move ±30% with its load, so a speed target (issue #15) is a
+Why: this machine's absolute times move ±30% with its load, so a speed target is a
 ratio against a baseline measured in the same run, interleaved (old, new, old, new, …) so that
 load shifts hit both. The baseline commit is checked out into a temporary git worktree; each
 measurement is a fresh process that imports one tree only.

@@ -1,4 +1,4 @@
-"""Where the engine loop's time goes, by kind of step (issue #15).
+"""Where the engine loop's time goes, by kind of step.
 
 Why: a shortcut for one kind of step (a quiet stretch of plain decode steps, AR's in
 sim/methods/ar.py) can speed the loop up by no more than the share of the time that kind takes.

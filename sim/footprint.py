@@ -23,7 +23,7 @@ BYTES_PER_TRACED_STEP more a step (measured on 300-request runs with tracemalloc
 have the most slices, 2.4 KB a step recorded and 8.8 KB more at the peak of writing the trace;
 SD 1.3 KB, AR 0.7 KB recorded). The CLI refuses a
 run whose estimate exceeds the memory or the temporary disk available, instead of letting the
-kernel kill it after minutes (issue #14: `--set requests=1000000000`).
+kernel kill it after minutes (`--set requests=1000000000`).
 
 The same step bound prices what a run leaves behind and how long it takes, so long work can say
 so before it starts (docs/outputs.md, "Long runs"): a results folder holds a steps.csv row a step

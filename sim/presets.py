@@ -3,7 +3,7 @@
 What is recoverable is each experiment script's models, m and flags: 1000 prompts (Spec-Bench
 has 480), 256 output tokens with EOS ignored, max_model_len 2048, gpu_memory_utilization 0.65,
 vLLM 0.9.2 without chunked prefill, k = 1...5, the four datasets. The paper's numbering of its
-settings and the GPU it ran on were *not* recovered: `setting2` is the pairing issue #2 fixed
+settings and the GPU it ran on were *not* recovered: `setting2` is the pairing the project settled on
 (Qwen3-32B with a Qwen3-1.7B drafter), the other numbers follow the experiment scripts' order
 [INFERRED], and the GPU is the L40S of the default scenario (the README recommends "A100 80GB /
 H100 / L40"), except `c10`, whose FP8 235B target fits only an H200-class GPU at 0.65.

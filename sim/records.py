@@ -81,7 +81,7 @@ class StepRows:
     """A run's step rows (`row(record)` each), packed into column arrays every CHUNK_ROWS rows so
     that a long run keeps ~0.3 KB a step instead of a tuple of Python objects, and moved to
     anonymous temporary files once more than SPILL_ROWS are packed, so that its memory stays
-    bounded however long it runs (issue #14: a 1M-request run). step_table gives the arrays
+    bounded however long it runs (a 1M-request run). step_table gives the arrays
     np.array would give over all the rows at once, memory-mapped where they were spilled."""
 
     def __init__(self) -> None:

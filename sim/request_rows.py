@@ -1,7 +1,7 @@
 """The rows of requests that have ended: collected as they end, moved to disk past a threshold
 (sim/spill.py), and given back in request order as requests.csv's columns.
 
-Why (issue #14): the request table (sim/requests.py) holds only live requests, so that a run's
+Why: the request table (sim/requests.py) holds only live requests, so that a run's
 memory does not grow with its request count; what grows is the record of those that ended, and it
 goes to anonymous temporary files once it outgrows SPILL_ROWS. Requests end out of arrival order,
 so the columns are put in request order at the end, one column at a time, each into a file of its

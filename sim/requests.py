@@ -3,7 +3,7 @@
 Requests are data, not processes: a step updates the rows of its batch with one numpy operation
 (docs/design.md §6), and a request's row becomes a line of `requests.csv` once it has ended.
 
-Slots (issue #14: a run's memory must not grow with its request count): the table holds only the
+Slots (a run's memory must not grow with its request count): the table holds only the
 requests the engine has taken in (admitted, or at the head of the waiting queue) and that have not
 ended. A request that has arrived but waits behind others is still a row of the workload stream
 (sim/workload.py), drawn when it reaches the head of the queue (`take`); a request that ends leaves

@@ -1,7 +1,7 @@
 """Columns kept on disk instead of in memory: appended part by part to anonymous temporary files,
 mapped back as read-only arrays, and read in blocks that give their pages back.
 
-Why (issue #14): a long run's step table is ~0.3 KB a step packed, ~2.5 GB for a 1M-request run
+Why: a long run's step table is ~0.3 KB a step packed, ~2.5 GB for a 1M-request run
 of the default scenario; on disk it costs no memory, and a mapped column reads like any array.
 
 The files are tempfile.TemporaryFile: unlinked as soon as they are made (O_TMPFILE on Linux), in

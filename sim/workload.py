@@ -8,7 +8,7 @@ random delay in [0, abort_window_s] after its first token arrives, like a user p
 the engine applies it at the next step boundary, whichever sub-batch the request is in. A
 request that finishes first is not aborted.
 
-A run of millions of requests must not hold them all (issue #14), so the requests come as a
+A run of millions of requests must not hold them all, so the requests come as a
 stream of blocks in arrival order (`workload_stream`), and `make_workload` is that stream's
 blocks joined. Each field (a column's draws, e.g. all the arrival gaps) is drawn as one
 uninterrupted run of the Generator, field after field, exactly as drawing every request at once

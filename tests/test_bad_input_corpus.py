@@ -1,4 +1,4 @@
-"""A standing corpus of malformed input over every command (issue #14): each one must end with
+"""A standing corpus of malformed input over every command: each one must end with
 exit code 2, exactly one line on stderr starting `psdsim: error:`, no traceback, and nothing
 written or deleted in the working directory. Cases name the files they need from FILES (made
 fresh in a temporary working directory); hypothesis adds scenario files and request traces."""

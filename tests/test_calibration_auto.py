@@ -1,5 +1,5 @@
 """`psdsim calibrate` without --ranges: the range preset is picked from the trace's own names and
-the notes say which (issue #11 item 6)."""
+the notes say which."""
 
 from __future__ import annotations
 

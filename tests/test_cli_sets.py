@@ -1,4 +1,4 @@
-"""`--set` has one meaning in every command (issue #13.4): a bare FIELD is a scenario field,
+"""`--set` has one meaning in every command: a bare FIELD is a scenario field,
 engine.FIELD the real engine's configuration, model.FIELD its built-in models. Checked on the
 configurations the engine commands build (no engine runs)."""
 

@@ -1,4 +1,4 @@
-"""table_csv writes column by column (issue #15.3) and must give, byte for byte, what the row-by-row
+"""table_csv writes column by column and must give, byte for byte, what the row-by-row
 csv.writer it replaced gave. The reference below is that writer, kept as the specification."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`psdsim engine run` without --json lays a real engine's summary out as `psdsim run` lays out a
-simulated one (issue #14: it was a raw `key: value` dump with Python dict text and Nones)."""
+simulated one (it was a raw `key: value` dump with Python dict text and Nones)."""
 
 from __future__ import annotations
 

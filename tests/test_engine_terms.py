@@ -2,7 +2,7 @@
 terms (driver prep, framework work, extra draft rows) in the step table where the real code has
 them.
 
-The setting2 point (MineDraft's Nsight profile, issue #11): Qwen3-32B on 4xL40S at TP=4,
+The setting2 point (MineDraft's Nsight profile): Qwen3-32B on 4xL40S at TP=4,
 Qwen3-1.7B on a fifth L40S, vLLM 0.9.2 V0 --enforce-eager, m=16, k=3: drafting 49.6 ms and
 verification 48.6 ms per step; at k=4 drafting ~25% over verification. It set two constants of
 the engine profile (docs/engine-costs.md); these tests hold the model to it."""

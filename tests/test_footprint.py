@@ -1,4 +1,4 @@
-"""The memory check refuses, before any allocation, a run the machine cannot hold (issue #14),
+"""The memory check refuses, before any allocation, a run the machine cannot hold,
 and lets through what it can; its estimate follows the streamed layout (a step table past
 records.SPILL_ROWS is on disk: a few bytes a step in memory, the rows on temporary disk)."""
 

@@ -84,7 +84,7 @@ PIPELINES = [(2, 1), (3, 1), (3, 2)]
 
 @pytest.mark.parametrize(("sub_batches", "drafters"), PIPELINES)
 def test_every_pipeline_pays_measured_contention(sub_batches, drafters):
-    """Issue #13: the ring (N x D beyond MineDraft's 2 x 1) ignored the profile's contention
+    """The ring (N x D beyond MineDraft's 2 x 1) ignored the profile's contention
     factors and lost nothing where MineDraft's pipeline lost 12-16%. Drafting on a drafter worker
     now slows, and is slowed by, any target pass it overlaps: every pipeline pays a similar share."""
     s = Scenario(requests=48, m=4, k=3, output_len=24, seed=3, prompt_len=64, sub_batches=sub_batches,

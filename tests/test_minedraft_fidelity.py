@@ -1,4 +1,4 @@
-"""MineDraft's code, rule by rule (issue #12, docs/minedraft-fidelity.md): each test builds the
+"""MineDraft's code, rule by rule (docs/minedraft-fidelity.md): each test builds the
 situation by hand and checks the simulator against what the code does; its docstring names the
 code's file and function (electron-shaders/MineDraft unless it starts with vllm/)."""
 

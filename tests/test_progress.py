@@ -1,4 +1,4 @@
-"""Long work says what it takes (issue #14): an estimate before it starts and, once it has run
+"""Long work says what it takes: an estimate before it starts and, once it has run
 ~2 s, progress on stderr (a bar on a terminal, a plain line now and then in a log), never with
 --json; short work prints nothing new; results that cannot fit on their disk are refused."""
 

@@ -1,4 +1,4 @@
-"""AR's quiet stretches (sim/methods/ar.py, issue #15) change nothing: a run that takes them gives
+"""AR's quiet stretches (sim/methods/ar.py) change nothing: a run that takes them gives
 the summary, step table and request columns of the same run stepping one step at a time, bit for
 bit, whatever the scenario (arrivals, aborts, preemption by recompute or swap, fan-out, chunked
 prefill and the V1 scheduler, where there are none, the engine model); and they do run where the
@@ -82,7 +82,7 @@ def test_any_ar_scenario_is_the_same_step_by_step(s: Scenario, monkeypatch: pyte
 
 
 def test_stretches_carry_most_of_the_default_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default AR run (issue #15's benchmark) spends nearly all its steps in quiet stretches."""
+    """The default AR run (the speed benchmark's) spends nearly all its steps in quiet stretches."""
     ran: list[int] = []
     quiet = AutoRegressive.quiet_steps
 

@@ -1,7 +1,7 @@
 """The request table's slots (sim/requests.py) and the ended requests' rows (sim/request_rows.py).
 
 Why: the table holds only live requests, each in a slot that a later request reuses, so that a
-run's memory does not grow with its request count (issue #14). Reuse must change nothing: any
+run's memory does not grow with its request count. Reuse must change nothing: any
 array indexed by request (the scheduler's, the KV pools', the methods') is indexed by slot, and a
 stale reference to a reused slot would move results. These tests force reuse (one slot to start
 with, rows spilled after a few) and demand bit-identical results, check the bound on slots, and

@@ -1,4 +1,4 @@
-"""A long run's step table moves to disk (sim/records.py, sim/spill.py; issue #14): spilled or not,
+"""A long run's step table moves to disk (sim/records.py, sim/spill.py): spilled or not,
 a run gives the same summary, step table and CSV bytes; nothing is left on disk however the run
 ends; reading a spilled table keeps its pages released; summarize() holds a few bytes a step."""
 

@@ -1,4 +1,4 @@
-"""The front door loads only what a command needs (issue #13.4, #15.3): `psdsim --help` no
+"""The front door loads only what a command needs: `psdsim --help` no
 simulator at all, `psdsim run` no scipy at all (not the theory's or the calibration's fits, and
 the prompt lengths' normal distribution comes from the standard library), and the lazy public API
 still resolves every name. Times are in benchmarks/startup.py, not here."""

@@ -1,6 +1,6 @@
 """benchmarks/step_kinds.py counts every step of a run once, whatever ran it (a method's step, a
 quiet stretch, a stretch that closes a step for a client's cancel), and leaves the simulator as
-it found it: its table is what issue #15's decision rests on."""
+it found it: its table is what the speed decisions rest on (docs/measurements/step_kinds.md)."""
 
 from __future__ import annotations
 

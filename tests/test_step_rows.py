@@ -1,6 +1,6 @@
 """A run packs its step rows into column arrays every CHUNK_ROWS rows (moved to disk past
-SPILL_ROWS) and folds its verification log into per-request totals every LOG_FOLD steps (memory,
-issue #14); the step and request tables must be what they were without, whatever the chunking."""
+SPILL_ROWS) and folds its verification log into per-request totals every LOG_FOLD steps (bounded
+memory); the step and request tables must be what they were without, whatever the chunking."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""validate says when the machine's noise, not the model, may explain an error (issue #14): each
+"""validate says when the machine's noise, not the model, may explain an error: each
 PSD mean's 95% interval from the repeats, the error range it allows, and a plain verdict."""
 
 from __future__ import annotations

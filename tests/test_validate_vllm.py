@@ -80,7 +80,7 @@ def test_the_timed_pairs_give_each_decode_and_prompt_step():
 def test_the_deeper_target_splits_per_step_work_from_the_passes():
     """The per-step work comes out of the two depths, once; a draft pass costs the draft's layers,
     not a whole AR step (which is what the validation charged before: 4.4 ms per draft pass where
-    an SD step grows by ~2.5 ms per draft token, issue #11)."""
+    an SD step grows by ~2.5 ms per draft token)."""
     split = split_steps(_ar_steps())
     assert (split.framework.fixed, split.framework.per_request) == pytest.approx(FRAMEWORK, rel=0.02)
     terms = split.profile.terms

@@ -1,4 +1,4 @@
-"""The workload stream (issue #14): blocks of requests that, joined, are the requests drawn all at
+"""The workload stream: blocks of requests that, joined, are the requests drawn all at
 once, bit for bit, leaving the run's Generator where drawing them all at once leaves it, in
 memory bounded by the block whatever the request count."""
 

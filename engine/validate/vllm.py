@@ -89,7 +89,7 @@ from psdsim.sim.profile import Profile, Term
 from psdsim.sim.scenario import Scenario, scenario_from_mapping, scenario_to_toml
 
 SHORT, LONG = 8, 56           # output lengths of the timed AR pair (48 decode steps apart)
-# The deeper target has DEPTH x the target's layers. Issue #11 suggested twice; on the project's
+# The deeper target has DEPTH x the target's layers. Twice was first tried; on the project's
 # 2-core CPU the 2 layers of the tiny target add ~3 ms to a 6-14 ms step whose run-to-run noise is
 # as large (docs/measurements/validate_vllm.md), so the difference is taken over 6 more layers,
 # which divides the noise on the per-layer cost by DEPTH - 1 = 3.

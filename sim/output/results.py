@@ -95,7 +95,7 @@ def _floats(values: np.ndarray) -> list[str]:
 
 def _column(values: np.ndarray) -> list[str]:
     """A column's cells as text, by dtype: one numpy conversion per column instead of a Python
-    call per cell (issue #15.3: steps.csv cost ~15 µs a row through csv.writer)."""
+    call per cell (steps.csv cost ~15 µs a row through csv.writer)."""
     kind = values.dtype.kind
     if kind == "f":
         return _floats(values)
@@ -124,7 +124,7 @@ CSV_BLOCK_ROWS = 4096
 def csv_parts(columns: Mapping[str, np.ndarray]) -> Iterator[str]:
     """table_csv's text in pieces (the header, then blocks of rows), so that a long table is
     written without being formatted whole, and a table on disk (sim/spill.py) is read a block at
-    a time (issue #14: a 1M-request run's steps.csv has ~8M rows)."""
+    a time (a 1M-request run's steps.csv has ~8M rows)."""
     names = list(columns)
     yield ",".join(map(_quoted, names)) + "\r\n"
     for block in blocks(columns, names, CSV_BLOCK_ROWS):
