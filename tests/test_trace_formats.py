@@ -12,6 +12,7 @@ import pytest
 
 from psdsim.cli import main
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.report import arrivals_line
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, load_scenario
 from psdsim.sim.trace_formats import datetime_ns
@@ -164,6 +165,15 @@ def test_the_scenario_fields_pace_the_run():
     assert fast.tolist() == (slow / 4.0).tolist()
     windowed = simulate(Scenario(trace=path, trace_start_s=1.0, trace_duration_s=1.0)).summary
     assert windowed["requests"] == int(((slow >= 1.0) & (slow < 2.0)).sum())
+
+
+@pytest.mark.parametrize("pacing, said", [
+    ({}, "arrivals: as in trace mooncake.jsonl"),
+    ({"trace_speedup": 2.0, "trace_start_s": 0.5},
+     "arrivals: trace mooncake.jsonl from 0.5 s to its end, at 2× its recorded rate"),
+    ({"trace_duration_s": 1.5}, "arrivals: trace mooncake.jsonl from 0 s to 1.5 s, at 1× its recorded rate")])
+def test_the_run_header_says_which_part_of_the_trace_ran_at_what_pace(pacing, said):
+    assert arrivals_line(Scenario(trace=str(TRACES / "mooncake.jsonl"), **pacing)) == said
 
 
 @pytest.mark.parametrize("overrides, field", [

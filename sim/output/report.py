@@ -57,11 +57,21 @@ def describe_hardware(s: Scenario) -> str:
     return f"{verifier}; draft {draft} on {layout.drafter_gpus}×{s.drafter_gpu_key}, link {s.link}"
 
 
+def _trace_pacing(s: Scenario) -> str:
+    """How the trace's clock is replayed: a sped-up or windowed replay is not the trace as
+    recorded, and a reader comparing latencies must know which part ran at what rate."""
+    name = s.trace.rsplit("/", 1)[-1]
+    if not (s.trace_start_s or s.trace_duration_s is not None or s.trace_speedup != 1.0):
+        return f"as in trace {name}"
+    end = "its end" if s.trace_duration_s is None else f"{s.trace_start_s + s.trace_duration_s:g} s"
+    return f"trace {name} from {s.trace_start_s:g} s to {end}, at {s.trace_speedup:g}× its recorded rate"
+
+
 def arrivals_line(s: Scenario) -> str:
     """How the requests arrive, said where latencies are printed: offline runs queue everything at
     t = 0, so their latencies are mostly waiting, not serving."""
     if s.trace:
-        return f"arrivals: as in trace {s.trace.rsplit('/', 1)[-1]}"
+        return f"arrivals: {_trace_pacing(s)}"
     if s.rate is None:
         return (f"offline: all {requests_text(s.requests, s)} arrive at t = 0, so latency includes "
                 "queueing (set rate=R for Poisson arrivals)")
