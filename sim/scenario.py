@@ -579,7 +579,13 @@ def _check_hardware(s: Scenario, cat: Catalog) -> None:
     target = cat.models[s.target]
     _need(tp >= 1 and target.heads % tp == 0, "tensor_parallel_size",
           f"must divide the target's {target.heads} attention heads, got {shown(tp)}",
-          "use 1, 2, 4 or 8")
+          f"use one of its divisors: {_divisors(target.heads)}")
+
+
+def _divisors(n: int) -> str:
+    """The tensor-parallel sizes an n-head target splits evenly into, as '1, 2, 3 or 6'."""
+    sizes = [str(d) for d in range(1, n + 1) if n % d == 0]
+    return " or ".join([", ".join(sizes[:-1]), sizes[-1]]) if len(sizes) > 1 else sizes[0]
 
 
 def _one_of(s: Scenario, name: str, allowed: tuple[str, ...]) -> None:

@@ -292,7 +292,8 @@ def test_a_missing_config_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("context, rope_scaling, refused", [
     (64, None, True), (2048, None, False),
     (1024, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, False),
-    (1024, {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024}, True)])
+    (1024, {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024}, True),
+    (8, {"rope_type": "dynamic", "factor": 1e308}, False)])
 def test_a_context_shorter_than_max_model_len_is_refused_naming_the_key(tmp_path, capsys, context,
                                                                         rope_scaling, refused):
     """vLLM refuses a max_model_len (2048 here) past the model's context, so no such run exists."""
@@ -307,6 +308,14 @@ def test_a_context_shorter_than_max_model_len_is_refused_naming_the_key(tmp_path
         assert err.count("\n") == 1 and "max_model_len" in err
     else:
         assert code == 0, err
+
+
+def test_a_tp_that_splits_no_heads_evenly_lists_the_heads_divisors(tmp_path, capsys):
+    target = write(tmp_path / "t", _qwen8(num_attention_heads=6, num_key_value_heads=6))
+    assert main(["run", "--no-write", "--set", f"target={target}", "--set", "tensor_parallel_size=4",
+                 "--set", "acceptance=0.6"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("6 attention heads, got 4; fix: use one of its divisors: 1, 2, 3 or 6\n"), err
 
 
 def test_a_count_of_hundreds_of_digits_is_quoted_short(tmp_path):

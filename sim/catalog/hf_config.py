@@ -221,6 +221,7 @@ def _from_config(cfg: dict[str, Any], p: Path, key: str) -> DerivedModel:
 
 
 CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length")
+CONTEXT_CAP = 1 << 62   # positions: past every max_model_len the scenario accepts
 
 
 def _context(cfg: dict[str, Any]) -> tuple[int | None, str]:
@@ -245,7 +246,9 @@ def _scaled(length: int, scaling: Any) -> int:
         return length
     if kind == "yarn" and "original_max_position_embeddings" in scaling:
         length = _count(scaling, "original_max_position_embeddings")
-    return int(length * factor)
+    # a factor large enough to overflow a float stretches the context past any max_model_len:
+    # capped there, since only the comparison with max_model_len uses the length
+    return int(min(length * factor, float(CONTEXT_CAP)))
 
 
 def check_context(derived: DerivedModel, max_model_len: int) -> None:
