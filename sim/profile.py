@@ -560,34 +560,56 @@ def _floors(s: Any) -> list[_Floor]:
     return floors
 
 
+# The terms that price one pass of each side's model: a prefill pass reads the target's weights
+# as a verify pass does, a draft prefill the draft's.
+FLOOR_TERMS = {"verify": ("verify", "prefill"), "draft": ("draft", "draft_prefill")}
+
+
 def _cheapest_pass(term: Term) -> float:
     """The term's price of one pass at the low end of every range it was fitted on: with every
     coefficient >= 0 and each feature growing with each size, no pass within its ranges costs less."""
     low = {var: lo for var, (lo, _) in term.ranges.items()}
+    tokens = max(low.get("tokens", 1.0), 1.0)
     if term.name == "verify":
-        return term(verify_features(max(low.get("tokens", 1.0), 1.0), low.get("ctx", 0.0)))
+        return term(verify_features(tokens, low.get("ctx", 0.0)))
+    if term.name in ("prefill", "draft_prefill"):
+        return term(prefill_features(tokens, 0.0, 0.0))
     k = max(low.get("k", 1.0), 1.0)
     return term(draft_features(max(low.get("batch", 1.0), 1.0), k, low.get("ctx", 0.0))) / k
 
 
+def _fastest_factor(profile: Profile, side: str) -> float:
+    """The least a side's passes are scaled by: a measured contention or after-idle factor below
+    1 (noise of a loaded machine) prices the pass faster than it runs alone, and the run may
+    apply both to one pass."""
+    contention = float(profile.contention.get(side, 1.0))
+    idle = [float(factor) for _, factor in profile.idle_points(side)]
+    return min(1.0, contention) * min([1.0, *idle])
+
+
 def floor_warnings(profile: Profile, s: Any) -> list[str]:
-    """Where the profile prices a target or a draft pass below the time the scenario's GPUs take
-    to read that model's weights once: a warning, since it cannot describe this hardware; a
-    refusal where it is FLOOR_REFUSAL times below, since it describes no hardware."""
+    """Where the profile prices a target or a draft pass (with its fastest slowdown factor)
+    below the time the scenario's GPUs take to read that model's weights once: a warning, since
+    it cannot describe this hardware; a refusal where it is FLOOR_REFUSAL times below, since it
+    describes no hardware."""
     out = []
     for floor in _floors(s):
-        term = profile.terms.get(floor.side)
-        if term is None:
-            continue
-        priced = _cheapest_pass(term)
-        if priced >= floor.seconds:
-            continue
-        what = (f"prices a {floor.side} pass at {priced * 1e3:.3g} ms, below the {floor.seconds * 1e3:.3g} "
-                f"ms {floor.gpu} takes to read {floor.model}'s weights once")
-        if priced * FLOOR_REFUSAL < floor.seconds:
-            raise ScenarioError("profile", f"{s.profile or 'the profile given'}: {what}, over "
-                                f"{FLOOR_REFUSAL:g}x below it: no measurement of these GPUs",
-                                "calibrate on traces of this hardware and models, or check the trace's "
-                                "kernel times")
-        out.append(f"profile: {what}: it does not describe this hardware")
+        factor = _fastest_factor(profile, floor.side)
+        for name in FLOOR_TERMS[floor.side]:
+            if name in profile.terms:
+                out += _below_floor(name, _cheapest_pass(profile.terms[name]) * factor, floor, s)
     return out
+
+
+def _below_floor(name: str, priced: float, floor: _Floor, s: Any) -> list[str]:
+    """The warning (or the refusal) for a `name` pass priced at `priced` seconds against `floor`."""
+    if priced >= floor.seconds:
+        return []
+    what = (f"prices a {name} pass at {priced * 1e3:.3g} ms, below the {floor.seconds * 1e3:.3g} "
+            f"ms {floor.gpu} takes to read {floor.model}'s weights once")
+    if priced * FLOOR_REFUSAL < floor.seconds:
+        raise ScenarioError("profile", f"{s.profile or 'the profile given'}: {what}, over "
+                            f"{FLOOR_REFUSAL:g}x below it: no measurement of these GPUs",
+                            "calibrate on traces of this hardware and models, or check the trace's "
+                            "kernel times")
+    return [f"profile: {what}: it does not describe this hardware"]

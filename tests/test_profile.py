@@ -223,6 +223,30 @@ def test_a_profile_of_1ns_kernels_is_refused(tmp_path: Path, capsys: pytest.Capt
     assert "over 10x below it" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("terms, contention, side", [
+    ({"verify": VERIFY, "draft": DRAFT}, {"verify": 0.1}, "verify"),
+    ({"verify": VERIFY, "draft": DRAFT}, {"after_idle": {"verify": [[0.01, 0.1]]}}, "verify"),
+    ({"verify": VERIFY, "draft": DRAFT, "prefill": Term("prefill", (1e-7, 0.0, 0.0, 0.0), 40, 0.01, None)},
+     {}, "prefill"),
+    ({"verify": VERIFY, "draft": DRAFT,
+      "draft_prefill": Term("draft_prefill", (1e-9, 0.0, 0.0, 0.0), 40, 0.01, None)}, {}, "draft_prefill")])
+def test_the_floor_holds_every_pass_at_its_fastest_factor(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          terms: dict[str, Term], contention: dict[str, Any],
+                                                          side: str) -> None:
+    """A contention or after-idle factor of 0.1 priced a 30 ms verify pass at 3 ms, and a prefill
+    term of 0.1 us priced whole prompts at that: each below the weight-read floor, unchecked."""
+    profile = Profile(terms, contention=contention)
+    if side == "verify":   # 30.8 ms x 0.1 against 18.5 ms: under the floor, not 10x under it
+        warnings = _run_warnings(tmp_path, profile, "drafter_gpu=l40s")
+        assert any(w.startswith("profile: prices a verify pass at 3.08 ms, below the 18.5 ms")
+                   for w in warnings)
+        return
+    path = write_file(tmp_path / "p.json", profile.to_json())
+    assert main(["run", "--no-write", "--profile", str(path), "--set", "requests=10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"psdsim: error: profile: {path}: prices a {side} pass at "), err
+
+
 def test_coefficients_the_run_takes_as_zero_are_noted(tmp_path: Path) -> None:
     """A profile listing fewer features than this psdsim's (the documented older-profile rule)
     and a term of zeros used to be taken as 0 without a word."""
