@@ -250,3 +250,16 @@ def test_a_gzip_file_within_the_bound_reads_whole_members_and_all(tmp_path):
     assert gunzip_bounded(both, tmp_path / "t.json.gz") == text
     with pytest.raises(TraceError, match="corrupt or truncated gzip file"):
         gunzip_bounded(both[:-30], tmp_path / "t.json.gz")
+
+
+def test_a_profile_every_run_of_the_named_hardware_refuses_is_not_written(tmp_path, capsys):
+    """Microsecond passes of Qwen3-32B on 4 L40S (the weights alone take 18.5 ms to read) once
+    wrote a profile and a `use it` command that exits 2; without --gpu/--target/--tp nothing
+    names the hardware, and the profile is written."""
+    trace, out = kineto(tmp_path), tmp_path / "p.json"
+    named = ["--gpu", "l40s", "--target", "qwen3-32b", "--tp", "4"]
+    assert main(["calibrate", str(trace), "--out", str(out), *named]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("psdsim: error: traces: the fitted profile: prices a verify pass at "), err
+    assert "over 10x below it" in err and err.count("\n") == 1 and not out.exists()
+    assert main(["calibrate", str(trace), "--out", str(out)]) == 0 and out.exists()

@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from psdsim.commands.common import user_error
 from psdsim.sim.numbers import integer
@@ -69,6 +70,29 @@ def _check_provenance(args: argparse.Namespace) -> None:
             raise user_error(flag, f"unknown {what} {value!r}",
                              hint if hint.startswith("did you mean") else
                              f"use a catalog key ({', '.join(table)}; `psdsim catalog`)")
+
+
+def _check_floor(profile: Any, args: argparse.Namespace) -> None:
+    """Where --gpu, --target and --tp name the hardware, the profile held to the floor `psdsim run`
+    holds it to on that hardware: one every such run would refuse (a trace of 1 ns kernels) is
+    never written with a command to use it."""
+    from psdsim.sim.errors import ScenarioError
+    from psdsim.sim.profile import floor_warnings
+    from psdsim.sim.scenario import load_scenario
+
+    if None in (args.gpu, args.target, args.tp):
+        return
+    sets = [f"gpu={args.gpu}", f"target={args.target}", f"tensor_parallel_size={args.tp}",
+            f"drafter_gpu={args.drafter_gpu or ''}"]
+    sets += [f"draft={args.draft}"] if args.draft else ["method=ar"]
+    try:
+        floor_warnings(profile, load_scenario(overrides=sets))
+    except ScenarioError as exc:
+        if exc.field != "profile":   # the named hardware is no scenario: nothing to hold it to
+            return
+        raise user_error("traces", exc.problem.replace("the profile given", "the fitted profile", 1),
+                         "check the trace's kernel times, or the --gpu, --target and --tp it was "
+                         "recorded on") from None
 
 
 def _acceptance_sources(args: argparse.Namespace) -> bool:
@@ -151,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
                   "tensor_parallel_size": args.tp}
         cal = calibrate(args.traces, preset=args.ranges, ranges=args.range_rules, timing=args.timing,
                         source=source)
+        _check_floor(cal.profile, args)
         files: list[tuple[str, Path, str | bytes]] = [("--out", args.out, cal.profile.to_json())]
         if args.plot:
             files.append(("--plot", args.plot, fit_figure(cal, args.plot.suffix.lower()[1:])))
