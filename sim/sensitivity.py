@@ -82,7 +82,7 @@ def tornado_png(rows: Sequence[Sensitivity], title: str, draws: int, top: int = 
     ax.barh(range(len(shown)), [r.rho for r in shown], color=colours)
     ax.set_yticks(range(len(shown)), [r.input.name for r in shown], fontsize=7)
     floor = noise_floor(draws)
-    for x in (-floor, floor):
+    for x in (-floor, floor) if floor < 1 else ():   # |rho| <= 1: a floor past it marks nothing
         ax.axvline(x, color="black", linestyle=":", linewidth=0.8)
     ax.axvline(0.0, color="black", linewidth=0.8)
     ax.set_xlim(-1.0, 1.0)

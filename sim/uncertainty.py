@@ -36,6 +36,11 @@ QUANTILES = ((1.0 - LEVEL) / 2, 0.5, (1.0 + LEVEL) / 2)
 SEED_INPUT = "seed"
 SEED_SPAN = 2**31                # a draw's simulation seed is drawn from 0 .. SEED_SPAN - 1
 MAX_DRAWS = 4096
+# The fewest draws a 90% interval and a ranking of inputs are quoted from: with fewer the 5th and
+# 95th percentiles interpolate between the outermost two draws or past them, and chance alone
+# gives |rho| near 1 (the one-in-ten threshold is 0.42 at 16 draws, past 1 below 4). Fewer draws
+# print their range and rank nothing.
+MIN_RANKED_DRAWS = 16
 
 
 @dataclass(frozen=True)
@@ -302,12 +307,22 @@ def _is_number(value: Any) -> bool:
 
 
 def interval(values: np.ndarray) -> Interval | None:
-    """Median and 90% interval of the finite values (None when there are none)."""
+    """Median and 90% interval of the finite values (None when there are none); with fewer than
+    MIN_RANKED_DRAWS of them, their median and range (interval_label says which)."""
     ok = values[np.isfinite(values)]
     if not ok.size:
         return None
+    if ok.size < MIN_RANKED_DRAWS:
+        return Interval(float(np.median(ok)), float(ok.min()), float(ok.max()))
     low, median, high = (float(q) for q in np.quantile(ok, QUANTILES))
     return Interval(median, low, high)
+
+
+def interval_label(draws: int) -> str:
+    """What `interval` gives over `draws` draws, as the tables' headers say it."""
+    if draws < MIN_RANKED_DRAWS:
+        return f"the range of the draws; a {LEVEL:.0%} interval needs --intervals {MIN_RANKED_DRAWS} or more"
+    return f"{LEVEL:.0%} interval"
 
 
 def check_draws(draws: int) -> None:

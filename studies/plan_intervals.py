@@ -28,6 +28,7 @@ from psdsim.sim.uncertainty import (
     check_draws,
     draw_changes,
     interval,
+    interval_label,
     uncertain_inputs,
     unit_points,
 )
@@ -151,8 +152,10 @@ def plan_intervals_json(pd: PlanDraws, labels: Sequence[str]) -> dict[str, Any]:
 def plan_interval_lines(pd: PlanDraws, labels: Sequence[str]) -> list[str]:
     """In how many draws each PSD configuration pays, its gain and both rates with intervals, and
     the input that moves the first one's gain most."""
+    if not labels:   # no SD/PSD verdict pair was searched: nothing to give intervals of
+        return []
     out = ["", f"  with intervals ({pd.draws} draws of {len(pd.inputs)} uncertain inputs; median "
-               f"({LEVEL:.0%} interval)):"]
+               f"({interval_label(pd.draws)})):"]
     for v, label in enumerate(labels):
         gain = interval_text(interval(pd.figure(v, "per_gpu_gain")), 2)
         psd = interval_text(interval(pd.figure(v, "psd_rate")), 2)

@@ -15,7 +15,9 @@ from psdsim.sim.profile import FEATURES, Profile, Term
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.uncertainty import (
+    MIN_RANKED_DRAWS,
     QUANTILES,
+    Interval,
     UncertainInput,
     interval,
     make_draws,
@@ -80,7 +82,7 @@ def test_only_acceptance_uncertain_gives_the_closed_form_step_interval():
     s = Scenario(method="psd", m=16, k=3, output_len=128, prompt_len=32, requests=32,
                  acceptance_spread=1e6)   # every request at the drawn mean, as the closed form
     acceptance = UncertainInput("acceptance", 0.5, 0.8, "test", field="acceptance")
-    prop = propagate(s, 16, inputs=[acceptance], workers=1)
+    prop = propagate(s, MIN_RANKED_DRAWS, inputs=[acceptance], workers=1)
     steps = interval(prop.figure("psd", ("decode_steps",)))
     low_a, _, high_a = np.quantile(prop.values[:, 0], QUANTILES)
 
@@ -165,6 +167,25 @@ def test_compare_with_intervals_prints_median_and_interval(capsys):
     out = capsys.readouterr().out
     assert "psd/sd" in out.split("intervals: median")[1]
     assert "–" in out and "what to measure first, for psd/sd throughput" in out
+
+
+def test_fewer_draws_than_a_ranking_needs_print_their_range_and_rank_nothing(capsys):
+    """Two draws printed a "90% interval", a chance threshold |rho| = 1.65 and a ranking; at four
+    the point run lay outside its "interval"."""
+    assert main(["run", *FAST, "--no-write", "--intervals", "4"]) == 0
+    out = capsys.readouterr().out
+    assert ("intervals: median (the range of the draws; a 90% interval needs --intervals 16 or more) "
+            "over 4 draws") in out
+    assert "not ranked over 4 draws" in out and "by chance" not in out and "rho²" not in out
+    draws = np.array([3.0, 1.0, 2.0, 10.0])
+    assert interval(draws) == Interval(2.5, 1.0, 10.0)
+
+
+def test_plan_intervals_without_a_verdict_pair_print_no_empty_section(capsys, tmp_path):
+    (tmp_path / "plan.toml").write_text(PLAN.replace('method = ["sd", "psd"]', 'k = [2, 3]'))
+    assert main(["plan", "plan.toml", "--intervals", "3", "--workers", "1", "--no-figures",
+                 "--out", "b"]) == 0
+    assert "with intervals" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("n", ["1", "0", "5000"])

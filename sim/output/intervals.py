@@ -13,7 +13,15 @@ from typing import Any
 
 from psdsim.sim.output.report import COMPARE_ROWS, LABEL, RATIO_KEYS, TABLE_WIDTH
 from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs, sensitivity_csv, tornado_png
-from psdsim.sim.uncertainty import LEVEL, Interval, Propagation, interval, numeric_paths
+from psdsim.sim.uncertainty import (
+    LEVEL,
+    MIN_RANKED_DRAWS,
+    Interval,
+    Propagation,
+    interval,
+    interval_label,
+    numeric_paths,
+)
 
 SHOWN_INPUTS = 5   # "what to measure first" lists this many
 
@@ -88,8 +96,9 @@ def format_intervals(prop: Propagation, methods: Sequence[str], pairs: Sequence[
              for m in methods}
     cells.update({f"{a}/{b}": [interval_text(interval(prop.ratio(a, b, path)), 2) if path in RATIO_KEYS
                                else "" for _, path, _, _ in COMPARE_ROWS] for a, b in pairs})
-    lines = [f"  intervals: median ({LEVEL:.0%} interval) over {prop.draws} draws of {len(prop.inputs)} "
-             "uncertain inputs", "  (a Latin hypercube, each input uniform over its range)"]
+    lines = [f"  intervals: median ({interval_label(prop.draws)}) over {prop.draws} draws of "
+             f"{len(prop.inputs)} uncertain inputs",
+             "  (a Latin hypercube, each input uniform over its range)"]
     joined = _columns(cells)
     if max(map(len, joined)) <= TABLE_WIDTH:
         lines += joined
@@ -118,6 +127,10 @@ def measure_first(rows: Sequence[Sensitivity], draws: int) -> list[str]:
     """The inputs that explain most of the first headline's spread, largest first. The seed is not
     one to measure: its rho, pure chance, is quoted as the yardstick of what chance gives."""
     first = [r for r in rows if r.figure == rows[0].figure]
+    if draws < MIN_RANKED_DRAWS:
+        return [f"  what to measure first, for {first[0].figure}: not ranked over {draws} draws",
+                f"  (chance alone gives |rho| near 1 at this N; rank with --intervals {MIN_RANKED_DRAWS} "
+                "or more)"]
     floor = noise_floor(draws)
     seed = next((r for r in first if r.input.field == "seed"), None)
     chance = f"; the seed's own, chance alone: {seed.rho:+.2f}" if seed is not None else ""
