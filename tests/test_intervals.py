@@ -174,6 +174,13 @@ def test_a_bad_number_of_draws_is_one_line(capsys, n):
     assert len(err) == 1 and err[0].startswith("psdsim: error: --intervals: must be 2..")
 
 
+@pytest.mark.parametrize("n", ["\uff13", "1_0", " 3 ", "+3"])
+def test_a_count_of_draws_is_plain_ascii_digits(capsys, n):
+    assert main(["run", *FAST, "--no-write", "--intervals", n]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("psdsim: error: --intervals: must be a number of draws")
+
+
 PLAN = """[base]
 target = "qwen3-32b"
 requests = 24
