@@ -39,5 +39,5 @@ def draw_intervals(args: argparse.Namespace, s: Any, methods: Sequence[str]) -> 
         return None
     from psdsim.studies.intervals import propagate
 
-    progress = Progress(not args.json)
+    progress = Progress(not args.json, total=args.intervals, unit="draws")
     return propagate(s, args.intervals, methods, progress=lambda f: progress("draws", f))
