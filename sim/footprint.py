@@ -58,6 +58,8 @@ BYTES_PER_TRACED_STEP = 16 * 1024   # timeline slices and the trace document (2.
 # chunk): small runs measured ~10 MB above the per-request and per-step terms.
 BYTES_PER_RUN = 32 * 2**20
 RESULT_BYTES_PER_STEP = 320
+# --intervals' files: intervals.json, sensitivity.csv and sensitivity.png (~75 kB), rounded up
+INTERVAL_FILES_BYTES = 256 * 1024
 RESULT_BYTES_PER_REQUEST = 160
 SECONDS_PER_BOUND_STEP = 1e-4
 SIZE_UNITS = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))

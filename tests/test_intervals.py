@@ -195,6 +195,26 @@ def test_a_bad_number_of_draws_is_one_line(capsys, n):
     assert len(err) == 1 and err[0].startswith("psdsim: error: --intervals: must be 2..")
 
 
+@pytest.mark.parametrize("n", ["\uff13", "1_0", " 3 ", "+3"])
+def test_a_count_of_draws_is_plain_ascii_digits(capsys, n):
+    assert main(["run", *FAST, "--no-write", "--intervals", n]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("psdsim: error: --intervals: must be a number of draws")
+
+
+def _say_everything(monkeypatch) -> None:
+    """Every estimate announced and every progress shown, however short the work."""
+    monkeypatch.setattr("psdsim.commands.common.LONG_WORK_S", 0.0)
+    monkeypatch.setattr("psdsim.commands.common.PROGRESS_AFTER_S", 0.0)
+
+
+def test_the_draws_are_in_the_estimate_and_their_progress_counts_them(capsys, monkeypatch):
+    _say_everything(monkeypatch)
+    assert main(["run", *FAST, "--no-write", "--intervals", "4"]) == 0
+    err = capsys.readouterr().err
+    assert "psdsim: 24 requests, then 4 draws of them: about" in err and "/4 draws" in err
+
+
 PLAN = """[base]
 target = "qwen3-32b"
 requests = 24
@@ -268,6 +288,28 @@ prompt_len = 32
 [grid]
 method = ["sd", "psd"]
 """
+
+
+def test_a_plan_s_estimate_and_progress_count_its_draws(capsys, monkeypatch, tmp_path):
+    _say_everything(monkeypatch)
+    (tmp_path / "plan.toml").write_text(PLAN)
+    assert main(["plan", "plan.toml", "--intervals", "2", "--workers", "1", "--no-figures",
+                 "--out", "p"]) == 0
+    err = capsys.readouterr().err
+    assert "configurations × ~" in err and "runs each, then 2 draws of them: about" in err
+    assert "draws: 100% 4/4 searches" in err
+
+
+def test_a_sweep_s_estimate_and_dry_run_count_its_draws(capsys, monkeypatch, tmp_path):
+    _say_everything(monkeypatch)
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    assert main(["sweep", "sweep.toml", "--dry-run", "--intervals", "8"]) == 0
+    assert "2 distinct runs × (1 + 8 draws) over method" in capsys.readouterr().out
+    assert main(["sweep", "sweep.toml", "--dry-run", "--intervals", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["draws_per_run"] == 8
+    assert main(["sweep", "sweep.toml", "--out", "s", "--workers", "1", "--no-figures",
+                 "--intervals", "2"]) == 0
+    assert "psdsim: 2 runs × (1 + 2 draws): about" in capsys.readouterr().err
 
 
 def test_sweep_with_intervals_adds_interval_columns_and_reruns_for_another_n(capsys, tmp_path):

@@ -87,3 +87,24 @@ def test_a_result_without_client_timings_is_one_line(tmp_path, capsys):
         validate_bench(f, None, SYSTEM)
     assert main(["validate", "--bench", str(f), "--set", "method=ar"]) == 2
     assert capsys.readouterr().err.startswith("psdsim: error: --bench: r.json: field 'ttfts'")
+
+
+def _compressed(f: Path) -> None:
+    import gzip
+
+    f.write_bytes(gzip.compress(b" " * 10_000))
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda f: f.mkdir(), "'r.json' is a folder, not a benchmark result"),
+    (lambda f: f.symlink_to(f), "cannot use 'r.json' (a loop of symbolic links)"),
+    (_compressed, "r.json: not UTF-8 JSON text"),
+    (lambda f: f.write_text("{}" + " " * 100), "r.json: larger than"),
+])
+def test_a_result_that_is_no_readable_file_is_one_line(tmp_path, capsys, monkeypatch, make, problem):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("psdsim.engine.validate.bench.MAX_RESULT_BYTES", 64)
+    make(tmp_path / "r.json")
+    assert main(["validate", "--bench", "r.json", "--set", "method=ar"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"psdsim: error: --bench: {problem}") and "\n" not in err

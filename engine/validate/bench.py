@@ -23,6 +23,7 @@ import numpy as np
 
 from psdsim.engine.validate.report import format_error, format_value
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.input_paths import input_file
 from psdsim.sim.output.report import infeasible_error
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario, load_scenario
@@ -39,6 +40,9 @@ KEYS = tuple(key for key, _ in METRICS)
 ALIASES = {"throughput": "output_throughput", "ttft": "ttft_ms.p50", "tpot": "tpot_ms.p50",
            "e2el": "e2el_ms.p50"}
 FIX = "give a result of `vllm bench serve --save-result --save-detailed` whose requests all completed"
+# A detailed result keeps a few numbers and its texts per request: a million requests stay well
+# under this, while a larger file is not a result and would be parsed whole into memory.
+MAX_RESULT_BYTES = 1 << 30
 # Scenario fields the result itself decides: its requests are the workload.
 FROM_RESULT = ("trace", "requests", "rate", "n", "trace_speedup", "trace_start_s", "trace_duration_s")
 
@@ -60,9 +64,18 @@ def figures(ttft_s: np.ndarray, e2el_s: np.ndarray, output_len: np.ndarray,
 
 
 def _result(path: Path) -> dict[str, Any]:
+    """The result's JSON object, read only from a regular file of a result's size (a pipe would
+    never end, a device never stop)."""
+    real = input_file(path, "--bench", "a benchmark result", FIX)
+    if real.stat().st_size > MAX_RESULT_BYTES:
+        raise ScenarioError("--bench", f"{path.name}: larger than {MAX_RESULT_BYTES >> 20:,} MiB, not a "
+                            "benchmark result", FIX)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        doc = json.loads(real.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ScenarioError("--bench", f"{path.name}: not UTF-8 JSON text (a compressed file?)",
+                            FIX) from None
+    except (OSError, json.JSONDecodeError, RecursionError) as exc:
         raise ScenarioError("--bench", f"{path.name}: not a readable JSON result ({exc.__class__.__name__})",
                             FIX) from None
     if not isinstance(doc, dict):

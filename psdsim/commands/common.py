@@ -135,15 +135,30 @@ def announce(work: Work, stream: Any = None) -> None:
                                  f"(a rough estimate, within a factor of a few){disk}; Ctrl-C stops it\n")
 
 
-def before_scenario_runs(s: Any, runs: int, out: Path | None) -> None:
-    """For `runs` runs of scenario s (run: one; compare: one a method, all held until written),
-    whose results folder, unless None, is out: refuse results that cannot fit in the free space
-    where they land (with the temporary tables the runs hold meanwhile, on the same disk), then
-    announce the work if it is long."""
-    from psdsim.sim.footprint import check_results_disk, results_bytes, seconds_estimate, spill_bytes
+def drawn_seconds(seconds_each: float, draws: int, workers: int | None = None) -> float:
+    """The host time of `draws` more runs of `seconds_each`, which go `workers` at once (default:
+    one a core, as --intervals' draws do in run, compare and plan)."""
+    return seconds_each * draws / workers_used(workers or os.cpu_count() or 1, max(draws, 1))
 
-    what = f"{s.requests:,} requests" + (f" × {runs} methods" if runs > 1 else "")
-    work = Work(what, runs * seconds_estimate(s), runs * results_bytes(s) if out else 0, str(out))
+
+def before_scenario_runs(s: Any, runs: int, out: Path | None, draws: int | None = None) -> None:
+    """For `runs` runs of scenario s (run: one; compare: one a method, all held until written),
+    then `draws` draws of them all (--intervals), whose results folder, unless None, is out:
+    refuse results that cannot fit in the free space where they land (with the temporary tables
+    the runs hold meanwhile, on the same disk), then announce the work if it is long."""
+    from psdsim.sim.footprint import (
+        INTERVAL_FILES_BYTES,
+        check_results_disk,
+        results_bytes,
+        seconds_estimate,
+        spill_bytes,
+    )
+
+    what = (f"{s.requests:,} requests" + (f" × {runs} methods" if runs > 1 else "")
+            + (f", then {draws:,} draws of them" if draws else ""))
+    each = runs * seconds_estimate(s)
+    disk = runs * results_bytes(s) + (INTERVAL_FILES_BYTES if draws else 0)
+    work = Work(what, each + drawn_seconds(each, draws or 0), disk if out else 0, str(out))
     if out is not None:
         check_results_disk(work.disk_bytes, out, "requests",
                            "lower requests, write elsewhere with --out DIR, or add --no-write",

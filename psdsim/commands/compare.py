@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     with output_locks([("--out", out)]):   # from the check to the last rename
         if out is not None:
             check_results_folder(out, "compare")
-        before_scenario_runs(s, len(methods), out)
+        before_scenario_runs(s, len(methods), out, args.intervals)
         progress = Progress(not args.json, total=s.requests, unit="requests")
         results = compare_methods(s, methods, progress=progress)
         if not any(r.fits for r in results.values()):   # nothing ran: no folder, no table

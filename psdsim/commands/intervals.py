@@ -11,10 +11,13 @@ from psdsim.commands.common import Progress
 
 def _draws(text: str) -> int:
     """--intervals' value, refused at parse time (before any simulation) unless a count in range."""
+    from psdsim.sim.numbers import integer
     from psdsim.sim.uncertainty import MAX_DRAWS
 
     try:
-        draws = int(text)
+        if not text.isdigit():   # integer() alone would also read ' 3 ' and '1_0'
+            raise ValueError(text)
+        draws = integer(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number of draws, got {text!r}") from None
     if not 2 <= draws <= MAX_DRAWS:
@@ -36,5 +39,5 @@ def draw_intervals(args: argparse.Namespace, s: Any, methods: Sequence[str]) -> 
         return None
     from psdsim.studies.intervals import propagate
 
-    progress = Progress(not args.json)
+    progress = Progress(not args.json, total=args.intervals, unit="draws")
     return propagate(s, args.intervals, methods, progress=lambda f: progress("draws", f))

@@ -18,6 +18,7 @@ from psdsim.commands.common import (
     add_set,
     announce,
     check_workers,
+    drawn_seconds,
     guarded_write,
     study_out,
     user_error,
@@ -51,9 +52,10 @@ def runs_per_search(tolerance: float) -> int:
     return 1 + 3 + math.ceil(math.log2(math.log(2) / math.log1p(tolerance)))
 
 
-def _work(spec: Any, workers: int) -> tuple[Work, int]:
-    """The plan's estimate, and how many configurations it searches; first, as run_plan will,
-    refuse what the machine cannot hold (an estimate must not precede a refusal)."""
+def _work(spec: Any, workers: int, draws: int | None) -> tuple[Work, int]:
+    """The plan's estimate, its --intervals draws' searches included, and how many configurations
+    it searches; first, as run_plan will, refuse what the machine cannot hold (an estimate must not
+    precede a refusal)."""
     from psdsim.sim.footprint import check_at_once, seconds_estimate
     from psdsim.studies.plan import configurations
 
@@ -61,8 +63,10 @@ def _work(spec: Any, workers: int) -> tuple[Work, int]:
     if configs:
         check_at_once(configs, workers)
     runs = runs_per_search(spec.tolerance)
-    seconds = sum(map(seconds_estimate, configs)) * runs / workers_used(workers, len(configs))
-    return Work(f"{len(configs):,} configurations × ~{runs} runs each", seconds), len(configs)
+    each = sum(map(seconds_estimate, configs)) * runs
+    seconds = each / workers_used(workers, len(configs)) + drawn_seconds(each, draws or 0, workers)
+    drawn = f", then {draws:,} draws of them" if draws else ""
+    return Work(f"{len(configs):,} configurations × ~{runs} runs each{drawn}", seconds), len(configs)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or study_out("plan", args.plan, spec.base.digest())
     with output_lock(out):   # from the check to the last rename
         check_results_folder(out, "plan")
-        work, configs = _work(spec, args.workers)
+        work, configs = _work(spec, args.workers, args.intervals)
         announce(work)
         progress = Progress(not args.json, total=configs, unit="configurations")
         result = run_plan(spec, args.workers, lambda f: progress("plan", f))
@@ -88,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
                              "tensor_parallel_size, smaller models)")
         report = {"rows": result.rows, "pareto": result.front, "verdicts": result.verdicts,
                   "invalid": [{"config": c, "error": e} for c, e in result.invalid]}
-        drawn = _draw_plan(args, spec, result, lambda f: progress("draws", f))
+        draws = Progress(not args.json, total=configs * (args.intervals or 0), unit="searches")
+        drawn = _draw_plan(args, spec, result, lambda f: draws("draws", f))
         if drawn is not None:
             report["intervals"] = drawn[0]
         text = json.dumps(report, indent=2, allow_nan=False) + "\n"

@@ -78,7 +78,7 @@ def _simulate_and_write(args: argparse.Namespace, s: Any, trace: Path | None, ou
     check_no_clash([(flag, path) for flag, path in (("--trace", trace), ("--out", out)) if path is not None])
     if trace is not None:   # a results folder may hold the scenario it re-runs; a timeline never an input
         check_no_clash([("--trace", trace)], [args.scenario, *(getattr(s, name) for name in PATH_FIELDS)])
-    before_scenario_runs(s, 1, out)
+    before_scenario_runs(s, 1, out, args.intervals)
     progress = Progress(not args.json, total=s.requests, unit="requests")
     result = simulate(s, progress=lambda f: progress(s.method, f), timeline=trace is not None)
     if not result.fits:

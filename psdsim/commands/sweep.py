@@ -58,14 +58,21 @@ def add_arguments(sw: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     add_intervals_arg(sw)
 
 
-def _work(design: Any, workers: int, out: Path) -> Work:
-    """What running every run of the design takes: host time over the runs that go at once, and
-    the folder's files (sim/footprint.py prices each run)."""
+def _work(design: Any, workers: int, out: Path, draws: int | None) -> Work:
+    """What running every run of the design takes: host time over the runs that go at once (each
+    run's --intervals draws go after it, in its worker), and the folder's files (sim/footprint.py
+    prices each run)."""
     from psdsim.sim.footprint import seconds_estimate
 
     runs = len(design.runs)
     seconds = sum(seconds_estimate(p.scenario) for p in design.runs) / workers_used(workers, runs)
-    return Work(f"{runs:,} runs", seconds, runs * BYTES_PER_RUN, str(out))
+    return Work(f"{runs:,} runs{_drawn(draws)}", seconds * (1 + (draws or 0)), runs * BYTES_PER_RUN,
+                str(out))
+
+
+def _drawn(draws: int | None) -> str:
+    """What --intervals adds to each run, in words ("" without it)."""
+    return f" × (1 + {draws:,} draws)" if draws else ""
 
 
 def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: str) -> list[Path]:
@@ -91,14 +98,16 @@ def _dry_run(args: argparse.Namespace, design: Any, out: Path) -> None:
     every = design.size <= DRY_RUN_POINTS
     if every:
         design.points   # noqa: B018  (builds and validates each point)
-    size = {"spec": str(args.spec), "points": design.size, "runs": design.distinct, "swept": design.swept,
+    size = {"spec": str(args.spec), "points": design.size, "runs": design.distinct,
+            **({"draws_per_run": args.intervals} if args.intervals else {}), "swept": design.swept,
             "out": str(out), "checked": "points" if every else "grid values"}
     if args.json:
         print(json.dumps(size, indent=2))
         return
     checked = "" if every else "; each grid value checked, each point when the sweep starts"
-    print(f"psdsim sweep · {args.spec} · {design.size} design points, {design.distinct} distinct runs over "
-          f"{', '.join(design.swept) or 'nothing'} (dry run: nothing written{checked})")
+    print(f"psdsim sweep · {args.spec} · {design.size} design points, {design.distinct} distinct runs"
+          f"{_drawn(args.intervals)} over {', '.join(design.swept) or 'nothing'} (dry run: nothing "
+          f"written{checked})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         _dry_run(args, design, out)
         return 0
-    work = _work(design, args.workers, out)
+    work = _work(design, args.workers, out, args.intervals)
     check_results_disk(work.disk_bytes, out, "grid", "sweep fewer values, or choose a folder on a larger "
                                                      "disk with --out DIR")
     # announced at the first report: run_sweep may still refuse the folder (another sweep's)
