@@ -6,12 +6,16 @@ memory raises MemoryError. Neither is a ValueError, so each reader's own checks 
 Every reader of a file the user names (scenario, sweep and plan specs, catalog, the validate
 manifest, request traces, profiles) parses through `parse_document`; no depth cap is added, so any
 file Python can parse still reads, and psdsim's own files need only a few levels.
+
+A JSON object may name a key twice, and json keeps the last value silently; `load_json` refuses
+it instead, so that a file never says two things and psdsim picks one without a word.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from psdsim.sim.errors import ScenarioError
 
@@ -29,3 +33,30 @@ def parse_document(parse: Callable[[str], T], text: str, field: str, name: str) 
     except MemoryError:
         raise ScenarioError(field, f"{name} is too large to parse in this machine's memory",
                             "give a smaller file") from None
+
+
+class DuplicateKey(ValueError):
+    """A JSON object that names `key` twice: which of its values is meant cannot be known."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    row = dict(pairs)
+    if len(row) < len(pairs):
+        keys = [key for key, _ in pairs]
+        raise DuplicateKey(next(key for key in keys if keys.count(key) > 1))
+    return row
+
+
+def load_json(text: str) -> Any:
+    """json.loads, raising DuplicateKey for a key given twice in one object (at any depth)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
+def duplicate_key_error(field: str, name: str, exc: DuplicateKey) -> ScenarioError:
+    """The one-line refusal of the file `name` for the key `exc` found twice."""
+    return ScenarioError(field, f"{name}: key {exc.key!r} given twice (which value is meant?)",
+                         "keep one of the two")

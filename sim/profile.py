@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.costs import NO_CHUNKS, Chunks, OptionalCosts, StepCost, complete
-from psdsim.sim.documents import parse_document
+from psdsim.sim.documents import DuplicateKey, load_json, parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.layout import DEDICATED, layout_for
 from psdsim.sim.numbers import finite
@@ -318,9 +318,12 @@ def profile_from_json(text: str, path: str = "profile") -> Profile:
     outside its term's sign or magnitude (see MAX_COEF_S and FACTOR_BOUNDS) or an unknown key is
     an error naming its JSON path (`terms.verify.coef[1]`), never clamped or ignored."""
     try:
-        doc = parse_document(json.loads, text, "profile", path)
+        doc = parse_document(load_json, text, "profile", path)
     except json.JSONDecodeError as exc:
         raise _bad(f"not JSON ({exc.msg} at line {exc.lineno})", path) from None
+    except DuplicateKey as exc:
+        raise _bad(f"key {exc.key!r} given twice (which value is meant?); keep one of the two",
+                   path) from None
     if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
         raise _bad(f"not a psdsim profile (no \"format\": \"{PROFILE_FORMAT}\")", path)
     if doc.get("version") != PROFILE_VERSION:

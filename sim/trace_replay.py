@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from psdsim.sim.acceptance import MAX_ACCEPTANCE
-from psdsim.sim.documents import parse_document
+from psdsim.sim.documents import DuplicateKey, duplicate_key_error, load_json, parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import finite, number, shown
 from psdsim.sim.scenario import MAX_SPAN_S, Scenario, path_field_file
@@ -135,25 +135,6 @@ def _header(path: Path, names: list[str]) -> list[str]:
     return names
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _json_object(line: str) -> Any:
-    """json.loads, refusing a key given twice in one object (json keeps the last silently)."""
-    return json.loads(line, object_pairs_hook=_unique_keys)
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    row = dict(pairs)
-    if len(row) < len(pairs):
-        keys = [key for key, _ in pairs]
-        raise _DuplicateKey(next(key for key in keys if keys.count(key) > 1))
-    return row
-
-
 def _csv_rows(path: Path, text: str) -> tuple[TraceFormat, Rows]:
     reader = csv.DictReader(text.splitlines())
     try:
@@ -168,7 +149,7 @@ def _csv_rows(path: Path, text: str) -> tuple[TraceFormat, Rows]:
                             "write comma-separated rows under a header row") from None
 
 
-def _bench_document(text: str) -> dict[str, Any] | None:
+def _bench_document(path: Path, text: str) -> dict[str, Any] | None:
     """The file as one `vllm bench serve` result, or None when it is not one (a JSONL trace)."""
     if not text.lstrip().startswith("{"):
         return None
@@ -176,7 +157,12 @@ def _bench_document(text: str) -> dict[str, Any] | None:
         doc = json.loads(text)
     except (json.JSONDecodeError, RecursionError):
         return None
-    return doc if isinstance(doc, dict) and any(key in doc for key in BENCH_KEYS) else None
+    if not (isinstance(doc, dict) and any(key in doc for key in BENCH_KEYS)):
+        return None
+    try:   # parsed again only to find a key given twice, which json.loads kept the last of
+        return load_json(text)
+    except DuplicateKey as exc:
+        raise duplicate_key_error("trace", path.name, exc) from None
 
 
 def _jsonl_rows(path: Path, text: str) -> tuple[TraceFormat, Rows]:
@@ -185,8 +171,8 @@ def _jsonl_rows(path: Path, text: str) -> tuple[TraceFormat, Rows]:
         if not line.strip():
             continue
         try:
-            row = parse_document(_json_object, line, "trace", f"{path.name} line {i}")
-        except _DuplicateKey as exc:
+            row = parse_document(load_json, line, "trace", f"{path.name} line {i}")
+        except DuplicateKey as exc:
             raise _fail(path, f"line {i}", exc.key, "given twice in the row (which one is meant?)",
                         "keep one of the two") from None
         except json.JSONDecodeError as exc:
@@ -203,7 +189,7 @@ def _rows(path: Path) -> tuple[TraceFormat, Rows]:
     text = _text(path)
     if path.suffix.lower() == ".csv":
         return _csv_rows(path, text)
-    doc = _bench_document(text)
+    doc = _bench_document(path, text)
     if doc is None:
         return _jsonl_rows(path, text)
     rows, problem = bench_rows(doc)

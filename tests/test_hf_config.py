@@ -322,3 +322,14 @@ def test_a_count_of_hundreds_of_digits_is_quoted_short(tmp_path):
     with pytest.raises(ConfigError) as info:
         derive_model(write(tmp_path / "m", _qwen8(vocab_size=10**400)))
     assert info.value.key == "vocab_size" and len(info.value.problem) < 200
+
+
+def test_a_key_given_twice_is_refused_not_taken_last(tmp_path):
+    text = json.dumps(config_of("qwen3-8b"))
+    assert '"num_hidden_layers": 36' in text
+    path = tmp_path / "config.json"
+    twice = '"num_hidden_layers": 36, "num_hidden_layers": 2'
+    path.write_text(text.replace('"num_hidden_layers": 36', twice))
+    with pytest.raises(ConfigError) as err:
+        derive_model(path)
+    assert err.value.key == "num_hidden_layers" and "given twice" in err.value.problem

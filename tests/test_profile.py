@@ -258,3 +258,10 @@ def test_coefficients_the_run_takes_as_zero_are_noted(tmp_path: Path) -> None:
     assert "profile: every broadcast coefficient is 0: that work costs nothing in this run" in w
     full = _run_warnings(tmp_path, Profile({"verify": VERIFY}))
     assert not any("count 0" in x or "costs nothing" in x for x in full)
+
+
+def test_a_key_given_twice_is_refused_not_taken_last() -> None:
+    text = _edited(lambda doc: None)
+    assert '"coef": ' in text
+    with pytest.raises(ScenarioError, match="key 'coef' given twice"):
+        profile_from_json(text.replace('"coef": ', '"coef": [1.0], "coef": ', 1), "p.json")

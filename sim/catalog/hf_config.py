@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.catalog import MAX_NUMBER, Model
+from psdsim.sim.documents import DuplicateKey, load_json
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.input_paths import input_file, input_path
 from psdsim.sim.numbers import finite, shown
@@ -163,12 +164,14 @@ def _derive(path: str, mtime_ns: int, key: str) -> DerivedModel:
 
 def _read(p: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = load_json(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("", f"cannot read it ({exc.__class__.__name__})", "give a readable UTF-8 file") \
             from None
     except json.JSONDecodeError as exc:
         raise ConfigError("", f"not valid JSON ({exc})", f"give the model's {CONFIG_NAME}") from None
+    except DuplicateKey as exc:
+        raise ConfigError(exc.key, "given twice (which value is meant?)", "keep one of the two") from None
     if not isinstance(doc, dict):
         raise ConfigError("", f"must be a JSON object, got {type(doc).__name__}",
                           f"give the model's {CONFIG_NAME}")
