@@ -78,6 +78,15 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "digits400.jsonl": b'{"arrival_s": 0, "prompt_tokens": 1' + b"0" * 400 + b', "output_tokens": 4}\n',
     "twice_column.csv": b"arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,10,4,20\n",
     "twice_key.jsonl": b'{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 4, "output_tokens": 8}\n',
+    "twice_config/config.json": (b'{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", '
+                                 b'"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, '
+                                 b'"num_hidden_layers": 2, "num_attention_heads": 16, '
+                                 b'"num_key_value_heads": 8, '
+                                 b'"head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": true, '
+                                 b'"max_position_embeddings": 40960, "torch_dtype": "bfloat16"}\n'),
+    "twice_bench.json": (b'{"model_id": "Qwen/Qwen3-32B", "duration": 3.0, "duration": 0.01, '
+                         b'"input_lens": [100, 200], "output_lens": [16, 16], "ttfts": [0.3, 0.35], '
+                         b'"latencies": [1.5, 1.6], "start_times": [0.0, 0.1]}\n'),
     "cat_head_dim0.toml": (b'[models.big]\nhf_id = "x/y"\nlayers = 64\nhidden = 5120\nintermediate = 25600\n'
                            b'heads = 64\nkv_heads = 8\nhead_dim = 0\nvocab = 151936\ntie_embeddings = false\n'
                            b'qk_norm = true\nbytes_per_param = 2.0\nsource = "t"\n'),
@@ -154,6 +163,8 @@ CASES = [
                    "noheader.csv", "missing.csv", "digits400.jsonl", "twice_column.csv",
                    "twice_key.jsonl")],
     ["run", *FAST, "--set", "trace=not_utf8_\udcff.csv"],   # scenario.toml could not record it
+    ["run", "--no-write", *FAST, "--set", "draft=twice_config/config.json", "--set", "acceptance=0.6"],
+    ["validate", "--bench", "twice_bench.json", "--set", "method=ar", "--set", "target=qwen3-32b"],
     ["run", "--no-write", *FAST, "--set", "catalog=cat_head_dim0.toml", "--set", "target=big"],
     ["catalog", "--catalog", "cat_head_dim0.toml"],
     ["run", *FAST[:2], "--set", "output_len=16", "--set", "catalog=cat_far_prompts.toml",

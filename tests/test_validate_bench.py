@@ -108,3 +108,58 @@ def test_a_result_that_is_no_readable_file_is_one_line(tmp_path, capsys, monkeyp
     assert main(["validate", "--bench", "r.json", "--set", "method=ar"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"psdsim: error: --bench: {problem}") and "\n" not in err
+
+
+def _edited(tmp_path: Path, **changes: object) -> Path:
+    doc = json.loads(BENCH.read_text())
+    doc.update(changes)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(doc))
+    return f
+
+
+N = 12
+BIG = 10 ** 400   # an integer past a float's range
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"ttfts": [-0.3] * N}, "negative TTFT"),
+    ({"ttfts": [9.0] * N}, "after its end-to-end latency"),
+    ({"ttfts": [0.0] * N, "latencies": [0.0] * N}, "latency <= 0"),
+    ({"duration": 0.01}, "shorter than its requests span"),
+    ({"duration": 1e-300}, "shorter than its requests span"),
+    ({"duration": BIG}, "not a positive number"),
+    ({"ttfts": [BIG] * N}, "field 'ttfts'"),
+    ({"latencies": [1e308] * N, "start_times": [0.0] * N, "duration": 1e308}, "too large"),
+    ({"latencies": [1.5, 1.6]}, "differ in length"),
+    ({"output_lens": [0.5] * N}, "whole number of tokens"),
+])
+def test_a_time_no_client_measures_is_refused(tmp_path, capsys, changes, problem):
+    f = _edited(tmp_path, **changes)
+    assert main(["validate", "--bench", str(f), *(a for s in SYSTEM for a in ("--set", s))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("psdsim: error: --bench: r.json: ") and problem in err and "\n" not in err
+
+
+def test_tpot_of_one_token_outputs_is_undefined_not_nan(tmp_path):
+    cells = validate_bench(_edited(tmp_path, output_lens=[1] * N), None, SYSTEM)["rows"][0]["metrics"]
+    assert all(cells[f"tpot_ms.{s}"]["measured"] is None for s in ("mean", "p50", "p90", "p99"))
+
+
+def test_a_key_given_twice_is_refused(tmp_path):
+    f = tmp_path / "r.json"
+    f.write_text(BENCH.read_text().replace('"duration":', '"duration": 0.01, "duration":', 1))
+    with pytest.raises(ScenarioError, match="'duration' given twice"):
+        validate_bench(f, None, SYSTEM)
+
+
+def test_a_result_of_another_catalog_model_is_refused():
+    with pytest.raises(ScenarioError) as err:
+        validate_bench(BENCH, None, ["method=ar", "target=qwen3-32b", "gpu=h200"])
+    assert err.value.field == "target" and "llama-3.1-8b" in err.value.fix
+
+
+def test_a_result_of_a_model_in_no_catalog_is_a_note(tmp_path):
+    report = validate_bench(_edited(tmp_path, model_id="someone/private-model"), None, SYSTEM)
+    assert report["notes"] == ["model_id 'someone/private-model' is in no catalog entry: predicted as "
+                               "llama-3.1-8b unchecked"]

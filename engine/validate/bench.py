@@ -22,11 +22,12 @@ from typing import Any
 import numpy as np
 
 from psdsim.engine.validate.report import format_error, format_value
+from psdsim.sim.documents import DuplicateKey, duplicate_key_error, load_json, parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.input_paths import input_file
 from psdsim.sim.output.report import infeasible_error
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import FIELDS, Scenario, load_scenario
+from psdsim.sim.scenario import FIELDS, Scenario, catalog_for, load_scenario
 from psdsim.sim.trace_replay import scenario_trace
 
 LATENCIES = ("ttft_ms", "tpot_ms", "e2el_ms")
@@ -44,6 +45,7 @@ FIX = "give a result of `vllm bench serve --save-result --save-detailed` whose r
 # under this, while a larger file is not a result and would be parsed whole into memory.
 MAX_RESULT_BYTES = 1 << 30
 # Scenario fields the result itself decides: its requests are the workload.
+DURATION_SLACK = 1e-3   # the client's clock reads the run's start and end around its requests
 FROM_RESULT = ("trace", "requests", "rate", "n", "trace_speedup", "trace_start_s", "trace_duration_s")
 
 
@@ -71,7 +73,9 @@ def _result(path: Path) -> dict[str, Any]:
         raise ScenarioError("--bench", f"{path.name}: larger than {MAX_RESULT_BYTES >> 20:,} MiB, not a "
                             "benchmark result", FIX)
     try:
-        doc = json.loads(real.read_text(encoding="utf-8"))
+        doc = parse_document(load_json, real.read_text(encoding="utf-8"), "--bench", path.name)
+    except DuplicateKey as exc:
+        raise duplicate_key_error("--bench", path.name, exc) from None
     except UnicodeDecodeError:
         raise ScenarioError("--bench", f"{path.name}: not UTF-8 JSON text (a compressed file?)",
                             FIX) from None
@@ -83,21 +87,89 @@ def _result(path: Path) -> dict[str, Any]:
     return doc
 
 
+def _seconds(value: Any) -> float | None:
+    """A JSON number as a finite float, or None (a bool, text, or an integer past a float's range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _numbers(path: Path, doc: Mapping[str, Any], key: str) -> np.ndarray:
+    values = doc.get(key)
+    numbers = [_seconds(v) for v in values] if isinstance(values, list) else [None]
+    if not numbers or None in numbers:
+        raise ScenarioError("--bench", f"{path.name}: field {key!r}: missing or not a list of finite numbers",
+                            FIX)
+    return np.array(numbers, dtype=float)
+
+
+def _refuse(path: Path, problem: str) -> None:
+    raise ScenarioError("--bench", f"{path.name}: {problem}", FIX)
+
+
+def _check_requests(path: Path, lists: Mapping[str, np.ndarray]) -> None:
+    """Times no client measures: negative, a first token after the last, a request with output
+    that took no time; output lengths that are not whole tokens."""
+    ttft, latency, out = lists["ttfts"], lists["latencies"], lists["output_lens"]
+    if (ttft < 0).any() or (latency <= 0).any():
+        _refuse(path, "a request with a negative TTFT or a latency <= 0 s (no client measures that)")
+    if (ttft > latency).any():
+        i = int(np.argmax(ttft > latency))
+        _refuse(path, f"request {i}: TTFT {ttft[i]:g} s is after its end-to-end latency {latency[i]:g} s")
+    if (out < 1).any() or (out != np.round(out)).any():
+        _refuse(path, "field 'output_lens': each must be a whole number of tokens >= 1")
+
+
+def _duration(path: Path, doc: Mapping[str, Any], lists: Mapping[str, np.ndarray]) -> float:
+    """The run's duration, which spans every request from the first sent to the last finished."""
+    duration = _seconds(doc.get("duration"))
+    if duration is None or not duration > 0:
+        _refuse(path, f"field 'duration': {doc.get('duration')!r:.40} is not a positive number of seconds")
+    assert duration is not None
+    if "start_times" in lists:
+        start = lists["start_times"]
+        span = float((start + lists["latencies"]).max() - start.min())
+        if duration < span * (1 - DURATION_SLACK):
+            _refuse(path, f"field 'duration': {duration:g} s is shorter than its requests span "
+                    f"({span:g} s from the first sent to the last finished)")
+    return duration
+
+
 def measured(path: Path, doc: Mapping[str, Any]) -> dict[str, float]:
-    """What the client measured, from the result's per-request lists and its duration."""
-    lists = {}
-    for key in ("ttfts", "latencies", "output_lens"):
-        values = doc.get(key)
-        if not isinstance(values, list) or not all(isinstance(v, int | float) and math.isfinite(v)
-                                                   and not isinstance(v, bool) for v in values):
-            raise ScenarioError("--bench", f"{path.name}: field {key!r}: missing or not a list of numbers",
-                                FIX)
-        lists[key] = np.array(values, dtype=float)
-    duration = doc.get("duration")
-    if not isinstance(duration, int | float) or not duration > 0 or not math.isfinite(duration):
-        raise ScenarioError("--bench", f"{path.name}: field 'duration': {duration!r} is not a positive "
-                            "number of seconds", FIX)
-    return figures(lists["ttfts"], lists["latencies"], lists["output_lens"], float(duration))
+    """What the client measured, from the result's per-request lists and its duration, each
+    checked to be a time a client could have measured (so no figure printed is impossible)."""
+    keys = ("ttfts", "latencies", "output_lens", *(("start_times",) if "start_times" in doc else ()))
+    lists = {key: _numbers(path, doc, key) for key in keys}
+    if len({len(v) for v in lists.values()}) > 1:
+        _refuse(path, "its per-request lists differ in length ("
+                + ", ".join(f"{key} {len(v)}" for key, v in lists.items()) + ")")
+    _check_requests(path, lists)
+    duration = _duration(path, doc, lists)
+    with np.errstate(all="ignore"):   # a figure past a float's range is refused just below
+        out = figures(lists["ttfts"], lists["latencies"], lists["output_lens"], duration)
+    if not all(math.isfinite(v) for key, v in out.items() if not (key.startswith("tpot") and math.isnan(v))):
+        _refuse(path, "its times are too large for their figures to be finite")
+    return out
+
+
+def check_model(doc: Mapping[str, Any], s: Scenario) -> str | None:
+    """Refuses a result of a catalog model other than the scenario's target (the comparison would
+    be of two different models); a note when the result's model is in no catalog entry."""
+    model_id = doc.get("model_id")
+    if not isinstance(model_id, str):
+        return f"the result names no model_id: predicted as {s.target} unchecked"
+    cat = catalog_for(s)
+    matches = [key for key, m in cat.models.items() if m.hf_id.lower() == model_id.lower()]
+    if not matches:
+        return f"model_id {model_id!r} is in no catalog entry: predicted as {s.target} unchecked"
+    if s.target not in matches:
+        raise ScenarioError("target", f"{s.target!r} is not the model the result measured ({model_id}, "
+                            f"catalog {matches[0]!r})", f"--set target={matches[0]}")
+    return None
 
 
 def predicted(s: Scenario) -> dict[str, float]:
@@ -129,12 +201,19 @@ def bench_scenario(path: Path, scenario: Path | None, overrides: Sequence[str]) 
     return s.replace(requests=len(trace.prompt_len))
 
 
+def _defined(x: float) -> float | None:
+    """A figure, or None where it is undefined (TPOT of a run whose outputs are all one token)."""
+    return None if math.isnan(x) else x
+
+
 def validate_bench(path: Path, scenario: Path | None, overrides: Sequence[str]) -> dict[str, Any]:
     """The report: the result's configuration, the scenario, every metric measured and predicted."""
     doc = _result(path)
+    seen = measured(path, doc)
     s = bench_scenario(path, scenario, overrides)
-    seen, model = measured(path, doc), predicted(s)
-    cells = {key: {"measured": seen[key], "predicted": model[key],
+    note = check_model(doc, s)
+    model = predicted(s)
+    cells = {key: {"measured": _defined(seen[key]), "predicted": _defined(model[key]),
                    "error": (model[key] - seen[key]) / seen[key] if seen[key] and math.isfinite(seen[key])
                    and math.isfinite(model[key]) else None}
              for key in KEYS}
@@ -142,7 +221,8 @@ def validate_bench(path: Path, scenario: Path | None, overrides: Sequence[str]) 
                                            "max_concurrency", "num_prompts", "date")}
     return {"bench": {"file": path.name, **bench}, "scenario": {"name": s.name, "digest": s.digest(),
             "method": s.method, "target": s.target, "draft": s.draft, "gpu": s.gpu, "k": s.k, "m": s.m},
-            "requests": s.requests, "rows": [{"run": path.stem, "in_sample": False, "metrics": cells}]}
+            "requests": s.requests, "notes": [note] if note else [],
+            "rows": [{"run": path.stem, "in_sample": False, "metrics": cells}]}
 
 
 def table_lines(report: Mapping[str, Any]) -> list[str]:

@@ -331,6 +331,8 @@ def run_bench(args: argparse.Namespace) -> int:
         print("\n".join(table_lines(report)))
         if bounds:
             print(f"  {gate_line(report['gate'])}")
+    for note in report["notes"]:
+        print(f"psdsim: note: {note}", file=sys.stderr)
     if not report["gate"]["passed"]:
         print(f"psdsim: {gate_line(report['gate'])}", file=sys.stderr)
         return 1
