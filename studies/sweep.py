@@ -29,6 +29,7 @@ import numpy as np
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import check_memory
 from psdsim.sim.output.results import (
+    check_record_place,
     is_own_file,
     landing,
     output_lock,
@@ -115,6 +116,7 @@ class Store:
         `mine`, though `new/` is missing)."""
         real = landing(self.out, "--out")
         self._refuse_what_psdsim_did_not_write(real)
+        self._refuse_foreign_records(real, design)
         state = real / STATE
         if state.exists():
             try:
@@ -160,6 +162,14 @@ class Store:
             raise ScenarioError("--out", f"{str(self.out)!r} holds {', '.join(theirs[:3])}: files psdsim did "
                                 "not write, or changed since, that the sweep would replace or delete",
                                 "move them, or use a new --out DIR")
+
+    def _refuse_foreign_records(self, real: Path, design: Design) -> None:
+        """Refuse, before any run, what is not a psdsim record at the record's name of a file the
+        sweep writes (sweep.json, the tables, runs/ID.json): a note of the user's there
+        (`runs/.ID.json.psdsim.json`) would otherwise be refused only once the run is done."""
+        runs = (real / RUNS / f"{p.run_id}.json" for p in design.runs)
+        for path in (real / STATE, *(real / name for name in TABLES), *runs):
+            check_record_place(path, path, "--out")
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:

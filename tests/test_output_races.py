@@ -17,7 +17,7 @@ import pytest
 from psdsim.cli import main
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output import results
-from psdsim.sim.output.results import check_output_file, lock_file, write_file
+from psdsim.sim.output.results import MARKER, check_output_file, lock_file, write_file
 from tests.test_output_safety import FAST, SIGTERMED, _refused, _snapshot
 from tests.test_sweep import spec
 
@@ -249,3 +249,123 @@ def test_sighup_and_sigquit_while_writing_leave_nothing(tmp_path, signum, code):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code and err.strip() == "psdsim: interrupted; nothing was written"
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# What sits at the name of a lock, a record or a marker, when psdsim did not put it there: it is
+# looked at before it is read (a pipe would hang psdsim, /dev/zero feed it without end), and kept
+
+def _psdsim(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process of its own, under a memory cap and a timeout: the old code hung on a
+    pipe and read a link to /dev/zero until memory ran out."""
+    import resource
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    cli = "import sys; from psdsim.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", cli, *argv], capture_output=True, text=True,
+                          timeout=30, preexec_fn=cap_memory)
+
+
+def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and err.startswith("psdsim: error: --") and "\n" not in err, proc.stderr
+    return err
+
+
+def test_a_user_s_file_at_a_lock_s_name_is_neither_emptied_nor_removed(capsys, tmp_path):
+    Path(".K4.psdsim-lock").write_text("my precious data")
+    err = _refused(capsys, ["run", *FAST, "--out", "K4"])
+    assert "/.K4.psdsim-lock', where psdsim keeps the lock of 'K4', is a file psdsim did not write" in err
+    assert Path(".K4.psdsim-lock").read_text() == "my precious data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".K4.psdsim-lock"]
+
+
+def test_a_lock_file_a_psdsim_left_is_still_taken_over(tmp_path):
+    Path(".K5.psdsim-lock").write_text(json.dumps({"pid": 4242, "mark": "0" * 12}) + "\n")
+    assert main(["run", *FAST, "--out", "K5"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["K5"]
+
+
+@pytest.mark.parametrize("lock", ["of the folder above", "of the destination"])
+def test_a_pipe_at_a_lock_s_name_is_refused_and_kept(tmp_path, lock):
+    Path("A").mkdir()
+    where = tmp_path / (".A.psdsim-lock" if lock == "of the folder above" else "A/.sub.psdsim-lock")
+    os.mkfifo(where)
+    err = _one_line(_psdsim("run", *FAST, "--out", "A/sub"))
+    assert f"{str(where)!r}, where psdsim keeps the lock of" in err and "is not a regular file" in err
+    assert where.exists() and not (tmp_path / "A" / "sub").exists()
+
+
+def test_a_pipe_or_a_link_to_dev_zero_as_a_single_file_s_record_is_refused(tmp_path):
+    write_file(Path("p.json"), "{}\n")
+    record = results.record_file(tmp_path / "p.json")
+    record.unlink()
+    os.mkfifo(record)
+    err = _one_line(_psdsim("run", *FAST, "--no-write", "--trace", "p.json"))
+    assert "'.p.json.psdsim.json' that is not a regular file" in err
+    record.unlink()
+    record.symlink_to("/dev/zero")
+    assert "'.p.json.psdsim.json' that is a link" in _one_line(_psdsim("run", *FAST, "--no-write",
+                                                                        "--trace", "p.json"))
+    assert Path("p.json").read_text() == "{}\n" and record.is_symlink()
+
+
+def test_a_pipe_as_a_results_folder_s_marker_is_refused(tmp_path):
+    assert main(["run", *FAST, "--out", "R1"]) == 0
+    (tmp_path / "R1" / MARKER).unlink()
+    os.mkfifo(tmp_path / "R1" / MARKER)
+    assert "'R1' is a folder psdsim did not write" in _one_line(_psdsim("run", *FAST, "--out", "R1"))
+
+
+def test_a_record_larger_than_any_psdsim_writes_is_not_read(tmp_path):
+    write_file(Path("p.json"), "{}\n")
+    results.record_file(tmp_path / "p.json").write_bytes(b" " * (results.RECORD_CAP + 1))
+    with pytest.raises(ScenarioError, match="more than psdsim ever writes there"):
+        write_file(Path("p.json"), "{}\n")
+
+
+@pytest.mark.parametrize("kind", ["note", "link", "folder"])
+def test_what_is_at_a_record_s_name_is_kept_unless_it_is_psdsim_s_record(tmp_path, kind):
+    record = tmp_path / ".p.json.psdsim.json"
+    {"note": lambda: record.write_text("my precious record"), "link": lambda: record.symlink_to("victim"),
+     "folder": record.mkdir}[kind]()
+    with pytest.raises(ScenarioError) as refusal:
+        write_file(Path("p.json"), "{}\n")
+    assert f"{str(record)!r}, where psdsim keeps the record of 'p.json'" in refusal.value.problem
+    assert "free some space" not in refusal.value.fix
+    assert not (tmp_path / "p.json").exists()
+    assert {"note": lambda: record.read_text() == "my precious record", "link": record.is_symlink,
+            "folder": record.is_dir}[kind]()
+
+
+def test_a_record_left_without_its_file_is_psdsim_s_and_is_replaced(tmp_path):
+    write_file(Path("p.json"), "old\n")
+    Path("p.json").unlink()   # the user deleted the file, not its hidden record
+    write_file(Path("p.json"), "new\n")
+    assert results.is_own_file(tmp_path / "p.json")
+
+
+def test_a_sweep_keeps_a_user_s_note_at_a_run_s_record_name(capsys, swept):
+    path, out = swept
+    run = next(p for p in (out / "runs").iterdir() if not p.name.startswith("."))
+    run.unlink()
+    results.record_file(run).write_text("my notes")
+    err = _refused(capsys, ["sweep", str(path), "--out", "ref", "--workers", "1"])
+    assert f"keeps the record of {str(run)!r}, is not a record psdsim wrote" in err
+    assert results.record_file(run).read_text() == "my notes"
+    assert capsys.readouterr().out == ""
+
+
+def test_only_names_a_killed_writer_s_staging_has_exactly_are_removed(tmp_path):
+    mark = "0123456789ab"
+    Path(".R.psdsim-lock").write_text(json.dumps({"pid": 4242, "mark": mark}) + "\n")
+    staging = [tmp_path / f".R.psdsim-{mark}-abcd_123", tmp_path / f".R.psdsim-{mark}-zzzzzzzz"]
+    copies = [tmp_path / f".R.psdsim-{mark}-abcd_123.mycopy", tmp_path / f".R.psdsim-{mark}-abcd12"]
+    for folder in (staging[0], *copies):
+        folder.mkdir()
+        (folder / "summary.json").write_text("{}")
+    staging[1].write_text("{}")
+    assert main(["run", *FAST, "--out", "R"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["R", *(p.name for p in copies)])

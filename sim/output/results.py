@@ -19,6 +19,7 @@ and the mark on its staging names, which is how the next writer knows what a kil
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -27,6 +28,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -180,6 +182,8 @@ def staged_files(files: Sequence[tuple[str, Path, str | bytes]]) -> Iterator[Non
             yield
             for item, (option, path, _) in zip(staged, files, strict=True):   # what appeared meanwhile
                 _refuse_unless_ours(item.real, Path(path), option)
+                if item.record_tmp is not None:
+                    check_record_place(item.real, Path(path), option)
             for item, (option, path, _) in zip(staged, files, strict=True):
                 with _naming(option, Path(path)):
                     _put_in_place(item)
@@ -206,6 +210,8 @@ def _stage_file(option: str, path: Path, content: str | bytes) -> _Staged:
     if real.is_dir() and not real.is_symlink():   # a rename over a folder fails only once others are in place
         raise _refuse(option, path, "is a folder")
     _refuse_unless_ours(real, path, option)
+    if _claimed_folder(real) is None:
+        check_record_place(real, path, option)
     entry = _entry(content)
     with _naming(option, path):
         tmp = _stage(real, content)
@@ -238,6 +244,67 @@ def _placed(path: Path) -> Path:
     """`path` with its folder resolved: where the write lands. Made through the spelling, the
     folders of `new/../notes.txt` would include a stray `new/`."""
     return path.parent.resolve() / path.name
+
+
+# The most a psdsim-owned small file may hold: a lock document, a single file's record, and a
+# results folder's marker (which lists each of its files, so it grows with them).
+LOCK_CAP = 4096
+RECORD_CAP = 4096
+MARKER_CAP = 16 << 20
+
+
+class NotOwnFile(Exception):
+    """What sits at the name of a psdsim-owned small file is not one: a link, a pipe, a device,
+    a folder, or a file larger than any psdsim writes there. The message says which."""
+
+
+def open_own_file(path: Path, cap: int, flags: int = os.O_RDONLY) -> int | None:
+    """The open descriptor of the small file psdsim keeps at `path` (a lock, a record, a marker),
+    or None where nothing is there (and `flags` has no O_CREAT). Anything else at that name raises
+    NotOwnFile before a byte is read: it is looked at first (lstat), and opened without following
+    a link or waiting for a writer (O_NOFOLLOW | O_NONBLOCK), so a pipe or a device never hangs
+    psdsim nor feeds it without end, and checked again once open (the name may change meanwhile)."""
+    try:
+        before = os.lstat(path)
+    except FileNotFoundError:
+        if not flags & os.O_CREAT:
+            return None
+    else:
+        _check_own_file(before, cap)
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotOwnFile("is a link") from None
+        raise
+    try:
+        _check_own_file(os.fstat(fd), cap)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_own_file(info: os.stat_result, cap: int) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise NotOwnFile("is a link")
+    if not stat.S_ISREG(info.st_mode):
+        raise NotOwnFile("is not a regular file")
+    if info.st_size > cap:
+        raise NotOwnFile(f"holds {info.st_size:,} bytes, more than psdsim ever writes there ({cap:,})")
+
+
+def read_own_file(path: Path, cap: int) -> bytes | None:
+    """The bytes of the small file psdsim keeps at `path` (open_own_file's rule), None if absent."""
+    fd = open_own_file(path, cap)
+    if fd is None:
+        return None
+    try:
+        return os.pread(fd, cap + 1, 0)[:cap]
+    finally:
+        os.close(fd)
 
 
 def _stage(path: Path, content: str | bytes, prefix: str | None = None) -> Path:
@@ -281,6 +348,9 @@ class _Lock:
 
 
 _HELD: dict[Path, _Lock] = {}
+# The random tail mkstemp and mkdtemp put after a staging prefix (tempfile's 8 characters): a
+# name that goes on (`.R.psdsim-MARK-abcd1234.mycopy`) is a copy, the user's, not staging.
+_TEMP_NAME = "[a-z0-9_]{8}"
 
 
 def _covering(real: Path) -> _Lock | None:
@@ -401,8 +471,12 @@ def _refuse_if_inside_a_locked_folder(real: Path, given: Path, option: str) -> N
         if not folder.name or _covering(folder) is not None:
             continue
         try:
-            fd = os.open(lock_file(folder), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:   # none there (or none readable): nobody writes that folder
+            fd = open_own_file(lock_file(folder), LOCK_CAP)
+        except NotOwnFile as exc:
+            raise _foreign(option, lock_file(folder), "lock", given, str(exc)) from None
+        except OSError:   # unreadable: nobody psdsim runs as here writes that folder
+            continue
+        if fd is None:   # none there: nobody writes that folder
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -420,11 +494,15 @@ def _locked_fd(path: Path, given: Path, option: str) -> int:
     lock taken on a file no longer at `path` is dropped and taken again on the new one."""
     while True:
         try:
-            # O_NOFOLLOW: a link put in its place never makes psdsim write over what it points to
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            # a link put in its place never makes psdsim write over what it points to
+            fd = open_own_file(path, LOCK_CAP, os.O_RDWR | os.O_CREAT)
+        except NotOwnFile as exc:
+            raise _foreign(option, path, "lock", given, str(exc)) from None
         except OSError as exc:
             raise ScenarioError(option, f"cannot write {str(given)!r} ({exc.strerror or exc})",
                                 f"choose a writable place with {option}") from None
+        if fd is None:   # removed between its lstat and its opening: make it again
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -434,16 +512,37 @@ def _locked_fd(path: Path, given: Path, option: str) -> int:
                                 f"wait for it to finish, or choose another {option}") from None
         try:
             if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
-                return fd
+                return _checked_lock(fd, path, given, option)
         except FileNotFoundError:
             pass
         os.close(fd)
 
 
+def _checked_lock(fd: int, path: Path, given: Path, option: str) -> int:
+    """`fd`, once its file is found to be empty (new) or a lock document a psdsim left: any other
+    file at the lock's name is the user's, and is neither truncated nor removed."""
+    try:
+        doc = json.loads(os.pread(fd, LOCK_CAP, 0) or b"{}")
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and set(doc) <= {"pid", "mark"}:
+        return fd
+    os.close(fd)
+    raise _foreign(option, path, "lock", given, "is a file psdsim did not write")
+
+
+def _foreign(option: str, path: Path, kept: str, given: Path, why: str) -> ScenarioError:
+    """The refusal of the name where psdsim keeps the `kept` (lock, record) of `given`, when what
+    is there is not one psdsim wrote."""
+    return ScenarioError(option, f"{str(path)!r}, where psdsim keeps the {kept} of {str(given)!r}, {why}; "
+                         "psdsim never deletes or overwrites what it did not write",
+                         f"move that away yourself, or write elsewhere with {option}")
+
+
 def _holder(fd: int) -> dict[str, Any]:
     """What the lock file says of its last holder ({} for a new or unreadable one)."""
     try:
-        doc = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        doc = json.loads(os.pread(fd, LOCK_CAP, 0) or b"{}")
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
@@ -478,15 +577,17 @@ def _remove_empty(folders: Iterable[Path]) -> None:
 
 def _clear_stale(real: Path, mark: Any) -> None:
     """Remove the staging files and folders of the writer whose mark the lock file held: it is
-    gone (the lock was free) and left them only if it was killed. Only entries that carry its
-    mark are touched: beside `real`, and inside it (where a folder written file by file, as
-    validate's and sweep's are, stages its files)."""
+    gone (the lock was free) and left them only if it was killed. Only entries named exactly as
+    its staging is named (its mark, then mkstemp's random tail, and nothing after it) are touched:
+    beside `real`, and inside it (where a folder written file by file, as validate's and sweep's
+    are, stages its files). A copy under a longer name is the user's."""
     if not isinstance(mark, str) or not re.fullmatch(r"[0-9a-f]{12}", mark):
         return
-    stale = re.compile(rf"^\..+\.psdsim-{mark}-")
-    beside = [e for e in real.parent.iterdir() if e.name.startswith(f".{real.name}.psdsim-{mark}-")]
+    stale = re.compile(rf"\..+\.psdsim-{mark}-{_TEMP_NAME}")
+    mine = re.compile(rf"{re.escape(f'.{real.name}.psdsim-{mark}-')}{_TEMP_NAME}")
+    beside = [e for e in real.parent.iterdir() if mine.fullmatch(e.name)]
     inside = [Path(top) / name for top, dirs, files in os.walk(real) for name in (*dirs, *files)
-              if stale.match(name)] if real.is_dir() and not real.is_symlink() else []
+              if stale.fullmatch(name)] if real.is_dir() and not real.is_symlink() else []
     for entry in (*beside, *inside):
         _remove(entry)
 
@@ -522,9 +623,11 @@ def _holds_working_directory(out: Path) -> bool:
 
 
 def _marker(out: Path) -> dict[str, Any] | None:
+    """The marker of the folder `out`, or None where there is none psdsim could have written
+    (absent, unreadable, a pipe, a link, not JSON, larger than MARKER_CAP)."""
     try:
-        doc = json.loads((out / MARKER).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        doc = json.loads(read_own_file(out / MARKER, MARKER_CAP) or b"")
+    except (OSError, NotOwnFile, ValueError):
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("files"), list | str | dict) else None
 
@@ -719,17 +822,48 @@ def _not_ours(real: Path) -> str | None:
         entry = claimed[1].get(real.relative_to(claimed[0]).as_posix())
     else:
         try:
-            entry = json.loads(record_file(real).read_text(encoding="utf-8"))
-        except FileNotFoundError:
+            data = read_own_file(record_file(real), RECORD_CAP)
+        except NotOwnFile as exc:
+            return f"has beside it a record {record_file(real).name!r} that {exc}"
+        except OSError:
+            data = b""
+        if data is None:
             return ("is an existing file psdsim did not write (or wrote before it kept a record "
                     "of its files)")
-        except (OSError, UnicodeDecodeError, ValueError):
-            entry = {}
+        entry = _record_entry(data) or {}
     if entry is None or _matches(real, entry):
         return None
     if not os.access(real, os.R_OK):
         return "cannot be read, so nothing shows psdsim wrote it"
     return "has changed since psdsim wrote it"
+
+
+def _record_entry(data: bytes) -> dict[str, Any] | None:
+    """The size and sha256 a record's bytes hold, or None where they are not a psdsim record."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    if not (isinstance(doc, dict) and set(doc) == {"size", "sha256"} and isinstance(doc["size"], int)
+            and isinstance(doc["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", doc["sha256"])):
+        return None
+    return doc
+
+
+def check_record_place(real: Path, path: Path, option: str) -> None:
+    """Refuse to write the record of `real` over what sits at its name unless it is a psdsim record
+    (with its file present, _refuse_unless_ours has checked it describes that file): a note of the
+    user's under that name, a link, a pipe or a folder stays as it is."""
+    record = record_file(real)
+    try:
+        data = read_own_file(record, RECORD_CAP)
+        why = None if data is None or _record_entry(data) is not None else "is not a record psdsim wrote"
+    except NotOwnFile as exc:
+        why = str(exc)
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror or exc})"
+    if why is not None:
+        raise _foreign(option, record, "record", path, why)
 
 
 def _claimed_folder(real: Path) -> tuple[Path, dict[str, Any]] | None:
