@@ -28,7 +28,8 @@ group); every Timer region synchronises the GPU (`timer_s`); the full-vocabulary
 gathered to the first rank and sampled before the return (`sample_s`); vLLM's MultiStepWorker
 drafts one extra row for each request whose drafts were all accepted (`extra_rows`: the methods
 add those rows to the batch they draft, `extra_draft_rows`). The per-step framework work is
-`framework_s`.
+`framework_s`; vLLM V0's spec-decode worker adds its own host bookkeeping around the proposals
+and their scoring, serial on the driver and charged with the drafting (`spec_worker`).
 
 The constants are the engine profile's (sim/catalog/engines.toml, each with its source); the
 `roofline` profile is sim/costs.AnalyticCost itself, unchanged.
@@ -152,6 +153,7 @@ class EngineCost(OptionalCosts):
         e = engine
         self._prep = (e.prepare_ms * 1e-3, e.prepare_request_us * 1e-6, e.prepare_token_us * 1e-6)
         self._meta = (e.metadata_ms * 1e-3, e.metadata_request_us * 1e-6)
+        self._spec = (e.spec_worker_ms * 1e-3, e.spec_worker_request_us * 1e-6, e.spec_worker_draft_us * 1e-6)
         self._sync = e.sync_us * 1e-6
         self._timer = e.timer_syncs * self._sync if e.minedraft else 0.0
         self._step = (e.step_ms * 1e-3, e.step_request_us * 1e-6, e.output_request_us * 1e-6)
@@ -191,18 +193,27 @@ class EngineCost(OptionalCosts):
         return (fixed + requests * per_request + tokens * per_token) + (
             self._meta[0] + requests * self._meta[1])
 
+    def spec_worker(self, batch: int, k: int) -> float:
+        """The spec-decode worker's own host bookkeeping around one step's drafting and scoring
+        (vLLM V0: the proposer's split, extra rows and merge, the MQA scorer's inputs and
+        reshapes), serial on the driver that runs the worker; the sampler, rejection and output
+        lists are priced by their own terms."""
+        fixed, per_request, per_draft = self._spec
+        return fixed + batch * per_request + batch * k * per_draft
+
     def timer(self) -> float:
         return self._timer
 
     # -- StepCost ----------------------------------------------------------------------------
 
     def draft(self, batch: int, k: int, ctx: int) -> float:
-        """k chained passes over `batch` rows (the methods add V0's extra rows to the batch)."""
+        """k chained passes over `batch` rows (the methods add V0's extra rows to the batch), with
+        the spec-decode worker's bookkeeping of the step."""
         if not k or not batch:
             return 0.0
         fixed, per_request, per_token = self._prep
         return (fixed + batch * per_request + batch * per_token) + self.drafter.draft_wall(batch, k, ctx) \
-            + self._sync
+            + self._sync + self.spec_worker(batch, k)
 
     def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
         pairs = tokens * ctx / batch if batch else 0.0

@@ -9,9 +9,12 @@ the engine profile (docs/engine-costs.md); these tests hold the model to it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, load_scenario
 from tests.conftest import decode_rows
@@ -60,8 +63,8 @@ def test_psd_pays_driver_prep_framework_on_2m_and_extra_rows() -> None:
     assert (st["prep_s"][rows] > 0).all()
     assert (st["prep_s"] <= st["draft_s"]).all()           # a named part of drafting
     assert st["extra_rows"][rows].sum() > 0                 # acceptance 0.8: many all-accepted
-    # framework: 0.1 ms + 15 us per running request (PSD runs 2m) + 64 us per verified request
-    expected = 0.1e-3 + st["running"][rows] * 15e-6 + st["verified"][rows] * 64e-6
+    # framework: 62.2 us + 13.6 us per running request (PSD runs 2m) + 42.2 us per verified request
+    expected = 0.0622e-3 + st["running"][rows] * 13.6e-6 + st["verified"][rows] * 42.2e-6
     np.testing.assert_allclose(st["framework_s"][rows], expected, rtol=1e-12)
 
 
@@ -71,7 +74,7 @@ def test_sd_co_located_has_no_driver_prep_but_the_same_framework_and_extra_rows(
     assert not st["prep_s"].any()
     assert st["extra_rows"][rows].sum() > 0
     np.testing.assert_allclose(st["framework_s"][rows],
-                               0.1e-3 + st["running"][rows] * 15e-6 + st["verified"][rows] * 64e-6)
+                               0.0622e-3 + st["running"][rows] * 13.6e-6 + st["verified"][rows] * 42.2e-6)
 
 
 def test_the_timeline_draws_the_driver_prep() -> None:
@@ -111,3 +114,37 @@ def test_the_ring_drafts_the_extra_rows_in_the_background_too() -> None:
     fewer = simulate(s.replace(acceptance=0.05)).steps   # almost never all accepted
     assert fewer["extra_rows"].sum() < st["extra_rows"].sum()
     assert not simulate(s.replace(engine="roofline")).steps["extra_rows"].any()
+
+
+def _fastest_step_fits() -> dict[str, tuple[float, float, float]]:
+    """The fastest-step fits of docs/measurements/vllm_v0_host.md: part -> (fixed, per sequence,
+    per sequence per draft token), in microseconds."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "measurements" / "vllm_v0_host.md").read_text()
+    block = text.split("Fastest step of each configuration")[1].split("```")[1]
+    fits = {}
+    for line in block.splitlines():
+        cells = line.rsplit(None, 6)
+        if len(cells) == 7 and not line.startswith("part"):
+            fits[cells[0].strip()] = (float(cells[1]), float(cells[2]), float(cells[3]))
+    return fits
+
+
+def test_the_v0_host_constants_are_the_measured_fits_at_k3() -> None:
+    """engines.toml's V0 host constants are the recorded fastest-step fits evaluated at k = 3
+    (docs/engine-costs.md, "The V0 host side, measured"): no constant drifts from its record."""
+    e = builtin_catalog().engines["vllm-0.9.2-v0-eager"]
+    fits, k = _fastest_step_fits(), 3
+
+    def per_seq(part: str) -> float:
+        return fits[part][1] + fits[part][2] * k
+
+    assert e.step_ms * 1e3 == pytest.approx(fits["schedule"][0], rel=0.01)
+    assert e.step_request_us == pytest.approx(per_seq("schedule"), rel=0.01)
+    assert e.output_request_us == pytest.approx(per_seq("process detok") + per_seq("outputs"), rel=0.01)
+    assert e.sampler_host_ms * 1e3 == pytest.approx(fits["sampler"][0], rel=0.01)
+    assert e.sampler_host_row_us == pytest.approx(per_seq("sampler") / (k + 1), rel=0.01)
+    # the proposer's and the scorer's bookkeeping; rejection and output lists have their own terms
+    spec = [fits["propose"][i] + fits["score"][i] for i in range(3)]
+    assert e.spec_worker_ms * 1e3 == pytest.approx(spec[0], rel=0.01)
+    assert e.spec_worker_request_us == pytest.approx(spec[1], rel=0.01)
+    assert e.spec_worker_draft_us == pytest.approx(spec[2], rel=0.01)

@@ -297,6 +297,9 @@ class EngineProfile:
     exposed_ms: float = 0.0           # async scheduling: framework time left on the critical path
     metadata_ms: float = 0.0          # MineDraft: one side of the metadata broadcast, fixed
     metadata_request_us: float = 0.0  # ... per request
+    spec_worker_ms: float = 0.0       # CPU: the spec-decode worker's own bookkeeping per step, fixed
+    spec_worker_request_us: float = 0.0  # ... per drafted request
+    spec_worker_draft_us: float = 0.0    # ... per drafted request per draft token
     timer_syncs: int = 0              # MineDraft: Timer synchronize() calls per target pass
     extra_draft_rows: bool = False    # V0 MultiStepWorker: one more draft row per all-accepted request
 
