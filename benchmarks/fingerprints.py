@@ -106,7 +106,9 @@ def main() -> int:
         args.out.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     if args.against is not None:
         moved = compare(now, json.loads(args.against.read_text(encoding="utf-8")))
-        print(f"{len(now)} cases; {len(moved)} fingerprints differ" + "".join(f"\n  {m}" for m in moved))
+        cases = {m.split(":", 1)[0] for m in moved}
+        print(f"{len(now)} cases; {len(moved)} fingerprints differ, in {len(cases)} cases"
+              f"{': ' + ', '.join(sorted(cases)) if cases else ''}" + "".join(f"\n  {m}" for m in moved))
         return 1 if moved else 0
     return 0
 
