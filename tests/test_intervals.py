@@ -102,6 +102,16 @@ def test_an_input_of_zero_range_leaves_every_figure_a_point():
         assert iv["low"] == iv["median"] == iv["high"]
 
 
+def test_the_json_quotes_a_level_only_where_the_text_prints_an_interval():
+    flat = UncertainInput("mem_efficiency", 0.80, 0.82, "test", field="mem_efficiency")
+    few = intervals_json(propagate(SMALL, 4, inputs=[flat], workers=1), ["psd"], [])
+    assert few["level"] is None and few["interval"].startswith("the range of the draws")
+    assert few["sensitivity"]["ranked"] is False
+    enough = intervals_json(propagate(SMALL, MIN_RANKED_DRAWS, inputs=[flat], workers=1), ["psd"], [])
+    assert enough["level"] == 0.9 and enough["interval"] == "90% interval"
+    assert enough["sensitivity"]["ranked"] is True
+
+
 def test_a_ratio_on_shared_draws_is_narrower_than_its_quotient_of_intervals():
     prop = propagate(SMALL, 12, ["sd", "psd"], workers=1)
     path = ("throughput_tok_s",)
