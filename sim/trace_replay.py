@@ -269,9 +269,9 @@ def read_trace(path: str | Path, max_model_len: int, replay: Replay = Replay()) 
                                                           f"{_tokens(pl + ol)}, or shorten or drop that row")
         acc = math.nan
         if fmt.acceptance and row.get(fmt.acceptance) not in (None, ""):
-            acc = _number(p, where, row, fmt.acceptance, integer=False)
+            acc = _number(p, where, row, fmt.acceptance, integer=False, fix=fmt.fix)
             if not 0 < acc <= MAX_ACCEPTANCE:
-                raise _fail(p, where, fmt.acceptance, f"must be in (0, 1 - 1e-9], got {acc!r}")
+                raise _fail(p, where, fmt.acceptance, f"must be in (0, 1 - 1e-9], got {acc!r}", fmt.fix)
         arrivals.append(a)
         prompt.append(int(pl))
         output.append(int(ol))
