@@ -160,6 +160,18 @@ def test_an_acceptance_column_of_a_public_format_is_read_as_psdsims_own(tmp_path
         read_trace(f, 2048)
 
 
+def test_a_trace_out_of_arrival_order_replays_sorted_and_says_so(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text(MOONCAKE + '{"timestamp": 50, "input_length": 20, "output_length": 5}\n'
+                 '{"timestamp": 20, "input_length": 30, "output_length": 5}\n')
+    trace = read_trace(f, 2048)
+    assert trace.prompt_len.tolist() == [10, 30, 20]
+    assert trace.notes == ("trace: m.jsonl is not in arrival order (line 3 arrives before line 2; 1 row "
+                           "arrives before the row above), replayed sorted by arrival",)
+    assert trace.notes[0] in simulate(Scenario(trace=str(f))).summary["warnings"]
+    assert read_trace(TRACES / "mooncake.jsonl", 2048).notes == ()
+
+
 def test_an_errors_column_of_psdsims_own_trace_is_an_extra_column(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("arrival_s,prompt_tokens,output_tokens,errors\n0,10,4,timeout\n")
