@@ -328,6 +328,20 @@ class Catalog:
         return self.acceptance.get((draft, target))
 
 
+def vocabulary_mismatch(draft: Model, target: Model, names: tuple[str, str]) -> str | None:
+    """Why vLLM would not speculate with `draft` for `target`: their vocabularies differ in size.
+    vLLM 0.9.2 asserts that the proposer's and the scorer's vocab_size (each model config's
+    hf_text_config.vocab_size) are equal before it builds the scorer (vllm/spec_decode/
+    spec_decode_worker.py, SpecDecodeWorker._vocab_size): a draft token is a target token id, and
+    rejection sampling compares the two distributions entry by entry, so a smaller draft
+    vocabulary is refused as a larger one is. None when they agree; `names` are the two models'
+    names as the user gave them (draft, target)."""
+    if draft.vocab == target.vocab:
+        return None
+    return (f"draft {names[0]}'s vocab_size {draft.vocab:,} differs from target {names[1]}'s "
+            f"{target.vocab:,}: vLLM's speculative decoding needs the two equal")
+
+
 def _check_entry(cls: type, key: str, raw: dict[str, Any], filename: str) -> dict[str, Any]:
     """Validate one TOML table against a dataclass: required fields present, right types, no
     extras (fields with a default may be left out)."""
