@@ -126,8 +126,9 @@ and written exactly as without the flag), N draws of every uncertain input are e
 full, and every figure above gains its median and a 90% interval (5th to 95th percentile over the
 draws), printed as `570.1 (520.3–610.0)`. The inputs are the catalog numbers that carry a
 `FIELD_range` (sim/catalog/*.toml: engine constants, link latency and bandwidth, the acceptance
-prior's mean), the analytic efficiencies (`mem_efficiency`, `compute_efficiency`; drawn only while
-left at their defaults, ranges in sim/uncertainty.py) and the seed, whose own noise is one
+prior's mean, a dataset's prompt-length mu and sigma; in your catalog, a GPU's numbers too) of the
+entries the scenario runs on, the analytic efficiencies (`mem_efficiency`, `compute_efficiency`;
+drawn only while left at their defaults, ranges in sim/uncertainty.py) and the seed, whose own noise is one
 dimension. A value the scenario sets (`acceptance = 0.6`) is the user's and is not drawn. The
 draws are a Latin hypercube seeded by the scenario's seed, each input uniform over its range: the
 same scenario gives the same intervals bit for bit. Ratios (`psd/sd`) are taken draw by draw on
