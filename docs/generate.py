@@ -126,8 +126,9 @@ and written exactly as without the flag), N draws of every uncertain input are e
 full, and every figure above gains its median and a 90% interval (5th to 95th percentile over the
 draws), printed as `570.1 (520.3–610.0)`. The inputs are the catalog numbers that carry a
 `FIELD_range` (sim/catalog/*.toml: engine constants, link latency and bandwidth, the acceptance
-prior's mean), the analytic efficiencies (`mem_efficiency`, `compute_efficiency`; drawn only while
-left at their defaults, ranges in sim/uncertainty.py) and the seed, whose own noise is one
+prior's mean, a dataset's prompt-length mu and sigma; in your catalog, a GPU's numbers too) of the
+entries the scenario runs on, the analytic efficiencies (`mem_efficiency`, `compute_efficiency`;
+drawn only while left at their defaults, ranges in sim/uncertainty.py) and the seed, whose own noise is one
 dimension. A value the scenario sets (`acceptance = 0.6`) is the user's and is not drawn. The
 draws are a Latin hypercube seeded by the scenario's seed, each input uniform over its range: the
 same scenario gives the same intervals bit for bit. Ratios (`psd/sd`) are taken draw by draw on
@@ -140,10 +141,11 @@ configuration's gain in plan), and rho² as the share of its spread the input ex
 correlation, not a variance-based index: those need thousands of draws for two dozen inputs. At
 N draws a |rho| below 1.645 / sqrt(N - 1) (0.30 at N = 32) is noise, and the report says so. The
 folder gains `intervals.json` (every numeric summary key's `median`, `low`, `high` per method,
-the ratios', the inputs with their ranges and reasons, the ranks), `sensitivity.csv` (`figure`,
-`input`, `spearman_rho`, `rho_squared`, `low`, `high`, `why`) and `sensitivity.png`, a tornado of
-rho per input (plan: `figures/sensitivity.png`). With `--json` the printed document gains an
-`intervals` key of the same content as intervals.json.
+the ratios', the inputs with their ranges and reasons, the ranks; below 16 draws `level` is null
+and `sensitivity.ranked` false, as the text prints the draws' range and ranks nothing),
+`sensitivity.csv` (`figure`, `input`, `spearman_rho`, `rho_squared`, `low`, `high`, `why`) and
+`sensitivity.png`, a tornado of rho per input (plan: `figures/sensitivity.png`). With `--json`
+the printed document gains an `intervals` key of the same content as intervals.json.
 
 An example of each command's output, and how to read it:
 [studies.md](studies.md#intervals-how-sure-a-figure-is).

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from psdsim.sim.catalog import CATALOG_FILE, Catalog, CatalogError, load_catalog
+from psdsim.sim.catalog import CATALOG_FILE, Catalog, CatalogError, load_catalog, vocabulary_mismatch
 from psdsim.sim.catalog.hf_config import (
     CONFIG_FILE,
     ConfigError,
@@ -547,10 +547,19 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _at_most(s, "seed", MAX_SEED, "the largest integer TOML holds (scenario.toml records the seed)")
 
 
+def _model_name(value: str) -> str:
+    """A target or draft as a message names it: a catalog key, or a config.json's folder/name."""
+    return display_name(value) if is_config_path(value) else value
+
+
 @_check
 def _check_models(s: Scenario, cat: Catalog) -> None:
     _in_catalog("target", s.target, cat.models, "model")
     _in_catalog("draft", s.draft, cat.models, "model")
+    draft, target = cat.models[s.draft], cat.models[s.target]
+    mismatch = vocabulary_mismatch(draft, target, (_model_name(s.draft), _model_name(s.target)))
+    _need(mismatch is None or not s.speculates, "draft", mismatch or "",
+          f"pick a draft with the target's vocab_size, {target.vocab:,} (a model of its family)")
     if s.acceptance is not None:
         # the trace reader's bound too: a higher mean would be clamped where it is drawn (imported
         # here: sim.acceptance loads numpy, which `psdsim run --help` must not)

@@ -4,7 +4,7 @@ A user's traffic is already written down in one of a few public shapes; each is 
 never converted by hand first:
 
 - psdsim's own (CSV or JSONL): `arrival_s` (seconds, replayed as written), `prompt_tokens`,
-  `output_tokens`, optional `acceptance`.
+  `output_tokens`.
 - the Azure LLM inference traces, 2023 and 2024 (CSV, Azure/AzurePublicDataset): `TIMESTAMP`
   (a date-time: 2023's naive with seven fractional digits, 2024's with a UTC offset; a naive
   one is read as UTC), `ContextTokens`, `GeneratedTokens`.
@@ -16,6 +16,10 @@ never converted by hand first:
   modelled.
 - a `vllm bench serve --save-result --save-detailed` result (one JSON document): per request
   `start_times` (seconds on the client's clock), `input_lens`, `output_lens`, `errors`.
+
+Every format but the benchmark result (whose lists are the client's own) also reads an optional
+`acceptance` column or key, the request's per-token acceptance, as psdsim's own does: a column a
+user added to a public trace is theirs to replay, not one to drop in silence.
 
 The arrivals of a public format count from its earliest request (their clocks start elsewhere:
 a date, a collection's start, a process's timer); psdsim's own are replayed as written.
@@ -63,7 +67,7 @@ class TraceFormat:
     from_first: bool                      # arrivals count from the earliest request
     fix: str                              # what to do about a malformed row
     parse_arrival: Callable[[str], int] | None = None   # None: the column holds a number
-    acceptance: str | None = None         # the optional per-request acceptance column
+    acceptance: str | None = "acceptance"  # the optional per-request acceptance column
     errors: str | None = None             # the column saying a request failed, when one does
 
     @property
@@ -76,18 +80,20 @@ class TraceFormat:
 
 NATIVE = TraceFormat("psdsim", "arrival_s", "prompt_tokens", "output_tokens", 1, False,
                      "correct that row of the trace (columns: arrival_s, prompt_tokens, output_tokens, "
-                     "acceptance)", acceptance="acceptance")
+                     "acceptance)")
 AZURE = TraceFormat("Azure LLM inference", "TIMESTAMP", "ContextTokens", "GeneratedTokens", NS_PER_S, True,
-                    "correct that row (Azure's columns: TIMESTAMP, ContextTokens, GeneratedTokens)",
+                    "correct that row (Azure's columns: TIMESTAMP, ContextTokens, GeneratedTokens; "
+                    "optional acceptance)",
                     parse_arrival=datetime_ns)
 BURSTGPT = TraceFormat("BurstGPT", "Timestamp", "Request tokens", "Response tokens", 1, True,
                        "correct or drop that row (BurstGPT's failed requests have 0 response tokens: "
                        "replay a BurstGPT_without_fails file)")
 MOONCAKE = TraceFormat("Mooncake", "timestamp", "input_length", "output_length", 1000, True,
-                       "correct that row (Mooncake's keys: timestamp in ms, input_length, output_length)")
+                       "correct that row (Mooncake's keys: timestamp in ms, input_length, output_length; "
+                       "optional acceptance)")
 VLLM_BENCH = TraceFormat("vllm bench serve", "start_times", "input_lens", "output_lens", 1, True,
                          "replay a result of completed requests, saved with --save-result --save-detailed",
-                         errors="errors")
+                         acceptance=None, errors="errors")
 
 FORMATS = {"csv": (NATIVE, AZURE, BURSTGPT), "jsonl": (NATIVE, MOONCAKE)}
 # Keys only a `vllm bench serve` result holds: a JSON document with one of them is read as one.

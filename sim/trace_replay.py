@@ -50,6 +50,7 @@ class Trace:
     prompt_len: np.ndarray
     output_len: np.ndarray
     acceptance: np.ndarray  # NaN where the row gives none
+    notes: tuple[str, ...] = ()   # what a run of it should say about how it was read
 
 
 @dataclass(frozen=True)
@@ -269,9 +270,9 @@ def read_trace(path: str | Path, max_model_len: int, replay: Replay = Replay()) 
                                                           f"{_tokens(pl + ol)}, or shorten or drop that row")
         acc = math.nan
         if fmt.acceptance and row.get(fmt.acceptance) not in (None, ""):
-            acc = _number(p, where, row, fmt.acceptance, integer=False)
+            acc = _number(p, where, row, fmt.acceptance, integer=False, fix=fmt.fix)
             if not 0 < acc <= MAX_ACCEPTANCE:
-                raise _fail(p, where, fmt.acceptance, f"must be in (0, 1 - 1e-9], got {acc!r}")
+                raise _fail(p, where, fmt.acceptance, f"must be in (0, 1 - 1e-9], got {acc!r}", fmt.fix)
         arrivals.append(a)
         prompt.append(int(pl))
         output.append(int(ol))
@@ -281,7 +282,21 @@ def read_trace(path: str | Path, max_model_len: int, replay: Replay = Replay()) 
     arrival = np.array([replay.time(seconds[i]) for i in kept])
     order = np.argsort(arrival, kind="stable")
     return Trace(arrival[order], np.array(prompt, dtype=np.int64)[kept][order],
-                 np.array(output, dtype=np.int64)[kept][order], np.array(acceptance)[kept][order])
+                 np.array(output, dtype=np.int64)[kept][order], np.array(acceptance)[kept][order],
+                 _order_notes(p, [rows[i][0] for i in kept], arrival))
+
+
+def _order_notes(path: Path, where: list[str], arrival: np.ndarray) -> tuple[str, ...]:
+    """A note when the file lists a request before one that arrived earlier: the run replays
+    them in arrival order, which is not the file's, and `requests` keeps the earliest arrivals,
+    not the first rows (a trace merged from several logs, or a clock that stepped back)."""
+    back = np.flatnonzero(np.diff(arrival) < 0)
+    if not back.size:
+        return ()
+    i = int(back[0]) + 1
+    rows = "1 row arrives" if back.size == 1 else f"{back.size:,} rows arrive"
+    return (f"trace: {path.name} is not in arrival order ({where[i]} arrives before {where[i - 1]}; "
+            f"{rows} before the row above), replayed sorted by arrival",)
 
 
 def scenario_trace(s: Scenario) -> Trace | None:

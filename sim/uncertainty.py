@@ -147,8 +147,9 @@ def _acceptance_input(s: Scenario, cat: Catalog, methods: Sequence[str]) -> Iter
 
 
 def _catalog_inputs(s: Scenario, cat: Catalog) -> Iterable[UncertainInput]:
-    """The ranges of the engine profile and the links the scenario runs on."""
-    used = {("engines", s.engine_key), ("links", s.link), ("links", s.tp_link_key)}
+    """The ranges of the engine profile, the links and the GPUs the scenario runs on."""
+    used = {("engines", s.engine_key), ("links", s.link), ("links", s.tp_link_key),
+            ("gpus", s.gpu), ("gpus", s.drafter_gpu_key)}
     if not s.prompt_len and not s.trace:   # prompts drawn from the dataset's lengths
         used.add(("datasets", s.dataset))
     for (table, key, name), r in sorted(cat.ranges.items()):

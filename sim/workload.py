@@ -201,12 +201,13 @@ class WorkloadStream:
                 draw(rng, min(block, self._prompts - lo))
 
     def _trace_warnings(self) -> list[str]:
-        """A trace longer than `requests` is replayed in part: the run says so, since its figures
-        describe the first rows only."""
+        """What the trace reader noted, and that a trace longer than `requests` is replayed in
+        part: the run says so, since its figures describe the first rows only."""
+        notes = [] if self._trace is None else list(self._trace.notes)
         rows = 0 if self._trace is None else len(self._trace.prompt_len)
         if rows <= self._prompts:
-            return []
-        return [f"trace: replays the first {self._prompts:,} of its {rows:,} rows in arrival order "
+            return notes
+        return [*notes, f"trace: replays the first {self._prompts:,} of its {rows:,} rows in arrival order "
                 f"(requests = {self._s.requests:,}; set requests = {rows} to replay them all)"]
 
     def _field_draws(self) -> dict[str, Draw]:

@@ -93,13 +93,17 @@ def test_derived_entry_equals_the_catalog_entry(tmp_path, key):
     assert replace(derived, source=CAT.models[key].source) == CAT.models[key]
 
 
+DRAFT_OF_VOCAB = {151936: "qwen3-1.7b", 128256: "llama-3.1-8b", 32000: "vicuna-7b"}
+
+
 @pytest.mark.parametrize("key", ["qwen3-8b", "llama-3.1-8b", "vicuna-7b", "llama-3.3-70b-awq",
                                  "qwen3-235b-a22b-fp8"])
 def test_a_config_path_simulates_as_the_catalog_entry(tmp_path, key):
     path = str(write(tmp_path / key, config_of(key)))
-    draft = str(write(tmp_path / "draft", config_of("qwen3-1.7b")))
+    kin = DRAFT_OF_VOCAB[CAT.models[key].vocab]   # a draft of the target's vocabulary, as vLLM needs
+    draft = str(write(tmp_path / "draft", config_of(kin)))
     hardware = {"gpu": "h200"} if key == "qwen3-235b-a22b-fp8" else {}
-    by_name = simulate(small(target=key, draft="qwen3-1.7b", acceptance=0.6, **hardware)).summary
+    by_name = simulate(small(target=key, draft=kin, acceptance=0.6, **hardware)).summary
     by_path = simulate(small(target=path, draft=draft, acceptance=0.6, **hardware)).summary
     assert by_name["fits"] is True
     assert json.dumps(by_path) == json.dumps(by_name)
@@ -281,6 +285,17 @@ def test_a_config_psdsim_cannot_price_is_one_line_naming_the_key(tmp_path, capsy
     assert "Traceback" not in err and "; fix: " in err
     assert main(["catalog", "add", str(path)]) == 2
     assert capsys.readouterr().err.startswith(f"psdsim: error: m/config.json: {key}: ")
+
+
+@pytest.mark.parametrize("vocab", [1, 151_936 * 2])
+def test_a_draft_of_another_vocabulary_is_refused_naming_both_sizes(tmp_path, capsys, vocab):
+    """vLLM's spec decode asserts the draft's and the target's vocab_size equal (a smaller one too)."""
+    draft = write(tmp_path / "d", config_of("qwen3-1.7b") | {"vocab_size": vocab})
+    assert main(["run", "--set", f"draft={draft}", "--set", "acceptance=0.6", "--no-write"]) == 2
+    assert capsys.readouterr().err == (
+        f"psdsim: error: draft: draft d/config.json's vocab_size {vocab:,} differs from target qwen3-32b's "
+        "151,936: vLLM's speculative decoding needs the two equal; fix: pick a draft with the target's "
+        "vocab_size, 151,936 (a model of its family)\n")
 
 
 def test_a_missing_config_is_one_line(tmp_path, capsys):

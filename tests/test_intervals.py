@@ -75,6 +75,60 @@ def test_a_bad_range_is_refused_by_name(tmp_path, spec, problem):
     assert "kernel_us_range" in str(exc.value)
 
 
+L40S = ('[gpus.l40s]\nname = "mine"\nmemory_gb = 48.0\nmemory_bandwidth_gbps = 864.0\nbf16_tflops = 362.0\n'
+        'fp8_tflops = 733.0\nnvlink = false\nhost_link = "pcie4"\nsource = "s"\n')
+PCIE4 = ('[links.pcie4]\nname = "mine"\nnvlink = false\np2p_latency_us = 10.0\np2p_bandwidth_gbps = 22.0\n'
+         'allreduce_latency_us = 30.0\nallreduce_busbw_gbps = 20.0\nsource = "s"\n')
+PRIOR = '[acceptance."qwen3-1.7b -> qwen3-32b"]\nalpha = 0.61\nsource = "s"\n'
+QWEN = ('[models.qwen3-32b]\nhf_id = "Qwen/Qwen3-32B"\nlayers = 64\nhidden = 5120\nintermediate = 25600\n'
+        'heads = 64\nkv_heads = 8\nhead_dim = 128\nvocab = 151936\ntie_embeddings = false\nqk_norm = true\n'
+        'bytes_per_param = 2.0\nsource = "s"\n')
+DATASET = '[datasets.mine]\nmax_requests = 0\nmin_prompt = 1\nmax_prompt = 100\nsource = "s"\n'
+ENGINE = ('[engines.mine]\nname = "m"\nkind = "execution"\nkernels_per_layer = 10\nkernel_us = 5.3\n'
+          'source = "s"\n')
+
+
+@pytest.mark.parametrize("text, says", [
+    (L40S + 'memory_bandwidth_gbps_range = { spread = 2.0, why = "w" }\n',
+     "[l40s] memory_bandwidth_gbps_range: its low end -864: field 'memory_bandwidth_gbps' must be >= 0"),
+    (L40S + 'memory_bandwidth_gbps_range = { low = 0.0, high = 900.0, why = "w" }\n',
+     "[l40s] memory_bandwidth_gbps_range: its low end 0: memory, bandwidth and TFLOPS must be at least"),
+    (PCIE4 + 'p2p_bandwidth_gbps_range = { spread = 1.5, why = "w" }\n',
+     "[pcie4] p2p_bandwidth_gbps_range: its low end -11: field 'p2p_bandwidth_gbps' must be >= 0"),
+    (PRIOR + 'alpha_range = { spread = 0.9, why = "w" }\n',
+     "[qwen3-1.7b -> qwen3-32b] alpha_range: its high end 1.159: alpha must be in (0, 1 - 1e-9]"),
+    (QWEN + 'layers_range = { low = 1, high = 64, why = "w" }\n',
+     "[qwen3-32b] layers_range: a model's shape is exact (its config.json), not drawn; ranges are drawn on"),
+    (DATASET + 'components = [{ weight = 1.0, weight_range = { spread = 0.1, why = "w" }, mu = 3.0, '
+               'sigma = 0.5 }]\n', "[mine] components[0].weight_range: not drawn; ranges are drawn on"),
+    (DATASET + 'max_prompt_range = { low = 50, high = 100, why = "w" }\ncomponents = [{ weight = 1.0, '
+               'mu = 3.0, sigma = 0.5 }]\n', "[mine] max_prompt_range: not drawn"),
+    (DATASET + 'components = [{ weight = 1.0, mu = 3.0, sigma = 0.5, sigma_range = { spread = 1.5, '
+               'why = "w" } }]\n', "[mine] components[0].sigma_range: its low end -0.25: a component's"),
+    (ENGINE + 'kernels_per_layer_range = { low = 8, high = 12, why = "w" }\n',
+     "[mine] kernels_per_layer_range: 'kernels_per_layer' is a count, which is not drawn"),
+])
+def test_a_range_is_refused_at_load_past_its_fields_bounds_or_where_it_is_never_drawn(tmp_path, text, says):
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(path)
+    assert str(exc.value).startswith("mine.toml [") and says in str(exc.value)
+
+
+def test_a_gpu_range_of_your_catalog_is_drawn(tmp_path, capsys):
+    path = tmp_path / "mine.toml"
+    path.write_text(L40S + 'memory_bandwidth_gbps_range = { spread = 0.1, why = "datasheet" }\n')
+    s = SMALL.replace(catalog=str(path))
+    (bw,) = [i for i in uncertain_inputs(s, ["psd"]) if i.table == "gpus"]
+    assert (bw.key, bw.field) == ("l40s", "memory_bandwidth_gbps")
+    assert (bw.low, bw.high) == pytest.approx((777.6, 950.4))
+    (draw,) = make_draws(s, ["psd"], [bw], np.array([[1.0]]))
+    drawn = tmp_path / "draw.toml"
+    drawn.write_text(draw.catalog_toml)
+    assert load_catalog(drawn).gpus["l40s"].memory_bandwidth_gbps == pytest.approx(950.4)
+
+
 def test_only_acceptance_uncertain_gives_the_closed_form_step_interval():
     """PSD's decode steps over acceptance draws, 32 requests in two sub-batches of 16 (no refills):
     theory.tail's exact expectation at the drawn acceptances' 95th and 5th percentiles bounds the
@@ -100,6 +154,16 @@ def test_an_input_of_zero_range_leaves_every_figure_a_point():
     doc = intervals_json(prop, ["psd"], [])
     for iv in doc["figures"]["psd"].values():
         assert iv["low"] == iv["median"] == iv["high"]
+
+
+def test_the_json_quotes_a_level_only_where_the_text_prints_an_interval():
+    flat = UncertainInput("mem_efficiency", 0.80, 0.82, "test", field="mem_efficiency")
+    few = intervals_json(propagate(SMALL, 4, inputs=[flat], workers=1), ["psd"], [])
+    assert few["level"] is None and few["interval"].startswith("the range of the draws")
+    assert few["sensitivity"]["ranked"] is False
+    enough = intervals_json(propagate(SMALL, MIN_RANKED_DRAWS, inputs=[flat], workers=1), ["psd"], [])
+    assert enough["level"] == 0.9 and enough["interval"] == "90% interval"
+    assert enough["sensitivity"]["ranked"] is True
 
 
 def test_a_ratio_on_shared_draws_is_narrower_than_its_quotient_of_intervals():

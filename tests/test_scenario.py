@@ -60,7 +60,7 @@ def test_resolved_toml_round_trips(tmp_path):
     ("output_len = 2000\n", "output_len"),
     ("prompt_len = 2000\n", "prompt_len"),
     ("max_num_batched_tokens = 100\n", "max_num_batched_tokens"),
-    ('draft = "qwen3-4b"\ntarget = "llama-3.1-8b"\n', "acceptance"),
+    ('draft = "qwen3-4b"\ntarget = "qwen3-8b"\n', "acceptance"),   # a pair without a prior
     ("mem_efficiency = 0\n", "mem_efficiency"),
     ("k = 3\nk = 4\n", "scenario"),
 ])
@@ -78,6 +78,18 @@ def test_bad_files_name_the_field(tmp_path, text, field):
 def test_bad_overrides(text):
     with pytest.raises(ScenarioError):
         load_scenario(None, [text])
+
+
+def test_a_draft_of_another_vocabulary_is_refused_and_every_prior_pairs_one():
+    from psdsim.sim.catalog import builtin_catalog
+    from psdsim.sim.scenario import validate
+    with pytest.raises(ScenarioError) as err:
+        validate(Scenario(target="llama-3.3-70b", draft="qwen3-0.6b", acceptance=0.6))
+    assert err.value.field == "draft"
+    assert "qwen3-0.6b's vocab_size 151,936 differs from target llama-3.3-70b's 128,256" in err.value.problem
+    validate(Scenario(method="ar", target="llama-3.3-70b", draft="qwen3-0.6b"))   # AR drafts nothing
+    models = builtin_catalog().models
+    assert all(models[d].vocab == models[t].vocab for d, t in builtin_catalog().acceptance)
 
 
 def test_ar_needs_no_acceptance_prior():

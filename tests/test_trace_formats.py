@@ -143,6 +143,35 @@ def test_a_byte_order_mark_before_the_header_is_not_part_of_its_first_column(tmp
     assert read_trace(f, 2048).prompt_len.tolist() == [10]
 
 
+@pytest.mark.parametrize("name, text, first", [
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens,acceptance\n2023-11-16 18:15:46.68,10,5,0.05\n"
+              "2023-11-16 18:15:47.00,10,5,\n", "line 2"),
+    ("b.csv", "Timestamp,Request tokens,Response tokens,acceptance\n5,10,5,0.05\n6,10,5,\n", "line 2"),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 5, "acceptance": 0.05}\n'
+                '{"timestamp": 5, "input_length": 10, "output_length": 5}\n', "line 1"),
+])
+def test_an_acceptance_column_of_a_public_format_is_read_as_psdsims_own(tmp_path, name, text, first):
+    f = tmp_path / name
+    f.write_text(text)
+    acceptance = read_trace(f, 2048).acceptance
+    assert acceptance[0] == 0.05 and np.isnan(acceptance[1])
+    f.write_text(text.replace("0.05", "1.5"))
+    with pytest.raises(ScenarioError, match=rf"{name} {first}: field 'acceptance': must be in \(0, 1"):
+        read_trace(f, 2048)
+
+
+def test_a_trace_out_of_arrival_order_replays_sorted_and_says_so(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text(MOONCAKE + '{"timestamp": 50, "input_length": 20, "output_length": 5}\n'
+                 '{"timestamp": 20, "input_length": 30, "output_length": 5}\n')
+    trace = read_trace(f, 2048)
+    assert trace.prompt_len.tolist() == [10, 30, 20]
+    assert trace.notes == ("trace: m.jsonl is not in arrival order (line 3 arrives before line 2; 1 row "
+                           "arrives before the row above), replayed sorted by arrival",)
+    assert trace.notes[0] in simulate(Scenario(trace=str(f))).summary["warnings"]
+    assert read_trace(TRACES / "mooncake.jsonl", 2048).notes == ()
+
+
 def test_an_errors_column_of_psdsims_own_trace_is_an_extra_column(tmp_path):
     f = tmp_path / "t.csv"
     f.write_text("arrival_s,prompt_tokens,output_tokens,errors\n0,10,4,timeout\n")

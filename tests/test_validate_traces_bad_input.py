@@ -9,6 +9,7 @@ calibration needs, the GPU traces of a calibration folder, the acceptance a k ne
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,8 @@ RECORDS = {   # case: (kind, edit, first record only, what the line says)
     # V8: request times
     "end_before_start": ("Request", lambda r: r.update(end_us=r["start_us"] - 1e6), False, "ends before"),
     "zero_length_requests": ("Request", lambda r: r.update(end_us=r["start_us"]), False, "took no time ("),
+    "one_us_requests": ("Request", lambda r: r.update(end_us=r["start_us"] + 1), False,
+                        "the request lasted 1 us (end_us - start_us) but the decode steps that ran it took"),
     "end_us_nan": ("Request", _set(end_us=NAN), True, "end_us is nan"),
     "end_us_inf": ("Request", _set(end_us=INF), True, "end_us is inf"),
 }
@@ -96,6 +99,14 @@ def test_a_bad_record_is_named_by_file_and_line(capsys, runs, case):
     path = _records(sd, kind, edit, first_only)
     line = _refused(capsys, str(sd), str(psd), names=says)
     assert f"{path} line " in line
+
+
+def test_a_manifest_that_is_a_pipe_is_said_to_be_one(capsys, runs):
+    sd, psd = runs
+    (psd / "manifest.toml").unlink()
+    os.mkfifo(psd / "manifest.toml")
+    line = _refused(capsys, str(sd), str(psd), names="psdsim: error: --traces: ")
+    assert "manifest.toml' is not a regular file (a pipe, socket or device)" in line
 
 
 def test_psd_run_whose_decode_steps_took_no_time(capsys, runs):

@@ -20,9 +20,10 @@ where it names one, else its fixed prompt_len; no more output than output_len; p
 within max_model_len), and arrivals (an
 offline manifest, without rate or request list, means every request arrived before the first
 step began; a request list's arrival times within ARRIVAL_TOLERANCE_S). Before that, the record
-fields the metrics are computed from (a request's start_us, end_us >= start_us, whole prompt_len and
-gen_len >= 1; a step's batched_requests and is_prompt_run; accepted_num <= verify_len; a decode step
-that ran a request for some time) are checked: a bad one is one line naming its file and line.
+fields the metrics are computed from (a request's start_us, end_us - start_us no shorter than the
+decode steps that ran it, whole prompt_len and gen_len >= 1; a step's batched_requests and
+is_prompt_run; accepted_num <= verify_len; a decode step that ran a request for some time) are
+checked: a bad one is one line naming its file and line.
 
 Then as `validate --engine reference` (engine/validate/reference.py), with the folders in place of
 engine runs: the calibration runs' traces make the profiles (assemble_profiles: AR and SD runs
@@ -71,7 +72,7 @@ from psdsim.engine.validate.reference import (
 )
 from psdsim.engine.validate.report import build_report
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.input_paths import input_folder, input_path
+from psdsim.sim.input_paths import input_file, input_folder, input_path
 from psdsim.sim.metrics import ms_stats, ratio, step_throughput
 from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
@@ -157,10 +158,10 @@ def read_run(folder: Path) -> TraceRun:
     folder = Path(folder)
     input_folder(folder, "--traces", RUN_DIR_FIX)
     manifest = folder / MANIFEST
-    if not manifest.is_file():
-        raise ScenarioError("--traces", f"{folder} has no {MANIFEST}",
-                            "write one: the run's scenario plus a [validate] table "
-                            "(docs/validating-minedraft-runs.md)")
+    form = "the run's scenario plus a [validate] table (docs/validating-minedraft-runs.md)"
+    if not (manifest.exists() or manifest.is_symlink()):
+        raise ScenarioError("--traces", f"{folder} has no {MANIFEST}", f"write one: {form}")
+    input_file(manifest, "--traces", f"a {MANIFEST}", f"make it a TOML file: {form}")  # a pipe, a folder
     _, doc = read_toml(manifest, str(manifest), "the run's manifest")
     options = _validate_table(folder, doc.pop("validate", {}))
     s = _scenario(folder, doc)
@@ -309,6 +310,7 @@ def _check_records(path: Path, it: Iteration) -> None:
                          "give the trace of a run that decoded, with each step's batched_requests")
     if not any(st["end_us"] > st["start_us"] for st in decode):
         raise TraceError(bundle, "every decode step took no time (end_us = start_us)", CORRUPT)
+    decoding = _decode_time_us(decode)
     for r in it.requests:
         if r.get("start_us") is None:
             raise TraceError(_at(path, r), "request record has no start_us", RECORD_FIX)
@@ -328,6 +330,39 @@ def _check_records(path: Path, it: Iteration) -> None:
             # latency of 0 would enter the measured E2EL and percentiles.
             raise TraceError(_at(path, r), "the request took no time (end_us = start_us = "
                              f"{r['start_us']:g}) while the run's steps took time", CORRUPT)
+        _check_request_span(path, r, decoding)
+
+
+def _decode_time_us(decode: Sequence[dict[str, Any]]) -> dict[Any, float]:
+    """Each request's time in the decode steps that ran it (its id in their batched_requests):
+    the length of the union of those steps' spans, so that steps overlapping in time (PSD's two
+    processes) count once."""
+    spans: dict[Any, list[tuple[float, float]]] = {}
+    for st in decode:
+        for tid in st["batched_requests"]:
+            spans.setdefault(tid, []).append((st["start_us"], st["end_us"]))
+    return {tid: _covered(own) for tid, own in spans.items()}
+
+
+def _covered(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of the intervals `spans`."""
+    total, reach = 0.0, -np.inf
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def _check_request_span(path: Path, r: dict[str, Any], decoding: dict[Any, float]) -> None:
+    """A request lasts from its arrival to its last token, so at least as long as the decode
+    steps that ran it: one shorter (a request of 1 us) would enter the measured latency and E2EL
+    as a figure no run can have, and every prediction's error against it would be vast."""
+    tid = r.get("tid")
+    ran = decoding.get(tid, 0.0) if isinstance(tid, str | int) else 0.0
+    if r.get("end_us") is not None and r["end_us"] - r["start_us"] < ran:
+        raise TraceError(_at(path, r), f"the request lasted {r['end_us'] - r['start_us']:g} us (end_us - "
+                         f"start_us) but the decode steps that ran it took {ran:g} us", CORRUPT)
 
 
 def _check_iteration(folder: Path, s: Scenario, it: Iteration, where: str) -> None:

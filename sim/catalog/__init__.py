@@ -11,14 +11,17 @@ under tables `[gpus.NAME]`, `[links.NAME]`, `[models.NAME]`, `[datasets.NAME]`,
 A number that its source gives only as a range, or marks as an estimate, carries that range beside
 it: `launch_us = 37.0` with `launch_us_range = { low = 25.0, high = 58.0, why = "row 2.13 prior" }`
 (or `{ spread = 0.2, why = ... }` for plus or minus 20 %). The point value is what every run uses;
-the ranges are only read by `--intervals` (sim/uncertainty.py), which draws inputs from them.
+the ranges are only read by `--intervals` (sim/uncertainty.py), which draws inputs from them. So
+both ends of a range are held to its field's own bounds, and a range only sits where a draw reads
+it (DRAWN): anywhere else it is refused, not dropped.
 """
 
 from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import MISSING, dataclass, field, fields, replace
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -331,6 +334,20 @@ class Catalog:
         return self.acceptance.get((draft, target))
 
 
+def vocabulary_mismatch(draft: Model, target: Model, names: tuple[str, str]) -> str | None:
+    """Why vLLM would not speculate with `draft` for `target`: their vocabularies differ in size.
+    vLLM 0.9.2 asserts that the proposer's and the scorer's vocab_size (each model config's
+    hf_text_config.vocab_size) are equal before it builds the scorer (vllm/spec_decode/
+    spec_decode_worker.py, SpecDecodeWorker._vocab_size): a draft token is a target token id, and
+    rejection sampling compares the two distributions entry by entry, so a smaller draft
+    vocabulary is refused as a larger one is. None when they agree; `names` are the two models'
+    names as the user gave them (draft, target)."""
+    if draft.vocab == target.vocab:
+        return None
+    return (f"draft {names[0]}'s vocab_size {draft.vocab:,} differs from target {names[1]}'s "
+            f"{target.vocab:,}: vLLM's speculative decoding needs the two equal")
+
+
 def _check_entry(cls: type, key: str, raw: dict[str, Any], filename: str) -> dict[str, Any]:
     """Validate one TOML table against a dataclass: required fields present, right types, no
     extras (fields with a default may be left out)."""
@@ -356,13 +373,18 @@ def _check_entry(cls: type, key: str, raw: dict[str, Any], filename: str) -> dic
         }.get(str(typ), True)
         if not ok:
             raise CatalogError(f"{filename} [{key}]: field {name!r} must be {typ}, got {value!r}")
-        if str(typ) in ("int", "float") and value < 0:
-            raise CatalogError(f"{filename} [{key}]: field {name!r} must be >= 0, got {value!r}")
-        if str(typ) in ("int", "float") and value > MAX_NUMBER:
-            raise CatalogError(f"{filename} [{key}]: field {name!r} must be at most {MAX_NUMBER:g}, "
-                               f"got {value!r}")
+        if str(typ) in ("int", "float"):
+            _check_number(name, value, f"{filename} [{key}]")
         out[name] = value
     return out
+
+
+def _check_number(name: str, value: float, where: str) -> None:
+    """Every numeric catalog field's bounds: 0 to MAX_NUMBER."""
+    if value < 0:
+        raise CatalogError(f"{where}: field {name!r} must be >= 0, got {value!r}")
+    if value > MAX_NUMBER:
+        raise CatalogError(f"{where}: field {name!r} must be at most {MAX_NUMBER:g}, got {value!r}")
 
 
 def _load_group(cls: type, tables: dict[str, Any], filename: str) -> dict[str, Any]:
@@ -374,18 +396,26 @@ def _without_ranges(raw: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in raw.items() if not name.endswith(RANGE_SUFFIX)}
 
 
-def _load_ranges(table: str, entries: dict[str, Any], tables: dict[str, Any],
-                 filename: str) -> dict[RangeKey, Range]:
+EntryCheck = Callable[[Any, str], None]   # (an entry, where it is) -> CatalogError if out of bounds
+
+
+def _load_ranges(table: str, entries: dict[str, Any], tables: dict[str, Any], filename: str,
+                 check: EntryCheck) -> dict[RangeKey, Range]:
     """The `FIELD_range` tables of a group's entries (already loaded as `entries`), each checked
-    against its field's point value."""
+    against its field's point value and, at both ends, against the bounds `check` holds the
+    entry's values to: a draw is the entry with the field anywhere in its range."""
     out: dict[RangeKey, Range] = {}
     for key, raw in tables.items():
         entry = entries[_entry_key(key)]
         for name, spec in raw.items():
             if name.endswith(RANGE_SUFFIX):
-                base = name[: -len(RANGE_SUFFIX)]
-                point = _point(entry, base, f"{filename} [{key}]")
-                out[(table, _entry_name(key), base)] = _range(spec, point, f"{filename} [{key}] {name}")
+                base, where = name[: -len(RANGE_SUFFIX)], f"{filename} [{key}] {name}"
+                rng = _range(spec, _point(entry, base, where), where)
+                for end, value in (("low", rng.low), ("high", rng.high)):
+                    at = f"{where}: its {end} end {value:g}"
+                    _check_number(base, value, at)
+                    check(replace(entry, **{base: value}), at)
+                out[(table, _entry_name(key), base)] = rng
     return out
 
 
@@ -403,9 +433,12 @@ def _entry_name(key: str) -> str:
 
 
 def _point(entry: Any, base: str, where: str) -> float:
+    """The value a range is of: a measured number (a float field); a count is exact, not drawn."""
     value = getattr(entry, base, None)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CatalogError(f"{where}: {base}{RANGE_SUFFIX} names no numeric field {base!r}")
+        raise CatalogError(f"{where}: names no numeric field {base!r}; {DRAWN}")
+    if isinstance(value, int):
+        raise CatalogError(f"{where}: {base!r} is a count, which is not drawn; {DRAWN}")
     return float(value)
 
 
@@ -470,11 +503,10 @@ def _load_acceptance(tables: dict[str, Any], models: dict[str, Model],
             raise CatalogError(f"{filename} [{pair!r}]: expected 'draft -> target' of known models")
         checked = _check_entry(AcceptancePrior, pair,
                                {"draft": draft, "target": target, **_without_ranges(raw)}, filename)
-        if not 0.0 < checked["alpha"] < 1.0:
-            raise CatalogError(f"{filename} [{pair!r}]: alpha must be in (0, 1)")
         if "per_position" in checked:
             checked["per_position"] = _position_factors(checked["per_position"], f"{filename} [{pair!r}]")
         out[(draft, target)] = AcceptancePrior(**checked)
+        _check_alpha(out[(draft, target)], f"{filename} [{pair!r}]")
     return out
 
 
@@ -494,21 +526,48 @@ def _builtin(name: str) -> dict[str, Any]:
     return tomllib.loads((Path(__file__).parent / name).read_text(encoding="utf-8"))
 
 
+# Each entry's bounds beyond its fields' types, its place named by `where`: held by its point values
+# (_assemble) and by both ends of each range it carries (_load_ranges), so a draw meets only values
+# the field could have been given.
+def _check_gpu(gpu: GPU, links: dict[str, Link], where: str) -> None:
+    if gpu.host_link not in links:
+        raise CatalogError(f"{where}: host_link {gpu.host_link!r} is not a known link")
+    if min(gpu.memory_gb, gpu.memory_bandwidth_gbps, gpu.bf16_tflops) < MIN_RATE:
+        raise CatalogError(f"{where}: memory, bandwidth and TFLOPS must be at least {MIN_RATE:g} "
+                           "(GB, GB/s, TFLOPS)")
+    if gpu.fp8_tflops and gpu.fp8_tflops < MIN_RATE:
+        raise CatalogError(f"{where}: fp8_tflops must be 0 (no FP8 tensor cores) or at least "
+                           f"{MIN_RATE:g} TFLOPS, got {gpu.fp8_tflops!r}")
+
+
+def _check_link(link: Link, where: str) -> None:
+    if min(link.p2p_bandwidth_gbps, link.allreduce_busbw_gbps) < MIN_RATE:
+        raise CatalogError(f"{where}: p2p_bandwidth_gbps and allreduce_busbw_gbps must be at least "
+                           f"{MIN_RATE:g} GB/s")
+
+
+def _check_engine(e: EngineProfile, where: str) -> None:
+    if e.kind not in ENGINE_KINDS:
+        raise CatalogError(f"{where}: kind must be one of {', '.join(ENGINE_KINDS)}")
+    if e.kind == "execution" and e.kernels_per_layer < 1:
+        raise CatalogError(f"{where}: kernels_per_layer must be >= 1")
+
+
+def _check_alpha(prior: AcceptancePrior, where: str) -> None:
+    """The prior's mean is the scenario's `acceptance` when drawn, so it takes the same bound:
+    (0, MAX_ACCEPTANCE] (sim/acceptance.py, imported here: it loads numpy, which start-up must not)."""
+    from psdsim.sim.acceptance import MAX_ACCEPTANCE
+
+    if not 0.0 < prior.alpha <= MAX_ACCEPTANCE:
+        raise CatalogError(f"{where}: alpha must be in (0, 1 - 1e-9], got {prior.alpha!r}")
+
+
 def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance: dict,
               engines: dict, filename: str, ranges: dict[RangeKey, Range] | None = None) -> Catalog:
     for key, gpu in gpus.items():
-        if gpu.host_link not in links:
-            raise CatalogError(f"{filename}: GPU {key!r}: host_link {gpu.host_link!r} is not a known link")
-        if min(gpu.memory_gb, gpu.memory_bandwidth_gbps, gpu.bf16_tflops) < MIN_RATE:
-            raise CatalogError(f"{filename}: GPU {key!r}: memory, bandwidth and TFLOPS must be at least "
-                               f"{MIN_RATE:g} (GB, GB/s, TFLOPS)")
-        if gpu.fp8_tflops and gpu.fp8_tflops < MIN_RATE:
-            raise CatalogError(f"{filename}: GPU {key!r}: fp8_tflops must be 0 (no FP8 tensor cores) or at "
-                               f"least {MIN_RATE:g} TFLOPS, got {gpu.fp8_tflops!r}")
+        _check_gpu(gpu, links, f"{filename}: GPU {key!r}")
     for key, link in links.items():
-        if min(link.p2p_bandwidth_gbps, link.allreduce_busbw_gbps) < MIN_RATE:
-            raise CatalogError(f"{filename}: link {key!r}: p2p_bandwidth_gbps and allreduce_busbw_gbps "
-                               f"must be at least {MIN_RATE:g} GB/s")
+        _check_link(link, f"{filename}: link {key!r}")
     for key, m in models.items():
         if m.compute not in ("bf16", "fp8"):
             raise CatalogError(f"{filename}: model {key!r}: compute must be 'bf16' or 'fp8'")
@@ -519,24 +578,48 @@ def _assemble(gpus: dict, links: dict, models: dict, datasets: dict, acceptance:
             raise CatalogError(f"{filename}: model {key!r}: shared_intermediate is for MoE models "
                                "(experts > 0)")
     for key, e in engines.items():
-        if e.kind not in ENGINE_KINDS:
-            raise CatalogError(f"{filename}: engine {key!r}: kind must be one of {', '.join(ENGINE_KINDS)}")
-        if e.kind == "execution" and e.kernels_per_layer < 1:
-            raise CatalogError(f"{filename}: engine {key!r}: kernels_per_layer must be >= 1")
+        _check_engine(e, f"{filename}: engine {key!r}")
     return Catalog(gpus=gpus, links=links, models=models, datasets=datasets, acceptance=acceptance,
                    engines=engines, ranges=ranges or {})
 
 
 RANGED_TABLES = ("gpus", "links", "acceptance", "engines")   # the tables whose numbers may carry ranges
+COMPONENT_RANGES = ("mu", "sigma")   # a dataset's prompt-length component: the fields drawn
+# What --intervals draws (sim/uncertainty.py): a range anywhere else would be a number never drawn
+DRAWN = ("ranges are drawn on the measured numbers (not the counts) of [gpus.*], [links.*] and "
+         "[engines.*] entries, an [acceptance.*] pair's alpha and a [datasets.*] component's mu and sigma")
 
 
 def _ranges_of(doc: dict[str, Any], cat: Catalog, filename: str) -> dict[RangeKey, Range]:
     """Every range a catalog document declares, checked against the entries `cat` loaded from it."""
     groups = {"gpus": cat.gpus, "links": cat.links, "acceptance": cat.acceptance, "engines": cat.engines}
+    checks: dict[str, EntryCheck] = {"gpus": lambda gpu, where: _check_gpu(gpu, cat.links, where),
+                                     "links": _check_link, "acceptance": _check_alpha,
+                                     "engines": _check_engine}
     out: dict[RangeKey, Range] = {}
     for table in RANGED_TABLES:
-        out.update(_load_ranges(table, groups[table], doc.get(table, {}), filename))
+        out.update(_load_ranges(table, groups[table], doc.get(table, {}), filename, checks[table]))
     return {**out, **_component_ranges(doc.get("datasets", {}), cat.datasets, filename)}
+
+
+def _refuse_undrawn_ranges(doc: dict[str, Any], filename: str) -> None:
+    """A `FIELD_range` on a model, on a dataset's own fields, or on a component's weight, which
+    --intervals never draws: refused by name (before the entries load, which would drop it or
+    call it an unknown field), as the user meant it to count."""
+    for key, raw in doc.get("models", {}).items():
+        stray = next((name for name in raw if name.endswith(RANGE_SUFFIX)), None)
+        if stray is not None:
+            raise CatalogError(f"{filename} [{key}] {stray}: a model's shape is exact (its config.json), "
+                               f"not drawn; {DRAWN}")
+    for key, raw in doc.get("datasets", {}).items():
+        comps = raw.get("components", [])
+        named = [name for name in raw if name.endswith(RANGE_SUFFIX)]
+        named += [f"components[{i}].{name}" for i, comp in enumerate(comps if isinstance(comps, list)
+                                                                      else [comps])
+                  if isinstance(comp, dict) for name in comp if name.endswith(RANGE_SUFFIX)
+                  and name[: -len(RANGE_SUFFIX)] not in COMPONENT_RANGES]
+        if named:
+            raise CatalogError(f"{filename} [{key}] {named[0]}: not drawn; {DRAWN}")
 
 
 def _component_ranges(tables: dict[str, Any], datasets: dict[str, Dataset],
@@ -547,12 +630,15 @@ def _component_ranges(tables: dict[str, Any], datasets: dict[str, Dataset],
     for key, raw in tables.items():
         comps = raw.get("components", [])
         for i, comp in enumerate(comps if isinstance(comps, list) else [comps]):
-            for name in ("mu", "sigma"):
+            for name in COMPONENT_RANGES:
                 spec = comp.get(name + RANGE_SUFFIX)
                 if spec is not None:
-                    point = getattr(datasets[key].components[i], name)
-                    out[("datasets", key, f"components.{i}.{name}")] = _range(
-                        spec, point, f"{filename} [{key}] components[{i}].{name}{RANGE_SUFFIX}")
+                    component = datasets[key].components[i]
+                    where = f"{filename} [{key}] components[{i}].{name}{RANGE_SUFFIX}"
+                    rng = _range(spec, getattr(component, name), where)
+                    for end, value in (("low", rng.low), ("high", rng.high)):
+                        _component({**asdict(component), name: value}, f"{where}: its {end} end {value:g}")
+                    out[("datasets", key, f"components.{i}.{name}")] = rng
     return out
 
 
@@ -573,6 +659,8 @@ def _check_model_sizes(key: str, m: Model, filename: str) -> None:
 def builtin_catalog() -> Catalog:
     """The catalog shipped with psdsim (loaded once per process)."""
     doc = {table: _builtin(f"{table}.toml") for table in USER_TABLES}
+    for table in USER_TABLES:
+        _refuse_undrawn_ranges({table: doc[table]}, f"{table}.toml")
     models = _load_group(Model, doc["models"], "models.toml")
     cat = _assemble(
         _load_group(GPU, doc["gpus"], "gpus.toml"),
@@ -616,6 +704,7 @@ def _user_catalog(path: str, mtime: float) -> Catalog:
         for key, entry in entries.items():
             if not isinstance(entry, dict):
                 raise CatalogError(f"{name} [{table}.{key}]: must be a table of fields, got {entry!r}")
+    _refuse_undrawn_ranges(doc, name)
     base = builtin_catalog()
     models = {**base.models, **_load_group(Model, doc.get("models", {}), name)}
     cat = _assemble(
