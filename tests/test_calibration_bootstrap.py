@@ -14,6 +14,7 @@ from psdsim.calibration.calibrate import bootstrap_fits, calibrate
 from psdsim.calibration.fit import BOOTSTRAP_RESAMPLES, MIN_BOOTSTRAP_SAMPLES, bootstrap_term, fit_term
 from psdsim.calibration.report import report_lines
 from psdsim.calibration.samples import StepSample
+from psdsim.calibration.synthetic import write_cost_trace
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.profile import TERMS, profile_from_json, verify_features
 
@@ -139,3 +140,20 @@ def test_a_malformed_bootstrap_is_refused_in_one_line_naming_it(sample_calibrati
     with pytest.raises(ScenarioError, match=match) as exc:
         profile_from_json(_with_bootstrap(sample_calibration, path, value), "p.json")
     assert str(exc.value).startswith("profile: p.json: bootstrap") and "\n" not in str(exc.value)
+
+
+def test_calibrate_names_a_term_too_small_to_bootstrap(tmp_path: Path) -> None:
+    """A trace of 20 verify passes and 5 rejection calls: verify is resampled, reject is named in
+    the profile, its notes and the report, with no interval."""
+    rng = np.random.default_rng(4)
+    calls = [("verify", {"batch": b, "tokens": 4 * b, "ctx": 900 * b}, 0.03 + 3e-4 * b)
+             for b in rng.integers(1, 33, 20).tolist()]
+    calls += [("reject", {"positions": p}, 3e-4 + 1e-6 * p) for p in (8, 16, 24, 32, 40)]
+    write_cost_trace(calls, tmp_path / "t.sqlite", rng=rng, noise=0.02)
+    cal = calibrate([tmp_path / "t.sqlite"])
+    boot = cal.profile.bootstrap
+    assert set(boot.terms) == {"verify"} and boot.too_few == {"reject": 5}
+    assert any(n.startswith(f"reject: 5 samples, fewer than {MIN_BOOTSTRAP_SAMPLES} to bootstrap")
+               for n in cal.profile.notes)
+    assert any(line.split()[:1] == ["reject"] and "too few to resample" in line for line in report_lines(cal))
+    assert profile_from_json(cal.profile.to_json()).bootstrap == boot
