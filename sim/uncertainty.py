@@ -77,8 +77,9 @@ SCENARIO_RANGES: dict[str, ScenarioRange] = {
 
 
 # The catalog tables whose ranges price steps (a profile fitting every term replaces them) and
-# the one that shapes the workload (no profile does). Listed in the order they sort, so the
-# draws' inputs keep the order of the sorted catalog ranges.
+# the one that shapes the workload (no profile does). "datasets" sorts before "engines" and
+# "links", so listing the workload's inputs first keeps the sorted order of the catalog ranges,
+# and with it each input's column of the Latin hypercube.
 WORKLOAD_TABLES = frozenset({"datasets"})
 COST_TABLES = frozenset({"engines", "links"})
 
