@@ -18,7 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from psdsim.calibration.fit import MIN_SAMPLES, RANGE_ATTRIBUTE, TermFit, acceptance_stats, check_k, fit_term
+import numpy as np
+
+from psdsim.calibration.fit import (
+    BOOTSTRAP_SEED,
+    MIN_BOOTSTRAP_SAMPLES,
+    MIN_SAMPLES,
+    RANGE_ATTRIBUTE,
+    TermFit,
+    acceptance_stats,
+    bootstrap_term,
+    check_k,
+    fit_term,
+)
 from psdsim.calibration.kineto import GZIP_MAGIC, read_kineto
 from psdsim.calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
 from psdsim.calibration.nsys import SQLITE_MAGIC, read_nsys
@@ -28,7 +40,7 @@ from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.input_paths import input_file, input_path
-from psdsim.sim.profile import TERMS, Profile, profile_from_json
+from psdsim.sim.profile import TERMS, Bootstrap, Profile, profile_from_json
 
 SNIFF_BYTES = 1 << 20
 MINEDRAFT_KEYS = (b'"traces"', b'"start_us"', b'"is_prompt_run"')
@@ -162,6 +174,9 @@ def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str |
                          "usable per term, once mixed passes and samples missing an attribute are dropped)",
                          "record more steps of each phase")
     _check_finite(fits)
+    bootstrap = bootstrap_fits(fits)
+    notes += [f"{name}: {n} samples, fewer than {MIN_BOOTSTRAP_SAMPLES} to bootstrap; its fit's uncertainty "
+              "is not recorded (--intervals keeps it fixed)" for name, n in bootstrap.too_few.items()]
     prov = {
         "traces": [{"path": str(p), "format": info.format, "sha256": sha256(p), "bytes": p.stat().st_size,
                     "version": info.version, "gpus": {str(k): v for k, v in info.gpus.items()}}
@@ -171,9 +186,21 @@ def calibrate(paths: Sequence[Path] | Sequence[Sequence[Path]], *, preset: str |
         **{k: v for k, v in (source or {}).items() if v not in (None, "")},
     }
     profile = Profile({name: f.term for name, f in fits.items()}, prov, acceptance_stats(samples),
-                      tuple(notes))
+                      tuple(notes), bootstrap=bootstrap)
     _check_readable(profile, fits)
     return Calibration(profile, fits, samples, dropped, notes, traces)
+
+
+def bootstrap_fits(fits: dict[str, TermFit], seed: int = BOOTSTRAP_SEED) -> Bootstrap:
+    """Every fitted term's bootstrap, each from its own Generator seeded by (seed, the term's place
+    in TERMS): a term's resamples do not depend on which other terms the traces hold."""
+    resamples, too_few = {}, {}
+    for name, fitted in fits.items():
+        if len(fitted.times) < MIN_BOOTSTRAP_SAMPLES:
+            too_few[name] = len(fitted.times)
+        else:
+            resamples[name] = bootstrap_term(fitted, np.random.default_rng([seed, TERMS.index(name)]))
+    return Bootstrap(seed, resamples, too_few)
 
 
 # Where the profile reader names a fitted term's value: terms.verify.coef[0], terms.comm.ranges.bytes[1].

@@ -8,12 +8,19 @@ least squares with robust outlier rejection: samples whose residual exceeds 5 ro
 deviations (1.4826 x MAD) and 2% of their own time are dropped, and the fit repeated, at most 5
 times. Quality: in-sample MAPE, and k-fold cross-validated MAPE (5 interleaved folds; no random
 split, so the same samples always give the same profile).
+
+Uncertainty: the kept samples of each term are resampled with replacement and refitted
+(`bootstrap_term`), from a numpy Generator seeded by the caller, so the same samples and seed give
+the same resamples. Whole coefficient vectors are kept, not per-coefficient intervals: a term's
+coefficients trade off against each other (a larger per-token cost, a smaller fixed one), and a
+draw that takes one whole vector keeps that correlation.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +45,9 @@ OUTLIER_FLOOR = 0.02
 MAX_ROUNDS = 5
 FOLDS = 5
 MIN_SAMPLES = 3
+BOOTSTRAP_RESAMPLES = 64     # coefficient vectors kept per term: enough for the draws --intervals runs
+MIN_BOOTSTRAP_SAMPLES = 8    # below this a resample repeats too few distinct samples to mean anything
+BOOTSTRAP_SEED = 0           # calibrate has no --seed: a fixed one keeps the profile reproducible
 RANGE_ATTRIBUTE = {"bytes": "nbytes"}
 
 
@@ -127,6 +137,13 @@ class TermFit:
     kept: list[StepSample]
     predicted: np.ndarray   # fitted seconds of `kept`
     notes: list[str]
+    features: np.ndarray    # kept x FEATURES[name]: the rows the coefficients were fitted to
+    times: np.ndarray       # the measured seconds of `kept`
+
+    def mean_time(self, coef: Sequence[float]) -> float:
+        """The mean time `coef` prices the kept samples at: one number to order and compare
+        coefficient vectors of this term by."""
+        return float(np.mean(self.features @ np.asarray(coef, dtype=float)))
 
 
 def fit_term(name: str, samples: list[StepSample], timing: str = "busy") -> TermFit | None:
@@ -181,7 +198,24 @@ def fit_term(name: str, samples: list[StepSample], timing: str = "busy") -> Term
     term = Term(name, tuple(float(c) for c in coef), len(kept), _mape(pred, yk),
                 _cross_validated(Xk[:, cols], yk), ranges, {k: v for k, v in dropped.items() if v},
                 fixed)
-    return TermFit(term, kept, pred, notes)
+    return TermFit(term, kept, pred, notes, Xk, yk)
+
+
+def bootstrap_term(fit: TermFit, rng: np.random.Generator,
+                   resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[tuple[float, ...], ...]:
+    """`resamples` refits of the term on its kept samples drawn with replacement (plain NNLS on
+    the columns the point fit identified: outliers were rejected once, by the point fit), ordered
+    by the mean time they price the samples at, so a draw's index ranks as its cost does."""
+    features = FEATURES[fit.term.name]
+    cols = [j for j, f in enumerate(features) if f not in fit.term.fixed_features]
+    n = len(fit.times)
+    vectors = []
+    for _ in range(resamples):
+        rows = rng.integers(0, n, n)
+        coef = np.zeros(len(features))
+        coef[cols] = _nnls(fit.features[rows][:, cols], fit.times[rows])
+        vectors.append(tuple(float(c) for c in coef))
+    return tuple(sorted(vectors, key=fit.mean_time))
 
 
 def _missing_attr(name: str, s: StepSample) -> str:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from psdsim.calibration.calibrate import Calibration
+from psdsim.calibration.fit import BOOTSTRAP_RESAMPLES
 from psdsim.sim.output.plots import default_style, figure_bytes
 from psdsim.sim.profile import FEATURES, TERMS
 
@@ -50,6 +53,7 @@ def report_lines(c: Calibration) -> list[str]:
                           for f, v in zip(FEATURES[name], t.coef, strict=False) if f not in t.fixed_features)
         out.append(f"{name:<14}{t.samples:>8}{sum(t.dropped.values()):>8}{_pct(t.mape):>9}"
                    f"{_pct(t.cv_mape):>9}  {coefs}")
+    out += _uncertainty_lines(c)
     dropped = c.dropped.copy()
     for fit in c.fits.values():
         dropped.update({f"{fit.term.name}: {why}": n for why, n in fit.term.dropped.items()})
@@ -66,6 +70,28 @@ def report_lines(c: Calibration) -> list[str]:
         out += ["", line]
     if c.notes:
         out += ["", "notes:"] + [f"  {n}" for n in dict.fromkeys(c.notes)]
+    return out
+
+
+def _uncertainty_lines(c: Calibration) -> list[str]:
+    """One line per fitted term: the 90% interval of the mean time its bootstrap vectors price
+    its samples at, or why it has none."""
+    boot = c.profile.bootstrap
+    if boot is None:
+        return []
+    out = ["", f"fit uncertainty: the mean time of each term's samples, as fitted and over "
+               f"{BOOTSTRAP_RESAMPLES} bootstrap resamples (90% interval; seed {boot.seed})"]
+    for name in TERMS:
+        fit = c.fits.get(name)
+        if fit is None:
+            continue
+        point = fit.mean_time(fit.term.coef)
+        if name not in boot.terms:
+            out.append(f"  {name:<14}{_seconds(point)}: {boot.too_few[name]} samples, too few to resample "
+                       "(no interval)")
+            continue
+        low, high = np.quantile([fit.mean_time(v) for v in boot.terms[name]], (0.05, 0.95))
+        out.append(f"  {name:<14}{_seconds(point)} ({_seconds(float(low))} to {_seconds(float(high))})")
     return out
 
 

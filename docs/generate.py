@@ -128,8 +128,12 @@ draws), printed as `570.1 (520.3–610.0)`. The inputs are the catalog numbers t
 `FIELD_range` (sim/catalog/*.toml: engine constants, link latency and bandwidth, the acceptance
 prior's mean, a dataset's prompt-length mu and sigma; in your catalog, a GPU's numbers too) of the
 entries the scenario runs on, the analytic efficiencies (`mem_efficiency`, `compute_efficiency`;
-drawn only while left at their defaults, ranges in sim/uncertainty.py) and the seed, whose own noise is one
-dimension. A value the scenario sets (`acceptance = 0.6`) is the user's and is not drawn. The
+drawn only while left at their defaults, ranges in sim/uncertainty.py) and the seed, whose own
+noise is one dimension. A fitted `profile` that prices every step replaces the engine, link, GPU
+and efficiency numbers, which are then not drawn (the dataset's prompt lengths still are); one
+written by `psdsim calibrate` carries its fit's bootstrap, drawn as one input per term (`profile
+verify`: one of its 64 refitted coefficient vectors, whole; docs/calibration.md). A value the
+scenario sets (`acceptance = 0.6`) is the user's and is not drawn. The
 draws are a Latin hypercube seeded by the scenario's seed, each input uniform over its range: the
 same scenario gives the same intervals bit for bit. Ratios (`psd/sd`) are taken draw by draw on
 the same draws, so their intervals are the ratios' own, narrower than one interval divided by

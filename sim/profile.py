@@ -27,7 +27,7 @@ import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,22 @@ class Term:
 
 
 @dataclass(frozen=True)
+class Bootstrap:
+    """A fit's uncertainty: per term, coefficient vectors refitted to resamples of its samples
+    (calibration/fit.py `bootstrap_term`), cheapest first; and the terms with too few samples to
+    resample, with their counts. --intervals draws one whole vector per term (sim/uncertainty.py)."""
+
+    seed: int
+    terms: Mapping[str, tuple[tuple[float, ...], ...]]
+    too_few: Mapping[str, int] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "terms": {name: [list(v) for v in vectors]
+                                             for name, vectors in self.terms.items()},
+                "too_few": dict(self.too_few)}
+
+
+@dataclass(frozen=True)
 class Profile:
     """A fitted cost profile and where it came from (traces with their hashes, engine, hardware)."""
 
@@ -116,6 +132,15 @@ class Profile:
     # work after it idled (sim/overlap.py): {"draft": f, "verify": f, "after_idle": {"draft":
     # [[idle_s, f], ...], "verify": [...]}, "source": {...how it was measured}}; empty = none.
     contention: Mapping[str, Any] = field(default_factory=dict)
+    bootstrap: Bootstrap | None = None   # None: a point profile (calibrated before bootstraps, or by hand)
+
+    def resampled(self, picks: Mapping[str, int]) -> Profile:
+        """The point profile with each picked term's coefficients replaced by its bootstrap
+        vector number `picks[term]`: one draw of the fit's uncertainty, itself a point."""
+        assert self.bootstrap is not None
+        terms = {name: replace(t, coef=self.bootstrap.terms[name][picks[name]]) if name in picks else t
+                 for name, t in self.terms.items()}
+        return replace(self, terms=terms, bootstrap=None)
 
     @property
     def contention_factors(self) -> tuple[float, float]:
@@ -147,6 +172,8 @@ class Profile:
         }
         if self.contention:
             doc["contention"] = dict(self.contention)
+        if self.bootstrap is not None:
+            doc["bootstrap"] = self.bootstrap.as_json()
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
@@ -313,6 +340,33 @@ def _notes(doc: Any, path: str) -> tuple[str, ...]:
     return tuple(notes)
 
 
+BOOTSTRAP_KEYS = ("seed", "terms", "too_few")
+
+
+def _bootstrap(doc: Any, terms: Mapping[str, Term], path: str) -> Bootstrap:
+    """The fit's resampled coefficient vectors, each checked as the point coefficients are: only
+    fitted terms, each vector as long as its term's coefficients, every value in [0, MAX_COEF_S]."""
+    boot = _object(doc, "bootstrap", path)
+    _unknown(boot, BOOTSTRAP_KEYS, "bootstrap", path)
+    vectors: dict[str, tuple[tuple[float, ...], ...]] = {}
+    for name, rows in _object(boot.get("terms", {}), "bootstrap.terms", path).items():
+        where = f"bootstrap.terms.{name}"
+        if name not in terms:
+            raise _bad(f"{where}: no fitted {name} term to resample (fitted: {', '.join(terms)})", path)
+        rows = _list(rows, where, path)
+        if len(rows) < 2:
+            raise _bad(f"{where}: must list at least 2 coefficient vectors, got {len(rows)}", path)
+        width = len(terms[name].coef)
+        vectors[name] = tuple(
+            tuple(_number(c, f"{where}[{i}][{j}]", path, 0.0, MAX_COEF_S, COEF_WHY)
+                  for j, c in enumerate(_list(row, f"{where}[{i}]", path, width)))
+            for i, row in enumerate(rows))
+    too_few = _object(boot.get("too_few", {}), "bootstrap.too_few", path)
+    _unknown(too_few, TERMS, "bootstrap.too_few", path)
+    return Bootstrap(_count(boot.get("seed", 0), "bootstrap.seed", path), vectors,
+                     {name: _count(n, f"bootstrap.too_few.{name}", path) for name, n in too_few.items()})
+
+
 def profile_from_json(text: str, path: str = "profile") -> Profile:
     """The profile in `text`, every value checked where it is read: a wrong type, a value
     outside its term's sign or magnitude (see MAX_COEF_S and FACTOR_BOUNDS) or an unknown key is
@@ -332,10 +386,11 @@ def profile_from_json(text: str, path: str = "profile") -> Profile:
     terms = doc.get("terms")
     if not isinstance(terms, dict) or not terms:
         raise _bad("no fitted terms", path)
-    return Profile({name: _term(name, t, path) for name, t in terms.items()},
-                   dict(_object(doc.get("source", {}), "source", path)),
+    fitted = {name: _term(name, t, path) for name, t in terms.items()}
+    return Profile(fitted, dict(_object(doc.get("source", {}), "source", path)),
                    _acceptance(doc.get("acceptance", {}), path), _notes(doc.get("notes", []), path),
-                   _contention(doc.get("contention", {}), path))
+                   _contention(doc.get("contention", {}), path),
+                   None if "bootstrap" not in doc else _bootstrap(doc["bootstrap"], fitted, path))
 
 
 def load_profile(path: str | Path) -> Profile:

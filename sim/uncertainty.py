@@ -6,13 +6,18 @@ are declared here, beside the Scenario fields they perturb) — and the seed, wh
 more dimension of every draw. `propagate` spreads N Latin-hypercube points (scipy.stats.qmc,
 seeded by the scenario's seed, so the same scenario gives the same draws bit for bit) over those
 ranges, uniformly, simulates each draw under every method asked for, and keeps the summaries.
+A fitted profile (`profile`) that carries its fit's bootstrap (sim/profile.py Bootstrap) adds one
+input per resampled term: the draw's coordinate picks one of its coefficient vectors, whole, so
+the coefficients' correlations are kept; the vectors are stored cheapest first, so the index
+ranks as the term's cost does.
 Ratios between methods are taken draw by draw on the same draws, so a ratio's interval is the
 ratio's own, not two intervals divided. A value a user gave in the scenario (an `acceptance`, an
 efficiency other than the default) is theirs and is not drawn.
 
 The draws reach the simulator through the scenario alone: scenario fields are replaced, catalog
 numbers are written into a small catalog file of the draw's own (the user's catalog, if any, with
-the drawn entries merged over it), which the scenario's `catalog` field then names.
+the drawn entries merged over it), which the scenario's `catalog` field then names, and picked
+bootstrap vectors into a profile file of the draw's own, which its `profile` field names.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from psdsim.sim.scenario import FIELDS, Scenario, catalog_for, toml_value
 LEVEL = 0.90                     # the intervals' coverage: from the 5th to the 95th percentile
 QUANTILES = ((1.0 - LEVEL) / 2, 0.5, (1.0 + LEVEL) / 2)
 SEED_INPUT = "seed"
+RESAMPLE_FIELD = "profile resample"   # an input picking one of a profile term's bootstrap vectors
 SEED_SPAN = 2**31                # a draw's simulation seed is drawn from 0 .. SEED_SPAN - 1
 MAX_DRAWS = 4096
 # The fewest draws a 90% interval and a ranking of inputs are quoted from: with fewer the 5th and
@@ -70,6 +76,14 @@ SCENARIO_RANGES: dict[str, ScenarioRange] = {
 }
 
 
+# The catalog tables whose ranges price steps (a profile fitting every term replaces them) and
+# the one that shapes the workload (no profile does). "datasets" sorts before "engines", "gpus"
+# and "links", so listing the workload's inputs first keeps the sorted order of the catalog ranges,
+# and with it each input's column of the Latin hypercube.
+WORKLOAD_TABLES = frozenset({"datasets"})
+COST_TABLES = frozenset({"engines", "gpus", "links"})
+
+
 @dataclass(frozen=True)
 class UncertainInput:
     """One drawn input: a Scenario field (`table` empty) or a catalog number, and its range."""
@@ -79,12 +93,17 @@ class UncertainInput:
     high: float
     why: str
     table: str = ""    # the catalog table and entry key it lives in; empty: a Scenario field
-    key: str = ""
+    key: str = ""      # (a profile resample: the term)
     field: str = ""    # the field it sets (of the entry, or of the Scenario)
 
     def value(self, u: float) -> float:
         """The input at quantile u of its (uniform) range."""
         return float(self.low + u * (self.high - self.low))
+
+    def resample(self, u: float) -> int:
+        """A profile resample input's vector index at quantile u: each of its `high` vectors
+        takes an equal share of [0, 1)."""
+        return min(int(self.value(u)), int(self.high) - 1)
 
 
 @dataclass(frozen=True)
@@ -108,13 +127,16 @@ class Draw:
     scenario: Scenario
     methods: tuple[str, ...]
     catalog_toml: str
+    profile_json: str = ""   # the draw's own profile (its picked bootstrap vectors); empty: the scenario's
 
 
 def uncertain_inputs(s: Scenario, methods: Sequence[str]) -> list[UncertainInput]:
     """Every input of `s` (run under `methods`) that has a range, the seed last."""
     cat = catalog_for(s)
-    costs = [] if profile_prices_everything(s) else [*_scenario_inputs(s), *_catalog_inputs(s, cat)]
-    inputs = [*costs, *_acceptance_input(s, cat, methods)]
+    analytic = not profile_prices_everything(s)
+    inputs = [*(_scenario_inputs(s) if analytic else ()), *_catalog_inputs(s, cat, WORKLOAD_TABLES),
+              *(_catalog_inputs(s, cat, COST_TABLES) if analytic else ()), *_profile_inputs(s),
+              *_acceptance_input(s, cat, methods)]
     return [*inputs, UncertainInput(SEED_INPUT, 0.0, float(SEED_SPAN - 1),
                                     "the simulation's own noise: requests, arrivals, acceptances",
                                     field="seed")]
@@ -122,13 +144,28 @@ def uncertain_inputs(s: Scenario, methods: Sequence[str]) -> list[UncertainInput
 
 def profile_prices_everything(s: Scenario) -> bool:
     """Whether the scenario's fitted profile has every term (sim/profile.py TERMS): then no step
-    cost comes from the catalog's engine, link or efficiency numbers, and they are not drawn. A
+    cost comes from the catalog's engine, link or efficiency numbers, and they are not drawn (the
+    workload's, prompt lengths, still are: a profile prices steps, it does not choose prompts). A
     profile that lacks a term leaves that part to the catalog, so all of them are drawn still."""
     if not s.profile:
         return False
     from psdsim.sim.profile import TERMS, load_profile
 
     return all(term in load_profile(s.profile).terms for term in TERMS)
+
+
+def _profile_inputs(s: Scenario) -> Iterable[UncertainInput]:
+    """One input per term the scenario's profile carries a bootstrap of (none for a point profile)."""
+    if not s.profile:
+        return
+    from psdsim.sim.profile import load_profile
+
+    boot = load_profile(s.profile).bootstrap
+    for term, vectors in (boot.terms if boot is not None else {}).items():
+        yield UncertainInput(f"profile {term}", 0.0, float(len(vectors)),
+                             f"the {term} fit's uncertainty: one of {len(vectors)} bootstrap refits, "
+                             "cheapest first",
+                             key=term, field=RESAMPLE_FIELD)
 
 
 def _scenario_inputs(s: Scenario) -> Iterable[UncertainInput]:
@@ -146,14 +183,15 @@ def _acceptance_input(s: Scenario, cat: Catalog, methods: Sequence[str]) -> Iter
         yield UncertainInput(f"acceptance {pair}", r.low, r.high, r.why, field="acceptance")
 
 
-def _catalog_inputs(s: Scenario, cat: Catalog) -> Iterable[UncertainInput]:
-    """The ranges of the engine profile, the links and the GPUs the scenario runs on."""
+def _catalog_inputs(s: Scenario, cat: Catalog, tables: frozenset[str]) -> Iterable[UncertainInput]:
+    """The ranges, in `tables`, of the engine profile, the links and the GPUs the scenario runs
+    on and of the dataset its prompts are drawn from."""
     used = {("engines", s.engine_key), ("links", s.link), ("links", s.tp_link_key),
             ("gpus", s.gpu), ("gpus", s.drafter_gpu_key)}
     if not s.prompt_len and not s.trace:   # prompts drawn from the dataset's lengths
         used.add(("datasets", s.dataset))
     for (table, key, name), r in sorted(cat.ranges.items()):
-        if (table, key) in used:
+        if table in tables and (table, key) in used:
             yield UncertainInput(f"{table}.{key}.{name}", r.low, r.high, r.why, table, key, name)
 
 
@@ -173,18 +211,33 @@ def make_draws(s: Scenario, methods: Sequence[str], inputs: Sequence[UncertainIn
     for row in points:
         changes, entries = draw_changes(inputs, row)
         text = catalog_toml(s, entries) if entries else ""
-        out.append(Draw(s.replace(**changes), tuple(methods), text))
+        out.append(Draw(s.replace(**changes), tuple(methods), text, drawn_profile(s, inputs, row)))
     return out
+
+
+def drawn_profile(s: Scenario, inputs: Sequence[UncertainInput], row: np.ndarray) -> str:
+    """The profile of one draw as JSON: the scenario's with each resampled term's picked vector;
+    empty when no input resamples the profile."""
+    picks = {inp.key: inp.resample(u) for inp, u in zip(inputs, row, strict=True)
+             if inp.field == RESAMPLE_FIELD}
+    if not picks:
+        return ""
+    from psdsim.sim.profile import load_profile
+
+    return load_profile(s.profile).resampled(picks).to_json()
 
 
 Entries = dict[tuple[str, str], dict[str, float]]   # (table, key) -> drawn fields
 
 
 def draw_changes(inputs: Sequence[UncertainInput], row: np.ndarray) -> tuple[dict[str, Any], Entries]:
-    """One point's scenario field changes and drawn catalog fields."""
+    """One point's scenario field changes and drawn catalog fields (a profile resample is
+    neither: `drawn_profile` writes it)."""
     changes: dict[str, Any] = {}
     entries: Entries = {}
     for inp, u in zip(inputs, row, strict=True):
+        if inp.field == RESAMPLE_FIELD:
+            continue
         if inp.field == "seed":
             changes["seed"] = int(inp.value(u))
         elif inp.table:
@@ -246,12 +299,16 @@ def simulate_draw(draw: Draw) -> dict[str, dict[str, Any]]:
     """Each method's summary on one draw (a module-level job for the executors)."""
     from psdsim.sim.run import simulate
 
-    if not draw.catalog_toml:
+    if not draw.catalog_toml and not draw.profile_json:
         return {m: simulate(draw.scenario.replace(method=m)).summary for m in draw.methods}
     with tempfile.TemporaryDirectory(prefix="psdsim-draw-") as folder:
-        path = Path(folder) / "catalog.toml"
-        path.write_text(draw.catalog_toml, encoding="utf-8")
-        s = draw.scenario.replace(catalog=str(path))
+        s = draw.scenario
+        for field_, name, text in (("catalog", "catalog.toml", draw.catalog_toml),
+                                   ("profile", "profile.json", draw.profile_json)):
+            if text:
+                path = Path(folder) / name
+                path.write_text(text, encoding="utf-8")
+                s = s.replace(**{field_: str(path)})
         return {m: simulate(s.replace(method=m)).summary for m in draw.methods}
 
 

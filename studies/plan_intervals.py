@@ -27,6 +27,7 @@ from psdsim.sim.uncertainty import (
     catalog_toml,
     check_draws,
     draw_changes,
+    drawn_profile,
     interval,
     interval_label,
     uncertain_inputs,
@@ -65,11 +66,16 @@ def plan_inputs(configs: Sequence[Any]) -> list[UncertainInput]:
     return sorted(found.values(), key=lambda i: (i.field == "seed", i.name))
 
 
-def _drawn(c: Any, inputs: Sequence[UncertainInput], row_: np.ndarray, catalog: str) -> Any:
-    """Configuration `c` at one draw: the draw's values of the inputs `c` has."""
+def _drawn(c: Any, inputs: Sequence[UncertainInput], row_: np.ndarray, catalog: str, profile: Path) -> Any:
+    """Configuration `c` at one draw: the draw's values of the inputs `c` has (its resampled
+    profile, if any, written to `profile`)."""
     own = {i.name for i in uncertain_inputs(c, [c.method])}
     mine = [j for j, inp in enumerate(inputs) if inp.name in own]
     changes, entries = draw_changes([inputs[j] for j in mine], row_[mine])
+    text = drawn_profile(c, [inputs[j] for j in mine], row_[mine])
+    if text:
+        profile.write_text(text, encoding="utf-8")
+        changes["profile"] = str(profile)
     return c.replace(**changes, **({"catalog": catalog} if entries else {}))
 
 
@@ -84,7 +90,8 @@ def plan_draws(spec: PlanSpec, configs: Sequence[Any], draws: int, workers: int,
         for d, point in enumerate(points):
             path = Path(folder) / f"draw-{d}.toml"
             path.write_text(catalog_toml(spec.base, draw_changes(inputs, point)[1]), encoding="utf-8")
-            drawn += [_drawn(c, inputs, point, str(path)) for c in configs]
+            drawn += [_drawn(c, inputs, point, str(path), Path(folder) / f"draw-{d}-config-{i}.json")
+                      for i, c in enumerate(configs)]
         searches = search_all(drawn, spec, workers, progress)
     n = len(configs)
     judged, rows = [], []

@@ -29,8 +29,9 @@ def _draws(text: str) -> int:
 def add_intervals_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--intervals", type=_draws, metavar="N",
                    help="also simulate N draws of the uncertain inputs (catalog ranges, acceptance, "
-                        "efficiencies, the seed): each figure gains its median and 90%% interval, and "
-                        "the inputs are ranked by what they explain (docs/summary.md: Intervals)")
+                        "efficiencies, a fitted profile's bootstrap, the seed): each figure gains its "
+                        "median and 90%% interval, and the inputs are ranked by what they explain "
+                        "(docs/summary.md: Intervals)")
 
 
 def draw_intervals(args: argparse.Namespace, s: Any, methods: Sequence[str]) -> Any:

@@ -1,0 +1,102 @@
+"""--intervals with a fitted profile: its bootstrap is drawn, one input per term, and the catalog
+cost numbers it replaces are not; the workload's are, whatever prices the steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from psdsim.calibration.calibrate import calibrate
+from psdsim.sim.output.results import write_file
+from psdsim.sim.profile import TERMS, load_profile
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.sensitivity import rank_inputs
+from psdsim.sim.uncertainty import interval, make_draws, uncertain_inputs
+from psdsim.studies.intervals import propagate
+from psdsim.studies.plan_intervals import _drawn
+
+SAMPLE_TRACE = Path(__file__).resolve().parents[1] / "examples" / "sample-trace.sqlite"
+SMALL = Scenario(requests=24, output_len=16, m=4, prompt_len=32)
+ACCEPTANCE = "acceptance qwen3-1.7b -> qwen3-32b"
+RESAMPLED = {f"profile {term}" for term in TERMS}
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory) -> tuple[str, str]:
+    """The sample trace's profile with its bootstrap, and the same profile without it."""
+    folder = tmp_path_factory.mktemp("profiles")
+    text = calibrate([SAMPLE_TRACE]).profile.to_json()
+    point = json.loads(text)
+    del point["bootstrap"]
+    write_file(folder / "p.json", text)
+    write_file(folder / "point.json", json.dumps(point))
+    return str(folder / "p.json"), str(folder / "point.json")
+
+
+def _names(s: Scenario) -> set[str]:
+    return {i.name for i in uncertain_inputs(s, ["psd"])}
+
+
+def test_a_profile_pricing_every_step_leaves_the_prompt_lengths_drawn(profiles) -> None:
+    """A profile fits step costs, not the workload: the dataset's prompt-length range stays."""
+    _, point = profiles
+    dataset = SMALL.replace(prompt_len=0)
+    assert "datasets.sharegpt.components.0.mu" in _names(dataset)
+    assert _names(dataset.replace(profile=point)) == {"datasets.sharegpt.components.0.mu", ACCEPTANCE, "seed"}
+
+
+def test_a_point_profile_draws_as_before(profiles) -> None:
+    _, point = profiles
+    s = SMALL.replace(profile=point)
+    assert _names(s) == {ACCEPTANCE, "seed"}
+    inputs = uncertain_inputs(s, ["psd"])
+    assert all(d.profile_json == "" for d in make_draws(s, ["psd"], inputs, np.full((2, len(inputs)), 0.5)))
+
+
+def test_a_bootstrapped_profile_is_one_input_per_term_and_a_draw_takes_whole_vectors(profiles) -> None:
+    boot, _ = profiles
+    s = SMALL.replace(profile=boot)
+    assert _names(s) == RESAMPLED | {ACCEPTANCE, "seed"}
+    vectors = load_profile(boot).bootstrap.terms
+    inputs = [i for i in uncertain_inputs(s, ["psd"]) if i.name in RESAMPLED]
+    cheapest, dearest = make_draws(s, ["psd"], inputs, np.array([[0.0] * len(inputs), [0.999] * len(inputs)]))
+    for draw, end in ((cheapest, 0), (dearest, -1)):
+        terms = json.loads(draw.profile_json)["terms"]
+        assert "bootstrap" not in json.loads(draw.profile_json)
+        assert all(tuple(terms[name]["coef"]) == vectors[name][end] for name in TERMS)
+
+    def throughput(draw) -> float:
+        path = Path(s.profile).with_name("drawn.json")
+        path.write_text(draw.profile_json)
+        return simulate(s.replace(profile=str(path))).summary["throughput_tok_s"]
+
+    assert throughput(cheapest) > throughput(dearest)
+
+
+def test_a_fitted_profile_narrows_the_interval_and_its_replaced_inputs_leave_the_ranking(profiles) -> None:
+    boot, _ = profiles
+    without, fitted = propagate(SMALL, 16, workers=1), propagate(SMALL.replace(profile=boot), 16, workers=1)
+
+    def width(p) -> float:
+        iv = interval(p.figure("psd", ("throughput_tok_s",)))
+        return (iv.high - iv.low) / iv.median
+
+    assert width(fitted) < width(without)
+    ranked = {r.input.name for r in rank_inputs("psd throughput", fitted.values, fitted.inputs,
+                                                fitted.figure("psd", ("throughput_tok_s",)))}
+    assert ranked == RESAMPLED | {ACCEPTANCE, "seed"}
+    replaced = {i.name for i in without.inputs} - {ACCEPTANCE, "seed"}
+    assert replaced and not replaced & ranked
+
+
+def test_a_plan_configuration_runs_on_its_draw_s_resampled_profile(profiles, tmp_path) -> None:
+    boot, _ = profiles
+    c = SMALL.replace(profile=boot)
+    inputs = uncertain_inputs(c, ["psd"])
+    drawn = _drawn(c, inputs, np.zeros(len(inputs)), str(tmp_path / "draw.toml"), tmp_path / "draw.json")
+    assert drawn.profile == str(tmp_path / "draw.json")
+    assert load_profile(drawn.profile).terms["verify"].coef == load_profile(boot).bootstrap.terms["verify"][0]
