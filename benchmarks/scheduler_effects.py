@@ -25,12 +25,16 @@ CASES = [
     ("ample KV, no aborts", {}),
     ("abort_fraction=0.2", dict(abort_fraction=0.2)),
     ("abort_fraction=0.2, rebalance", dict(abort_fraction=0.2, rebalance=True)),
+    ("same, balance_by=kv", dict(abort_fraction=0.2, rebalance=True, balance_by="kv")),
     ("num_gpu_blocks_override=700 (recompute)", dict(num_gpu_blocks_override=700)),
     ("same, rebalance", dict(num_gpu_blocks_override=700, rebalance=True)),
+    ("same, rebalance, balance_by=kv", dict(num_gpu_blocks_override=700, rebalance=True, balance_by="kv")),
     ("same, preemption_mode=swap", dict(num_gpu_blocks_override=700, preemption_mode="swap")),
     ("rate=50 burst, prefill steps", dict(rate=50.0)),
     ("rate=50 burst, chunked prefill (512)",
      dict(rate=50.0, enable_chunked_prefill=True, max_num_batched_tokens=512)),
+    ("same, balance_by=kv", dict(rate=50.0, enable_chunked_prefill=True, max_num_batched_tokens=512,
+                                 balance_by="kv")),
 ]
 
 

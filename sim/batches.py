@@ -21,6 +21,11 @@ sub-batch whatever the flag says.
 - assign_swapped_in(): the flag `_schedule_swapped` gives, which runs after `_schedule_running`
   has flipped the flag for the *next* step: the request joins the sub-batch verified in this
   very step, which holds no drafts for it (scenario `swap_in_batch = "verified"`).
+- assign(lighter=flag): where the balance rule applies, join the sub-batch named `lighter`
+  instead of the one with fewer requests (scenario `balance_by = "kv"`: the sub-batch whose
+  requests hold fewer KV tokens; None when both hold as many, and the count decides). The paper
+  names balance by request count alone, while requests differ in KV, among its limits (§A):
+  a sub-batch of long contexts verifies and drafts slower than one of short ones.
 - recycle(): on finish, abort and preemption undo the request's contribution.
 - Finishes happen only in the verified sub-batch, which is drafted next, so refills land where
   the holes are: balance is preserved, never restored.
@@ -35,11 +40,13 @@ class BatchManager:
         self.verify_flag = False  # MineDraft's _skip_batch_flag
         self.decoding = False     # MineDraft's _has_scheduled_decoding
 
-    def assign(self, balanced: bool = False) -> bool:
+    def assign(self, balanced: bool = False, lighter: bool | None = None) -> bool:
         """The flag of a newly admitted request (or a swapped-in one, in the what-if that sends
         it to the sub-batch drafted next)."""
         if self.decoding and not balanced:
             return self._join(not self.verify_flag)
+        if lighter is not None:
+            return self._join(lighter)
         if self.balance >= 0:
             return self._join(True)
         return self._join(False)

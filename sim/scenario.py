@@ -67,6 +67,9 @@ class Scenario:
                            "with the most expected tokens/s; 0 = no speculation)")
     rebalance: bool = _field(False, "run", bool,
                              "PSD: keep assign() balancing after decoding starts (costs wasted steps)")
+    balance_by: str = _field("requests", "run", str,
+                             "PSD: what assign() balances the two sub-batches by: requests (MineDraft) "
+                             "| kv (the KV tokens their requests hold)")
     extra: int = _field(0, "run", int, "psd+tetris: extra draft tokens per request (e)")
     sub_batches: int = _field(2, "run", int, "PSD sub-batches in the ring (MineDraft: 2)")
     drafters: int = _field(1, "run", int, "PSD drafter GPUs (MineDraft: 1)")
@@ -535,6 +538,10 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _need(s.pearl_stale == "rate" or s.pearl_stale_acceptance == 0.0, "pearl_stale_acceptance",
           f'applies only with pearl_stale = "rate", not "{s.pearl_stale}"',
           "set pearl_stale=rate, or remove pearl_stale_acceptance")
+    _one_of(s, "balance_by", ("requests", "kv"))
+    _need(s.balance_by == "requests" or (s.method == "psd" and s.batch_managed), "balance_by",
+          f"balancing by KV is built for two-sub-batch psd, not {s.method}"
+          + (" as a ring" if s.method == "psd" else ""), "set balance_by=requests")
     _one_of(s, "k_policy", ("fixed", "adaptive"))
     _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu")
           or (s.method == "psd" and s.batch_managed), "k_policy",

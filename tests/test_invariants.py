@@ -55,6 +55,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         pearl_stale=(stale := draw(st.sampled_from(["rejected", "as-fresh", "rate"]))),
         pearl_stale_acceptance=draw(st.floats(0.0, 1.0)) if stale == "rate" else 0.0,
         rebalance=draw(st.booleans()),
+        balance_by=draw(st.sampled_from(["requests", "kv"])) if method == "psd" and not ring else "requests",
         abort_fraction=draw(st.sampled_from([0.0, 0.3])),
         abort_window_s=draw(st.sampled_from([0.05, 5.0])),
         # tiny pools force preemption; None keeps the GPU-sized pool

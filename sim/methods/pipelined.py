@@ -70,7 +70,7 @@ class PipelinedSD(EngineMethod):
         s, n = sim.scenario, sim.table.capacity
         self.draft_length = draft_length_policy(sim)
         self.lookahead = self.draft_length.width
-        self.sub_batching = (BatchManagerSubBatching(n, s, self.lookahead) if s.batch_managed
+        self.sub_batching = (BatchManagerSubBatching(n, s, self.lookahead, sim.scheduler) if s.batch_managed
                              else RoundRobinSubBatching(n, s.sub_batches))
         self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
         sim.table.track(self, "proposals")

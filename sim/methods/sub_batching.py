@@ -9,6 +9,8 @@ and the next step must draft before it verifies (not parallelised): the sequenti
 tail. With `rebalance`, and for prompts admitted into a mixed (chunked-prefill) batch, refills
 restore the balance instead of joining the sub-batch drafted next; a prompt that graduates into
 the sub-batch verified next has no drafts yet, and its first verification is a wasted step.
+Wherever the balance rule applies, `balance_by = "kv"` balances the KV tokens the sub-batches'
+running requests hold (prompt + generated, prefilling ones included) instead of their count.
 Where MineDraft's code differs from what it meant, the default is the code and the intention a
 what-if (docs/minedraft-fidelity.md):
 - KV (`kv_patch`): `has_deferred` (MineDraft's patch) skips appending slots for the verified
@@ -33,10 +35,11 @@ from __future__ import annotations
 import numpy as np
 
 from psdsim.sim.batches import BatchManager
+from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
 from psdsim.sim.requests import DECODING
 from psdsim.sim.scenario import Scenario
-from psdsim.sim.scheduler import StepPlan
+from psdsim.sim.scheduler import Scheduler, StepPlan
 
 EMPTY = np.empty(0, dtype=np.int64)
 
@@ -81,9 +84,12 @@ class SubBatching:
 class BatchManagerSubBatching(SubBatching):
     """MineDraft's Batch Manager and worker (see the module docstring)."""
 
-    def __init__(self, requests: int, s: Scenario, lookahead: int) -> None:
+    def __init__(self, requests: int, s: Scenario, lookahead: int,
+                 scheduler: Scheduler | None = None) -> None:
         super().__init__(requests, 2, bool)
         self.batches = BatchManager()
+        self.scheduler = scheduler  # its running set and their KV tokens: needed to balance by KV
+        self.by_kv = s.balance_by == "kv"
         self.fresh: list[int] = []  # decoding requests not yet scheduled for a decode step
         self.send = True            # worker: the sub-batch verified next
         self.have_previous = False  # worker: proposals drafted in the last step
@@ -132,8 +138,7 @@ class BatchManagerSubBatching(SubBatching):
     def admitted(self, slots: np.ndarray, mixed: bool, restart: bool) -> None:
         if restart:  # nothing was running before
             self.batches.reset()
-        balanced = mixed or self.rebalance
-        self.flag[slots] = [self.batches.assign(balanced) for _ in range(len(slots))]
+        self.flag[slots] = self._assign(slots, mixed or self.rebalance)
 
     def graduated(self, slots: np.ndarray) -> None:
         super().graduated(slots)
@@ -145,8 +150,27 @@ class BatchManagerSubBatching(SubBatching):
             self.flag[slots] = [self.batches.assign_swapped_in(decodes_now) for _ in range(len(slots))]
             self.swapped_in = np.concatenate([self.swapped_in, slots])
         else:
-            self.flag[slots] = [self.batches.assign(self.rebalance) for _ in range(len(slots))]
+            self.flag[slots] = self._assign(slots, self.rebalance)
         self.graduated(slots)
+
+    def _assign(self, slots: np.ndarray, balanced: bool) -> list[bool]:
+        """The Batch Manager's flags for `slots`, in order. Balancing by KV names the lighter
+        sub-batch for each: the KV tokens of the other running requests per flag, plus those of
+        the `slots` already placed."""
+        if not self.by_kv:
+            return [self.batches.assign(balanced) for _ in range(len(slots))]
+        assert self.scheduler is not None, "balancing by KV reads the scheduler's running set"
+        running, kv = self.scheduler.running, self.scheduler.table.kv_len
+        others = running[~np.isin(running, slots)]
+        on = self.flag[others]
+        held = [isum(kv[others[~on]]), isum(kv[others[on]])]  # False, True
+        flags = []
+        for r in slots.tolist():
+            lighter = None if held[0] == held[1] else held[1] < held[0]
+            flag = self.batches.assign(balanced, lighter)
+            held[flag] += int(kv[r])
+            flags.append(flag)
+        return flags
 
     def misaligned(self, slots: np.ndarray, parallelised: bool) -> int:
         """Requests swapped in this step among the verified `slots` (at their end, in MineDraft's
