@@ -166,6 +166,18 @@ def test_sd_calibrates_and_psd_is_predicted(handbuilt):
     assert json.loads((root / "out" / "validate.json").read_text()) == report
 
 
+def test_the_written_profile_keeps_each_terms_bootstrap(handbuilt):
+    """validate puts its profiles together from several fits; each term keeps its own fit's
+    bootstrap (or the count too few to resample), so --intervals draws its uncertainty."""
+    root, _ = handbuilt
+    doc = json.loads((root / "out" / "profile.json").read_text(encoding="utf-8"))
+    boot = doc["bootstrap"]
+    assert set(doc["terms"]) == set(boot["terms"]) | set(boot["too_few"])
+    assert boot["terms"], "no term was bootstrapped"
+    for name, vectors in boot["terms"].items():
+        assert len(vectors) == 64 and all(len(v) == len(doc["terms"][name]["coef"]) for v in vectors)
+
+
 def test_the_gate_exits_1_naming_the_worst_row_and_writes_junit(handbuilt, tmp_path):
     root, report = handbuilt
     worst = max((r for r in report["rows"] if not r["in_sample"]),

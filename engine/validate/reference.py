@@ -50,7 +50,7 @@ from psdsim.engine.validate.describe import (
 )
 from psdsim.engine.validate.report import build_report
 from psdsim.sim.output.results import write_file
-from psdsim.sim.profile import Profile
+from psdsim.sim.profile import Bootstrap, Profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, scenario_to_toml
 
@@ -227,7 +227,8 @@ def assemble_profiles(traces: Mapping[str, Sequence[Any]], contention: dict[str,
         prov["terms_from"] = what
         notes = (*base.profile.notes, *(more.profile.notes if more is not None else ()),
                  f"psdsim validate: {what}")
-        return Profile(terms, prov, acc, notes, cont or {})
+        return Profile(terms, prov, acc, notes, cont or {},
+                       bootstrap=carried_bootstrap(terms, (one, sd, ar, two)))
 
     def overhead(*order: tuple[Calibration | None, str]) -> tuple[dict[str, Any], str]:
         for c, who in order:
@@ -254,6 +255,26 @@ def assemble_profiles(traces: Mapping[str, Sequence[Any]], contention: dict[str,
         "profile-ar.json": made({**compute, **ar_ovh}, f"{compute_from}, overhead from {ar_who}"),
     }
     return out, accept
+
+
+def carried_bootstrap(terms: Mapping[str, Any], fits: Sequence[Calibration | None]) -> Bootstrap:
+    """Each term's bootstrap, from the calibration the term was taken from (the same object), so
+    that a profile put together from several fits keeps every fit's uncertainty for --intervals."""
+    vectors: dict[str, tuple[tuple[float, ...], ...]] = {}
+    too_few: dict[str, int] = {}
+    seed = 0
+    for name, term in terms.items():
+        for c in fits:
+            if c is None or c.profile.terms.get(name) is not term or c.profile.bootstrap is None:
+                continue
+            boot = c.profile.bootstrap
+            seed = boot.seed
+            if name in boot.terms:
+                vectors[name] = boot.terms[name]
+            elif name in boot.too_few:
+                too_few[name] = boot.too_few[name]
+            break
+    return Bootstrap(seed, vectors, too_few)
 
 
 def report_json(report: dict[str, Any]) -> str:
