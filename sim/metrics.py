@@ -63,7 +63,9 @@ SUMMARY_KEYS = {
     "vsr_trim70": "the same over the first 70% of decode steps",
     "drafts_per_verification": "draft tokens proposed per verified request in decode steps (k unless "
                                "k_policy = adaptive)",
-    "parallelization_rate": "decode steps whose verification overlapped drafting done earlier / decode steps",
+    "parallelization_rate": "decode steps that verify drafts made in an earlier step (MineDraft's "
+                            "is_parallelised) / decode steps, the first one and the tail's (after a "
+                            "sub-batch empties) included",
     "comm_share": "drafter across the link: its idle time between finishing its drafts and receiving "
                   "the verifier's output / decode time",
     "link_share": "drafter across the link: how much shorter decode steps would be with a free link "

@@ -349,3 +349,71 @@ def test_pearl_drafts_v0s_extra_row_for_a_request_whose_drafts_were_all_accepted
     assert extra[0] == 0 and (extra[1:] == all_accepted[:-1]).all()
     assert 0 < extra.sum() < len(extra)
     assert not simulate(s.replace(engine="roofline")).steps["extra_rows"].any()
+
+
+# -- 9. the parallelization rate and the tail of an offline run --------------------------------
+
+def _tail_run(**changes) -> Scenario:
+    """6 prompts, 2 slots a sub-batch: refills' prompt steps mid-run, then a drain in which one
+    sub-batch empties while the other still holds both its requests (seed 1, wide acceptance)."""
+    return Scenario(method="psd", requests=6, m=2, k=2, output_len=64, prompt_len=32, seed=1,
+                    acceptance_spread=1.0, **changes)
+
+
+def _worker_is_parallelised(steps: dict[str, np.ndarray]) -> np.ndarray:
+    """ParallelSpecDecodeWorker's `is_parallelised`, replayed over a step table: a decode step is
+    parallelised when proposals drafted earlier are waiting (`_previous_proposals is not None`).
+    The last decode step leaves them when it drafted a non-empty other sub-batch
+    (`_previous_proposals = proposals2`) and clears them otherwise; a prompt-only step runs
+    `_run_no_spec`, which leaves them as they are."""
+    flags = np.zeros(len(steps["kind"]), dtype=bool)
+    waiting = False
+    for i, (kind, drafted) in enumerate(zip(steps["kind"], steps["drafted"], strict=True)):
+        if kind == "decode":
+            flags[i], waiting = waiting, bool(drafted)
+    return flags
+
+
+def test_the_parallelization_rate_counts_the_steps_minedrafts_analysis_counts():
+    """spec_decode_worker.py, ParallelSpecDecodeWorker._run_speculative_decoding_step
+    (`is_parallelised = self._previous_proposals is not None`; `_previous_proposals = proposals2`
+    only when the other sub-batch is non-empty) and _run_no_spec (prompt steps leave it);
+    benchmarks/trace/analyze_traces.py, get_step_stats and analyze_plots.ipynb ("Parallelized
+    fraction": sum(step_parallelized) / steps that are not `is_prompt_run`). The first decode step,
+    the decode step after a mid-run prompt step and every tail step are in the denominator."""
+    r = simulate(_tail_run())
+    st = r.steps
+    decode = np.flatnonzero(st["kind"] == "decode")
+    prompt_run = st["prefill_groups"] > 0
+    refills = [i for i in np.flatnonzero(prompt_run) if decode[0] < i < decode[-1]]
+    one_empty = decode[(st["batch0"][decode] == 0) | (st["batch1"][decode] == 0)]
+    assert refills and len(one_empty) >= 3, "the run must refill mid-run and end in a tail"
+    flags = _worker_is_parallelised(st)
+    assert (st["parallelised"] == flags).all()
+    assert not flags[decode[0]] and all(flags[i + 1] for i in refills)
+    assert flags[one_empty[0]] and not flags[one_empty[1:]].any()
+    counted = ~prompt_run
+    assert counted.sum() == len(decode) == r.summary["decode_steps"]
+    assert r.summary["parallelization_rate"] == flags[counted].sum() / counted.sum()
+
+
+@pytest.mark.parametrize("rebalance", [False, True])
+def test_the_drain_keeps_the_last_sub_batch_whole_and_verifies_it_every_step(rebalance):
+    """minedraft/plugin/core/scheduler.py: a running request's `batch_flag` is set only when it is
+    admitted or swapped in (`_get_next_batch_flag` from `_schedule_prefills` / `_schedule_swapped`)
+    and cleared when it leaves (`_recycle_batch_flag`): nothing re-splits the running requests, so
+    once one sub-batch has emptied with nothing waiting, the other runs alone to the end.
+    spec_decode_worker.py, ParallelSpecDecodeWorker._split_batched_requests ("Corner case: one
+    sub-batch is empty": `is_sending_batch[:] = True`, no other batch): each of those steps
+    verifies every remaining request and drafts nothing ahead. `rebalance` changes where refills
+    go, and there are none in the drain."""
+    st = simulate(_tail_run(rebalance=rebalance)).steps
+    decode = np.flatnonzero(st["kind"] == "decode")
+    empty = (st["batch0"][decode] == 0) | (st["batch1"][decode] == 0)
+    first = int(np.argmax(empty))
+    tail = decode[first:]
+    assert empty[first:].all() and (st["waiting"][tail] == 0).all()
+    remaining = st["batch0"][tail] + st["batch1"][tail]
+    assert remaining[0] == 2
+    assert (st["verified"][tail] == remaining).all() and not st["drafted"][tail].any()
+    assert (st["batch1"][tail] == 0).all() or (st["batch0"][tail] == 0).all()
