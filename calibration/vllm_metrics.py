@@ -76,7 +76,7 @@ class AcceptanceCounts:
     def conditional_rates(self) -> tuple[float, ...]:
         """P(position i accepted | every earlier one was): flat for i.i.d. acceptance."""
         rates = self.position_rates
-        before = (1.0, *rates[:-1])
+        before = (1.0, *rates)[:len(rates)]   # no rates, no positions before them
         return tuple(r / prev if prev > 0 else math.nan for r, prev in zip(rates, before, strict=True))
 
 
