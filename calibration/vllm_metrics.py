@@ -28,7 +28,8 @@ from functools import cached_property
 from pathlib import Path
 
 from psdsim.calibration.trace_error import TraceError
-from psdsim.sim.acceptance import alpha_for_accepted
+from psdsim.sim.acceptance import MAX_ACCEPTANCE, alpha_for_accepted
+from psdsim.sim.scenario import MAX_K
 
 PROMETHEUS = "vLLM Prometheus metrics"
 V1_LOG = "vLLM V1 SpecDecoding metrics log"
@@ -111,7 +112,24 @@ def read_acceptance(path: Path) -> AcceptanceCounts:
     if not 0 <= counts.accepted <= counts.draft_tokens:
         raise TraceError(path, f"accepts {counts.accepted:g} of {counts.draft_tokens:g} draft tokens",
                          "give the metrics of one engine as it reported them")
+    if counts.k > MAX_K:
+        raise TraceError(path, f"drafts {counts.k} tokens a step, past the {MAX_K} a scenario's k may be",
+                         f"measure a configuration of num_speculative_tokens <= {MAX_K}")
+    _check_positions(path, counts.position_rates)
     return counts
+
+
+def _check_positions(path: Path, rates: tuple[float, ...]) -> None:
+    """Per-position rates a real engine can report: each a fraction of the drafts, none above the
+    one before it, as a draft token is accepted only if every one before it was."""
+    for i, rate in enumerate(rates):
+        if rate > 1:
+            raise TraceError(path, f"position {i} is accepted at rate {rate:g}, above 1: in more drafts "
+                             "than there were", "give the metrics of one engine as it reported them")
+        if i and rate > rates[i - 1]:
+            raise TraceError(path, f"position {i} is accepted more often ({rate:g}) than position {i - 1} "
+                             f"({rates[i - 1]:g}), where a draft token is accepted only if every one "
+                             "before it was", "give the metrics of one engine as it reported them")
 
 
 def _metric(name: str) -> str:
@@ -127,7 +145,11 @@ def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
             continue
         m = _SAMPLE.fullmatch(line)
         value = _float(m["value"]) if m else math.nan
-        if not math.isfinite(value) or value < 0:
+        if math.isinf(value):
+            raise TraceError(f"{path} line {number}", f"a count that is not finite ({m['value']} is past a "
+                             "float's range)",
+                             "give the counters as the server reported them")
+        if not value >= 0:   # NaN fails too
             raise TraceError(f"{path} line {number}", "not a Prometheus sample `name{labels} value` with a "
                              "count >= 0", FIX)
         name = _metric(m["name"])
@@ -142,6 +164,14 @@ def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
     for name in ("num_draft_tokens", "num_accepted_tokens"):
         if name not in totals:
             raise TraceError(path, f"has no {PROM_PREFIX}{name}_total counter", FIX)
+    for name, total in (*totals.items(), ("num_accepted_tokens_per_pos", sum(per_pos.values()))):
+        if math.isinf(total):
+            raise TraceError(path, f"its {PROM_PREFIX}{name} counters sum past a float's range",
+                             "give the counters of one server, as it reported them")
+    if totals.get("num_drafts", 0) > totals["num_draft_tokens"]:
+        raise TraceError(path, f"counts more drafts ({totals['num_drafts']:g}) than draft tokens "
+                         f"({totals['num_draft_tokens']:g}), where every draft holds at least one",
+                         "give the counters of one engine as scraped at one moment")
     if per_pos and sorted(per_pos) != list(range(len(per_pos))):
         raise TraceError(path, f"its per-position counts skip a position ({sorted(per_pos)})", FIX)
     k = len(per_pos) or (round(totals["num_draft_tokens"] / totals["num_drafts"])
@@ -197,8 +227,18 @@ def _v1_log(path: Path, lines: list[str]) -> AcceptanceCounts:
                 abs(1 + float(found["accepted"][1]) / interval_drafts - float(mean_length[1])) > 0.005 + 1e-9:
             raise TraceError(f"{path} line {number}", f"mean acceptance length {mean_length[1]} is not what "
                              f"{found['accepted'][1]} accepted tokens in drafts of {k} give: {VARYING}", FIX)
+        _check_v1_positions(f"{path} line {number}", float(found["accepted"][1]), rates, interval_drafts)
         per_pos = [total + r * interval_drafts for total, r in zip(per_pos or [0.0] * k, rates, strict=True)]
     return AcceptanceCounts(V1_LOG, k, drafts, drafted, accepted, tuple(round(n) for n in per_pos))
+
+
+def _check_v1_positions(where: str, accepted: float, rates: list[float], drafts: float) -> None:
+    """An interval's per-position rates count its accepted tokens (E[G] = sum P(G >= i)), to the
+    three decimals vLLM prints them with."""
+    counted = sum(rates) * drafts
+    if abs(counted - accepted) > 0.0005 * len(rates) * drafts + 0.5:
+        raise TraceError(where, f"its per-position rates count {counted:g} accepted tokens, not the "
+                         f"{accepted:g} the line says", "give the log lines as vLLM wrote them")
 
 
 def _v0_log(path: Path, lines: list[str]) -> AcceptanceCounts:
@@ -261,12 +301,30 @@ class AcceptanceEntry:
         return factors if min(factors) < 1.0 else ()
 
     @cached_property
-    def alpha(self) -> float:
+    def fitted_alpha(self) -> float:
         """The Beta mean at `spread` under which the simulator's drafts, shaped by the position
         factors, accept on average over a run's drafts what the engine's did
         (sim/acceptance.py accepted_per_draft)."""
         return alpha_for_accepted(self.counts.mean_accepted, self.counts.k, self.spread,
                                   self.position_factors)
+
+    @property
+    def alpha(self) -> float:
+        """The prior's alpha: the fitted one, held at the simulator's largest acceptance (where
+        nearly every draft token was accepted), which a scenario's acceptance may not pass."""
+        return min(self.fitted_alpha, MAX_ACCEPTANCE)
+
+    def clamp_note(self) -> list[str]:
+        """The line saying the prior was held at the bound, and what the counts do say."""
+        if self.fitted_alpha <= MAX_ACCEPTANCE:
+            return []
+        c = self.counts
+        # P(every one of n i.i.d. tokens accepted) = a^n, below 5% for a < 0.05^(1/n)
+        evidence = (f"every draft token accepted in {c.draft_tokens:,.0f}: acceptance is at least "
+                    f"{0.05 ** (1 / c.draft_tokens):.6f} at 95%" if c.accepted == c.draft_tokens
+                    else f"{c.accepted:,.0f} of {c.draft_tokens:,.0f} draft tokens accepted")
+        return [f"note: {evidence}; alpha is held at 1 - 1e-9, the largest acceptance the simulator "
+                f"takes (the fit was {self.fitted_alpha!r})"]
 
     def lines(self) -> list[str]:
         """What was measured and what the prior is, in words."""
@@ -283,7 +341,7 @@ class AcceptanceEntry:
         out.append(f"alpha {self.alpha:.4f}: the Beta mean (acceptance_spread {self.spread:g}) whose "
                    f"drafts of {c.k} accept {c.mean_accepted:.3f} each over a run (one rate for every "
                    f"request would be {alpha_for_accepted(c.mean_accepted, c.k):.4f})")
-        return out
+        return out + self.clamp_note()
 
     def as_dict(self) -> dict[str, object]:
         c = self.counts
