@@ -112,11 +112,23 @@ def read_acceptance(path: Path) -> AcceptanceCounts:
     if not 0 <= counts.accepted <= counts.draft_tokens:
         raise TraceError(path, f"accepts {counts.accepted:g} of {counts.draft_tokens:g} draft tokens",
                          "give the metrics of one engine as it reported them")
-    if counts.k > MAX_K:
-        raise TraceError(path, f"drafts {counts.k} tokens a step, past the {MAX_K} a scenario's k may be",
-                         f"measure a configuration of num_speculative_tokens <= {MAX_K}")
+    _check_draft_length(path, counts.k)
     _check_positions(path, counts.position_rates)
     return counts
+
+
+def _check_draft_length(where: str | Path, k: int) -> None:
+    """A draft length a scenario can simulate (beyond it the prior's fit would not end)."""
+    if k > MAX_K:
+        raise TraceError(where, f"drafts {k} tokens a step, past the {MAX_K} a scenario's k may be",
+                         f"measure a configuration of num_speculative_tokens <= {MAX_K}")
+
+
+def _finite(where: str | Path, what: str, value: float) -> float:
+    """`value`, refused where a count (or a sum of counts) is past a float's range."""
+    if math.isinf(value):
+        raise TraceError(where, f"{what} is past a float's range", "give the counts as vLLM reported them")
+    return value
 
 
 def _check_positions(path: Path, rates: tuple[float, ...]) -> None:
@@ -165,9 +177,7 @@ def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
         if name not in totals:
             raise TraceError(path, f"has no {PROM_PREFIX}{name}_total counter", FIX)
     for name, total in (*totals.items(), ("num_accepted_tokens_per_pos", sum(per_pos.values()))):
-        if math.isinf(total):
-            raise TraceError(path, f"its {PROM_PREFIX}{name} counters sum past a float's range",
-                             "give the counters of one server, as it reported them")
+        _finite(path, f"the sum of its {PROM_PREFIX}{name} counters", total)
     if totals.get("num_drafts", 0) > totals["num_draft_tokens"]:
         raise TraceError(path, f"counts more drafts ({totals['num_drafts']:g}) than draft tokens "
                          f"({totals['num_draft_tokens']:g}), where every draft holds at least one",
@@ -217,10 +227,11 @@ def _v1_log(path: Path, lines: list[str]) -> AcceptanceCounts:
                              f"had {k}: the log holds runs of different num_speculative_tokens",
                              "give the log of one configuration")
         k = len(rates)
-        n_drafted = float(found["drafted"][1])
+        where = f"{path} line {number}"
+        n_drafted = _finite(where, "its Drafted count", float(found["drafted"][1]))
         interval_drafts = n_drafted / k
         drafted += n_drafted
-        accepted += float(found["accepted"][1])
+        accepted += _finite(where, "its Accepted count", float(found["accepted"][1]))
         drafts += interval_drafts
         mean_length = _V1_MEAN_LENGTH.search(line)
         if mean_length and interval_drafts and \
@@ -229,6 +240,8 @@ def _v1_log(path: Path, lines: list[str]) -> AcceptanceCounts:
                              f"{found['accepted'][1]} accepted tokens in drafts of {k} give: {VARYING}", FIX)
         _check_v1_positions(f"{path} line {number}", float(found["accepted"][1]), rates, interval_drafts)
         per_pos = [total + r * interval_drafts for total, r in zip(per_pos or [0.0] * k, rates, strict=True)]
+    _finite(path, "the sum of its Drafted counts", drafted)
+    _finite(path, "the sum of its Accepted counts", accepted)
     return AcceptanceCounts(V1_LOG, k, drafts, drafted, accepted, tuple(round(n) for n in per_pos))
 
 
@@ -253,9 +266,16 @@ def _v0_log(path: Path, lines: list[str]) -> AcceptanceCounts:
             last = (number, m)
     assert last is not None   # metrics_kind found the marker
     number, m = last
-    k, accepted, drafted = int(m[1]), float(m[2]), float(m[3])
+    where = f"{path} line {number}"
+    k = int(m[1])
+    accepted = _finite(where, "its Number of accepted tokens", float(m[2]))
+    drafted = _finite(where, "its Number of draft tokens", float(m[3]))
     if k < 1:
-        raise TraceError(f"{path} line {number}", "Number of speculative tokens is 0", FIX)
+        raise TraceError(where, "Number of speculative tokens is 0", FIX)
+    _check_draft_length(where, k)
+    if drafted % k:
+        raise TraceError(where, f"counts {drafted:g} draft tokens, not a whole number of drafts of {k}: "
+                         f"{VARYING}", FIX)
     return AcceptanceCounts(V0_LOG, k, drafted / k, drafted, accepted)
 
 

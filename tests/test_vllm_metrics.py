@@ -78,7 +78,7 @@ def test_an_acceptance_spread_the_scenario_refuses_is_refused(tmp_path, monkeypa
 @pytest.mark.parametrize(("text", "says"), [
     ('vllm:spec_decode_num_drafts_total{e="0"} 1.7e308\nvllm:spec_decode_num_drafts_total{e="1"} 1.7e308\n'
      "vllm:spec_decode_num_draft_tokens_total 1e9\nvllm:spec_decode_num_accepted_tokens_total 10\n",
-     "num_drafts counters sum past a float's range"),
+     "the sum of its vllm:spec_decode_num_drafts counters is past a float's range"),
     (PROM.format(n=100, d=300, a="3e308"), "line 3: a count that is not finite (3e308 is past a float's "
      "range)"),
     (PROM.format(n=1e308, d=300, a=30), "counts more drafts (1e+308) than draft tokens (300)"),
@@ -97,6 +97,20 @@ def test_counts_past_a_float_or_the_draft_tokens_are_named(tmp_path, monkeypatch
      "accepted tokens, not the 90 the line says"),
 ])
 def test_per_position_counts_no_engine_reports_are_refused(tmp_path, monkeypatch, capsys, text, says):
+    assert says in _refused(tmp_path, monkeypatch, capsys, text)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (V1_LINE.format(a="9" * 400, d="9" * 400, rates="0.500, 0.300, 0.200"),
+     "line 1: its Drafted count is past a float's range"),
+    (V1_LINE.format(a=0, d="1" + "0" * 308, rates="0.000, 0.000, 0.000") * 2,
+     "the sum of its Drafted counts is past a float's range"),
+    (V0_LINE.format(k=3, a="9" * 400, d="9" * 400), "line 1: its Number of accepted tokens is past a float's "
+     "range"),
+    (V0_LINE.format(k="9" * 400, a=5, d=10), "line 1: drafts 9999"),
+    (V0_LINE.format(k=3, a=5, d=10), "line 1: counts 10 draft tokens, not a whole number of drafts of 3"),
+])
+def test_log_counts_past_a_float_or_a_whole_draft_are_named(tmp_path, monkeypatch, capsys, text, says):
     assert says in _refused(tmp_path, monkeypatch, capsys, text)
 
 
