@@ -289,8 +289,10 @@ def combined(counts: list[AcceptanceCounts], paths: list[Path]) -> AcceptanceCou
     per_position = tuple(map(sum, zip(*(c.per_position for c in counts), strict=True))) \
         if all(c.per_position for c in counts) else ()
     source = counts[0].source if len({c.source for c in counts}) == 1 else "vLLM metrics"
-    return AcceptanceCounts(source, counts[0].k, sum(c.drafts for c in counts),
-                            sum(c.draft_tokens for c in counts), sum(c.accepted for c in counts),
+    totals = {what: _finite("traces", f"the sum of the sources' {what}",
+                            sum(getattr(c, what) for c in counts))
+              for what in ("drafts", "draft_tokens", "accepted")}
+    return AcceptanceCounts(source, counts[0].k, totals["drafts"], totals["draft_tokens"], totals["accepted"],
                             per_position)
 
 

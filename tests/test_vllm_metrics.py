@@ -151,3 +151,14 @@ def test_one_file_given_twice_is_refused(tmp_path, monkeypatch, capsys, second):
     assert err == (f"psdsim: error: traces: m.txt and {other} are the same file, whose counts would be added "
                    "twice; fix: give each engine's metrics once\n")
     assert not (tmp_path / "a.toml").exists()
+
+
+def test_sources_whose_counts_sum_past_a_float_are_refused(tmp_path, monkeypatch, capsys):
+    for name in ("b1.txt", "b2.txt"):
+        (tmp_path / name).write_text(PROM.format(n=5e307, d=1.5e308, a=1e308))
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", "b1.txt", "b2.txt", *PAIR, "--out", "a.toml"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("psdsim: error: traces: the sum of the sources' draft_tokens is past a float's range; "
+                   "fix: give the counts as vLLM reported them\n")
+    assert not (tmp_path / "a.toml").exists()
