@@ -371,7 +371,8 @@ class AcceptanceEntry:
                 "acceptance_spread": self.spread, "dataset": self.dataset, "source": c.source,
                 "files": list(self.files), "k": c.k,
                 "drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted": c.accepted,
-                "position_rates": list(c.position_rates), "per_position": list(self.position_factors)}
+                "position_rates": list(c.position_rates), "per_position": list(self.position_factors),
+                "fitted_alpha": self.fitted_alpha, "notes": self.clamp_note()}
 
     def use(self, out: Path) -> str:
         """The run that replays the measured configuration with this prior."""

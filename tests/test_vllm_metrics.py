@@ -4,6 +4,8 @@ the input and the bound, or (where the input is legitimately at a bound) written
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from psdsim.cli import main
@@ -124,6 +126,10 @@ def test_every_token_accepted_is_held_at_the_bound_with_a_note(tmp_path, monkeyp
     assert (code, err) == (0, "")
     assert "every draft token accepted in 300: acceptance is at least 0.990064 at 95%" in out
     assert "alpha = 0.999999999\n" in (tmp_path / "a.toml").read_text()
+    (tmp_path / "a.toml").unlink()
+    code, out, err = _calibrate(tmp_path, monkeypatch, capsys, V0_LINE.format(k=3, a=300, d=300), "--json")
+    entry = json.loads(out)
+    assert (entry["alpha"], entry["fitted_alpha"]) == (0.999999999, 1.0) and "at 95%" in entry["notes"][0]
 
 
 @pytest.mark.parametrize("text", [V0_LINE.format(k=3, a=300, d=300), V0_LINE.format(k=32, a=1, d=3200),
