@@ -28,7 +28,8 @@ from functools import cached_property
 from pathlib import Path
 
 from psdsim.calibration.trace_error import TraceError
-from psdsim.sim.acceptance import alpha_for_accepted
+from psdsim.sim.acceptance import MAX_ACCEPTANCE, alpha_for_accepted
+from psdsim.sim.scenario import MAX_K
 
 PROMETHEUS = "vLLM Prometheus metrics"
 V1_LOG = "vLLM V1 SpecDecoding metrics log"
@@ -76,7 +77,7 @@ class AcceptanceCounts:
     def conditional_rates(self) -> tuple[float, ...]:
         """P(position i accepted | every earlier one was): flat for i.i.d. acceptance."""
         rates = self.position_rates
-        before = (1.0, *rates[:-1])
+        before = (1.0, *rates)[:len(rates)]   # no rates, no positions before them
         return tuple(r / prev if prev > 0 else math.nan for r, prev in zip(rates, before, strict=True))
 
 
@@ -111,7 +112,36 @@ def read_acceptance(path: Path) -> AcceptanceCounts:
     if not 0 <= counts.accepted <= counts.draft_tokens:
         raise TraceError(path, f"accepts {counts.accepted:g} of {counts.draft_tokens:g} draft tokens",
                          "give the metrics of one engine as it reported them")
+    _check_draft_length(path, counts.k)
+    _check_positions(path, counts.position_rates)
     return counts
+
+
+def _check_draft_length(where: str | Path, k: int) -> None:
+    """A draft length a scenario can simulate (beyond it the prior's fit would not end)."""
+    if k > MAX_K:
+        raise TraceError(where, f"drafts {k} tokens a step, past the {MAX_K} a scenario's k may be",
+                         f"measure a configuration of num_speculative_tokens <= {MAX_K}")
+
+
+def _finite(where: str | Path, what: str, value: float) -> float:
+    """`value`, refused where a count (or a sum of counts) is past a float's range."""
+    if math.isinf(value):
+        raise TraceError(where, f"{what} is past a float's range", "give the counts as vLLM reported them")
+    return value
+
+
+def _check_positions(path: Path, rates: tuple[float, ...]) -> None:
+    """Per-position rates a real engine can report: each a fraction of the drafts, none above the
+    one before it, as a draft token is accepted only if every one before it was."""
+    for i, rate in enumerate(rates):
+        if rate > 1:
+            raise TraceError(path, f"position {i} is accepted at rate {rate:g}, above 1: in more drafts "
+                             "than there were", "give the metrics of one engine as it reported them")
+        if i and rate > rates[i - 1]:
+            raise TraceError(path, f"position {i} is accepted more often ({rate:g}) than position {i - 1} "
+                             f"({rates[i - 1]:g}), where a draft token is accepted only if every one "
+                             "before it was", "give the metrics of one engine as it reported them")
 
 
 def _metric(name: str) -> str:
@@ -127,7 +157,11 @@ def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
             continue
         m = _SAMPLE.fullmatch(line)
         value = _float(m["value"]) if m else math.nan
-        if not math.isfinite(value) or value < 0:
+        if math.isinf(value):
+            raise TraceError(f"{path} line {number}", f"a count that is not finite ({m['value']} is past a "
+                             "float's range)",
+                             "give the counters as the server reported them")
+        if not value >= 0:   # NaN fails too
             raise TraceError(f"{path} line {number}", "not a Prometheus sample `name{labels} value` with a "
                              "count >= 0", FIX)
         name = _metric(m["name"])
@@ -142,6 +176,12 @@ def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
     for name in ("num_draft_tokens", "num_accepted_tokens"):
         if name not in totals:
             raise TraceError(path, f"has no {PROM_PREFIX}{name}_total counter", FIX)
+    for name, total in (*totals.items(), ("num_accepted_tokens_per_pos", sum(per_pos.values()))):
+        _finite(path, f"the sum of its {PROM_PREFIX}{name} counters", total)
+    if totals.get("num_drafts", 0) > totals["num_draft_tokens"]:
+        raise TraceError(path, f"counts more drafts ({totals['num_drafts']:g}) than draft tokens "
+                         f"({totals['num_draft_tokens']:g}), where every draft holds at least one",
+                         "give the counters of one engine as scraped at one moment")
     if per_pos and sorted(per_pos) != list(range(len(per_pos))):
         raise TraceError(path, f"its per-position counts skip a position ({sorted(per_pos)})", FIX)
     k = len(per_pos) or (round(totals["num_draft_tokens"] / totals["num_drafts"])
@@ -187,18 +227,31 @@ def _v1_log(path: Path, lines: list[str]) -> AcceptanceCounts:
                              f"had {k}: the log holds runs of different num_speculative_tokens",
                              "give the log of one configuration")
         k = len(rates)
-        n_drafted = float(found["drafted"][1])
+        where = f"{path} line {number}"
+        n_drafted = _finite(where, "its Drafted count", float(found["drafted"][1]))
         interval_drafts = n_drafted / k
         drafted += n_drafted
-        accepted += float(found["accepted"][1])
+        accepted += _finite(where, "its Accepted count", float(found["accepted"][1]))
         drafts += interval_drafts
         mean_length = _V1_MEAN_LENGTH.search(line)
         if mean_length and interval_drafts and \
                 abs(1 + float(found["accepted"][1]) / interval_drafts - float(mean_length[1])) > 0.005 + 1e-9:
             raise TraceError(f"{path} line {number}", f"mean acceptance length {mean_length[1]} is not what "
                              f"{found['accepted'][1]} accepted tokens in drafts of {k} give: {VARYING}", FIX)
+        _check_v1_positions(f"{path} line {number}", float(found["accepted"][1]), rates, interval_drafts)
         per_pos = [total + r * interval_drafts for total, r in zip(per_pos or [0.0] * k, rates, strict=True)]
+    _finite(path, "the sum of its Drafted counts", drafted)
+    _finite(path, "the sum of its Accepted counts", accepted)
     return AcceptanceCounts(V1_LOG, k, drafts, drafted, accepted, tuple(round(n) for n in per_pos))
+
+
+def _check_v1_positions(where: str, accepted: float, rates: list[float], drafts: float) -> None:
+    """An interval's per-position rates count its accepted tokens (E[G] = sum P(G >= i)), to the
+    three decimals vLLM prints them with."""
+    counted = sum(rates) * drafts
+    if abs(counted - accepted) > 0.0005 * len(rates) * drafts + 0.5:
+        raise TraceError(where, f"its per-position rates count {counted:g} accepted tokens, not the "
+                         f"{accepted:g} the line says", "give the log lines as vLLM wrote them")
 
 
 def _v0_log(path: Path, lines: list[str]) -> AcceptanceCounts:
@@ -213,9 +266,16 @@ def _v0_log(path: Path, lines: list[str]) -> AcceptanceCounts:
             last = (number, m)
     assert last is not None   # metrics_kind found the marker
     number, m = last
-    k, accepted, drafted = int(m[1]), float(m[2]), float(m[3])
+    where = f"{path} line {number}"
+    k = int(m[1])
+    accepted = _finite(where, "its Number of accepted tokens", float(m[2]))
+    drafted = _finite(where, "its Number of draft tokens", float(m[3]))
     if k < 1:
-        raise TraceError(f"{path} line {number}", "Number of speculative tokens is 0", FIX)
+        raise TraceError(where, "Number of speculative tokens is 0", FIX)
+    _check_draft_length(where, k)
+    if drafted % k:
+        raise TraceError(where, f"counts {drafted:g} draft tokens, not a whole number of drafts of {k}: "
+                         f"{VARYING}", FIX)
     return AcceptanceCounts(V0_LOG, k, drafted / k, drafted, accepted)
 
 
@@ -229,8 +289,10 @@ def combined(counts: list[AcceptanceCounts], paths: list[Path]) -> AcceptanceCou
     per_position = tuple(map(sum, zip(*(c.per_position for c in counts), strict=True))) \
         if all(c.per_position for c in counts) else ()
     source = counts[0].source if len({c.source for c in counts}) == 1 else "vLLM metrics"
-    return AcceptanceCounts(source, counts[0].k, sum(c.drafts for c in counts),
-                            sum(c.draft_tokens for c in counts), sum(c.accepted for c in counts),
+    totals = {what: _finite("traces", f"the sum of the sources' {what}",
+                            sum(getattr(c, what) for c in counts))
+              for what in ("drafts", "draft_tokens", "accepted")}
+    return AcceptanceCounts(source, counts[0].k, totals["drafts"], totals["draft_tokens"], totals["accepted"],
                             per_position)
 
 
@@ -261,12 +323,30 @@ class AcceptanceEntry:
         return factors if min(factors) < 1.0 else ()
 
     @cached_property
-    def alpha(self) -> float:
+    def fitted_alpha(self) -> float:
         """The Beta mean at `spread` under which the simulator's drafts, shaped by the position
         factors, accept on average over a run's drafts what the engine's did
         (sim/acceptance.py accepted_per_draft)."""
         return alpha_for_accepted(self.counts.mean_accepted, self.counts.k, self.spread,
                                   self.position_factors)
+
+    @property
+    def alpha(self) -> float:
+        """The prior's alpha: the fitted one, held at the simulator's largest acceptance (where
+        nearly every draft token was accepted), which a scenario's acceptance may not pass."""
+        return min(self.fitted_alpha, MAX_ACCEPTANCE)
+
+    def clamp_note(self) -> list[str]:
+        """The line saying the prior was held at the bound, and what the counts do say."""
+        if self.fitted_alpha <= MAX_ACCEPTANCE:
+            return []
+        c = self.counts
+        # P(every one of n i.i.d. tokens accepted) = a^n, below 5% for a < 0.05^(1/n)
+        evidence = (f"every draft token accepted in {c.draft_tokens:,.0f}: acceptance is at least "
+                    f"{0.05 ** (1 / c.draft_tokens):.6f} at 95%" if c.accepted == c.draft_tokens
+                    else f"{c.accepted:,.0f} of {c.draft_tokens:,.0f} draft tokens accepted")
+        return [f"note: {evidence}; alpha is held at 1 - 1e-9, the largest acceptance the simulator "
+                f"takes (the fit was {self.fitted_alpha!r})"]
 
     def lines(self) -> list[str]:
         """What was measured and what the prior is, in words."""
@@ -283,7 +363,7 @@ class AcceptanceEntry:
         out.append(f"alpha {self.alpha:.4f}: the Beta mean (acceptance_spread {self.spread:g}) whose "
                    f"drafts of {c.k} accept {c.mean_accepted:.3f} each over a run (one rate for every "
                    f"request would be {alpha_for_accepted(c.mean_accepted, c.k):.4f})")
-        return out
+        return out + self.clamp_note()
 
     def as_dict(self) -> dict[str, object]:
         c = self.counts
@@ -291,7 +371,8 @@ class AcceptanceEntry:
                 "acceptance_spread": self.spread, "dataset": self.dataset, "source": c.source,
                 "files": list(self.files), "k": c.k,
                 "drafts": c.drafts, "draft_tokens": c.draft_tokens, "accepted": c.accepted,
-                "position_rates": list(c.position_rates), "per_position": list(self.position_factors)}
+                "position_rates": list(c.position_rates), "per_position": list(self.position_factors),
+                "fitted_alpha": self.fitted_alpha, "notes": self.clamp_note()}
 
     def use(self, out: Path) -> str:
         """The run that replays the measured configuration with this prior."""

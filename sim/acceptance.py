@@ -105,15 +105,32 @@ def accepted_per_draft(alpha: float, k: int, spread: float | None = None,
     survival function, position_survival)."""
     if spread is None:
         return float(_per_request_accepted(alpha, k, position_factors))
-    from scipy.special import roots_jacobi
-
-    # E over the population by Gauss-Jacobi quadrature, whose weight (1 - x)^p (1 + x)^q on
-    # [-1, 1] is the Beta density at a = (1 + x) / 2 (it may be unbounded: a mean x spread
-    # below 1); the weights' scale cancels in the ratio.
-    x, w = roots_jacobi(QUADRATURE_NODES, (1.0 - alpha) * spread - 1.0, alpha * spread - 1.0)
-    a = (1.0 + x) / 2.0
+    a, w = beta_quadrature(alpha, spread)
     per_request = _per_request_accepted(a, k, position_factors)
     return float(w @ (per_request / (1.0 + per_request)) / (w @ (1.0 / (1.0 + per_request))))
+
+
+def beta_quadrature(mean: float, spread: float) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss nodes on [0, 1] and probability weights of Beta(mean x spread, (1 - mean) x spread):
+    exact for polynomials of degree below 2 x QUADRATURE_NODES, so also for a Beta density that is
+    unbounded at an end (mean x spread below 1). Golub-Welsch on the Jacobi recurrence written in
+    mean and spread, whose terms stay finite over every spread a scenario allows: a library's
+    Gauss-Jacobi rule takes the exponents spread x mean - 1, which round to -1 for a spread near 0,
+    and scales its weights by 2^spread, which overflows past a spread of about a thousand."""
+    from scipy.linalg import eigh_tridiagonal
+
+    n = np.arange(1, QUADRATURE_NODES, dtype=float)
+    s, p, q = spread, mean * spread, (1.0 - mean) * spread
+    # the recurrence of Jacobi polynomials on [-1, 1], exponents q - 1 and p - 1, integer parts
+    # added first (2 + s - 2 is 0 for a tiny s) and the 0/0 of b_1 at s = 1 cancelled by hand
+    diagonal = np.concatenate([[2.0 * mean - 1.0],
+                               (2.0 * mean - 1.0) * (s / (2 * (n - 1) + s)) * ((s - 2) / (2 * n + s))])
+    m = n[1:]
+    squared = np.concatenate([[4.0 * mean * (1.0 - mean) / (s + 1)],
+                              4 * m * ((m - 1) + q) * ((m - 1) + p) * ((m - 2) + s)
+                              / ((2 * (m - 1) + s) ** 2 * ((2 * m - 1) + s) * ((2 * m - 3) + s))])
+    x, vectors = eigh_tridiagonal(diagonal, np.sqrt(squared))
+    return np.clip((1.0 + x) / 2.0, 0.0, 1.0), vectors[0] ** 2
 
 
 def _per_request_accepted(a: np.ndarray | float, k: int,

@@ -109,8 +109,9 @@ def _acceptance_sources(args: argparse.Namespace) -> bool:
 def run_acceptance(args: argparse.Namespace) -> int:
     """Read the metrics, write the pair's prior as a catalog file, say what was measured."""
     from psdsim.calibration.vllm_metrics import AcceptanceEntry, combined, read_acceptance
+    from psdsim.sim.acceptance import MIN_ACCEPTANCE
     from psdsim.sim.output.results import check_no_clash, check_output_file, output_locks, write_files
-    from psdsim.sim.scenario import FIELDS
+    from psdsim.sim.scenario import FIELDS, MAX_CONCENTRATION
 
     for flag, value in (("--draft", args.draft), ("--target", args.target)):
         if value is None:
@@ -120,9 +121,11 @@ def run_acceptance(args: argparse.Namespace) -> int:
         if getattr(args, flag[2:]) is not None:
             raise user_error(flag, "applies to cost profiles, not acceptance", f"remove {flag}")
     spread = FIELDS["acceptance_spread"].default if args.acceptance_spread is None else args.acceptance_spread
-    if not spread > 0 or spread == float("inf"):
-        raise user_error("--acceptance-spread", f"must be a positive finite number, got {spread}",
+    if not 0 < spread <= MAX_CONCENTRATION:
+        raise user_error("--acceptance-spread", f"must be in (0, {MAX_CONCENTRATION:g}] as the scenario's "
+                         f"acceptance_spread is, got {spread}",
                          "give the scenario's acceptance_spread, e.g. 20")
+    _check_distinct(args.traces)
     out = args.out or Path("acceptance.toml")
     with output_locks([("--out", out)]):
         check_no_clash([("--out", out)], args.traces)
@@ -130,10 +133,11 @@ def run_acceptance(args: argparse.Namespace) -> int:
         counts = combined([read_acceptance(path) for path in args.traces], args.traces)
         entry = AcceptanceEntry(counts, args.draft, args.target, spread, args.dataset,
                                 tuple(path.name for path in args.traces))
-        if not 0 < entry.alpha < 1:
-            raise user_error("traces", f"{counts.accepted / counts.draft_tokens:.0%} of draft tokens "
-                             "accepted: no acceptance prior in (0, 1) gives that",
-                             "measure a run that accepted some drafts and rejected some")
+        if not entry.fitted_alpha >= MIN_ACCEPTANCE:
+            raise user_error("traces", f"{counts.accepted:g} of {counts.draft_tokens:g} draft tokens "
+                             f"accepted: the acceptance that gives it is below the simulator's smallest, "
+                             f"{MIN_ACCEPTANCE:g}", "measure a run that accepted some drafts (is the draft "
+                             "model the target's, with its tokenizer?)")
         write_files([("--out", out, entry.toml(out))])
     if args.json:
         print(json.dumps(entry.as_dict(), indent=2))
@@ -141,6 +145,20 @@ def run_acceptance(args: argparse.Namespace) -> int:
     print("\n".join(f"  {line}" for line in entry.lines()))
     print(f"\n  prior:  {out}\n  use it: {entry.use(out)}")
     return 0
+
+
+def _check_distinct(paths: Sequence[Path]) -> None:
+    """Refuse one file given twice (by name, link or hard link): its counts would be added twice."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            continue   # read_acceptance says what is wrong with it
+        first = seen.setdefault((st.st_dev, st.st_ino), path)
+        if first is not path:
+            raise user_error("traces", f"{first} and {path} are the same file, whose counts would be added "
+                             "twice", "give each engine's metrics once")
 
 
 def run(args: argparse.Namespace) -> int:
