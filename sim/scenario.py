@@ -754,8 +754,6 @@ def warnings(s: Scenario) -> list[str]:
 # The longest arrival span a run may have: a float64 second count keeps steps of 1.2e-7 s at 1e9 s
 # (2^-53 relative); beyond it a step's duration starts to vanish into the clock's rounding.
 MAX_SPAN_S = 1e9
-# The most draft tokens a request may propose a step (k): beyond what any speculative decoder runs.
-MAX_K = 32
 
 SPAN_WHY = f"the {MAX_SPAN_S:g} s within which the simulated clock resolves a tenth of a microsecond"
 
