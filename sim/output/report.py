@@ -81,7 +81,7 @@ def arrivals_line(s: Scenario) -> str:
 RUN_LEGEND = (
     "trim80, trim70 = over the first 80%, 70% of decode steps; E2EL = makespan / requests (not a latency);",
     "TTFT = time to first token; TPOT = time per output token; VSR = accepted / verified draft tokens;",
-    "parallelised = decode steps overlapping drafting; |B1-B0| = the two sub-batches' size gap;",
+    "parallelised = decode steps verifying drafts made earlier; |B1-B0| = the two sub-batches' size gap;",
     "every key: docs/summary.md")
 
 
@@ -262,7 +262,7 @@ LABEL = 28
 TABLE_WIDTH = 110  # a comparison wider than this prints its ratio columns as a second table
 COMPARE_LEGEND = (
     "E2EL = makespan / requests (not a latency); TPOT = time per output token; VSR = accepted / verified",
-    "draft tokens; parallelization rate = decode steps overlapping drafting; every key: docs/summary.md")
+    "draft tokens; parallelization rate = decode steps verifying earlier drafts; every key: docs/summary.md")
 
 
 def _table(header: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
