@@ -170,7 +170,8 @@ def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
             if position is None:
                 raise TraceError(f"{path} line {number}", "a per-position count without a position label",
                                  FIX)
-            per_pos[int(position[1])] = per_pos.get(int(position[1]), 0.0) + value
+            at = _whole(f"{path} line {number}", "its position label", position[1])
+            per_pos[at] = per_pos.get(at, 0.0) + value
         elif name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
             totals[name] = totals.get(name, 0.0) + value
     for name in ("num_draft_tokens", "num_accepted_tokens"):
@@ -200,6 +201,14 @@ def _prometheus(path: Path, lines: list[str]) -> AcceptanceCounts:
                          "give the counters of one engine as scraped at one moment")
     return AcceptanceCounts(PROMETHEUS, k, drafts, totals["num_draft_tokens"], totals["num_accepted_tokens"],
                             tuple(per_pos[i] for i in range(len(per_pos))))
+
+
+def _whole(where: str, what: str, digits: str) -> int:
+    """A position or a draft length, as digits: more than an int64 holds is no engine's figure
+    (and past 4,300 digits Python's int() itself refuses, with a traceback)."""
+    if len(digits) > 18:
+        raise TraceError(where, f"{what} has {len(digits)} digits, more than any engine prints", FIX)
+    return int(digits)
 
 
 def _float(text: str) -> float:
@@ -267,7 +276,7 @@ def _v0_log(path: Path, lines: list[str]) -> AcceptanceCounts:
     assert last is not None   # metrics_kind found the marker
     number, m = last
     where = f"{path} line {number}"
-    k = int(m[1])
+    k = _whole(where, "its Number of speculative tokens", m[1])
     accepted = _finite(where, "its Number of accepted tokens", float(m[2]))
     drafted = _finite(where, "its Number of draft tokens", float(m[3]))
     if k < 1:

@@ -168,3 +168,12 @@ def test_sources_whose_counts_sum_past_a_float_are_refused(tmp_path, monkeypatch
     assert err == ("psdsim: error: traces: the sum of the sources' draft_tokens is past a float's range; "
                    "fix: give the counts as vLLM reported them\n")
     assert not (tmp_path / "a.toml").exists()
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (V0_LINE.format(k="9" * 5000, a=10, d=20), "its Number of speculative tokens has 5000 digits"),
+    (PROM.format(n=10, d=30, a=20) + PER_POS.format(i="9" * 5000, n=5), "its position label has 5000 digits"),
+])
+def test_digit_strings_past_any_count_are_named(tmp_path, monkeypatch, capsys, text, says):
+    # past 4,300 digits Python's int() raises a ValueError of its own
+    assert says in _refused(tmp_path, monkeypatch, capsys, text)
