@@ -109,7 +109,7 @@ def test_per_position_counts_no_engine_reports_are_refused(tmp_path, monkeypatch
      "the sum of its Drafted counts is past a float's range"),
     (V0_LINE.format(k=3, a="9" * 400, d="9" * 400), "line 1: its Number of accepted tokens is past a float's "
      "range"),
-    (V0_LINE.format(k="9" * 400, a=5, d=10), "line 1: drafts 9999"),
+    (V0_LINE.format(k="9" * 400, a=5, d=10), "line 1: its Number of speculative tokens has 400 digits"),
     (V0_LINE.format(k=3, a=5, d=10), "line 1: counts 10 draft tokens, not a whole number of drafts of 3"),
 ])
 def test_log_counts_past_a_float_or_a_whole_draft_are_named(tmp_path, monkeypatch, capsys, text, says):
