@@ -383,6 +383,14 @@ def interval_label(draws: int) -> str:
     return f"{LEVEL:.0%} interval"
 
 
+def intervals_head(draws: int) -> dict[str, Any]:
+    """What a JSON document of intervals says of them, as the text's header does: their level
+    (none below MIN_RANKED_DRAWS, where `low` and `high` are the draws' range, not percentiles),
+    in words, and the design of the draws."""
+    return {"draws": draws, "level": LEVEL if draws >= MIN_RANKED_DRAWS else None,
+            "interval": interval_label(draws), "design": "Latin hypercube, uniform over each range"}
+
+
 def check_draws(draws: int) -> None:
     if not 2 <= draws <= MAX_DRAWS:
         raise ScenarioError("--intervals", f"must be 2..{MAX_DRAWS} draws, got {draws}",

@@ -22,7 +22,7 @@ import numpy as np
 from psdsim.sim.output.intervals import interval_text, measure_first
 from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs, sensitivity_csv, tornado_png
 from psdsim.sim.uncertainty import (
-    LEVEL,
+    MIN_RANKED_DRAWS,
     UncertainInput,
     catalog_toml,
     check_draws,
@@ -30,6 +30,7 @@ from psdsim.sim.uncertainty import (
     drawn_profile,
     interval,
     interval_label,
+    intervals_head,
     uncertain_inputs,
     unit_points,
 )
@@ -146,12 +147,13 @@ def plan_intervals_json(pd: PlanDraws, labels: Sequence[str]) -> dict[str, Any]:
         found = interval(pd.figure(v, key))
         return found.as_json() if found else None
 
-    return {"draws": pd.draws, "level": LEVEL, "design": "Latin hypercube, uniform over each range",
+    return {**intervals_head(pd.draws),
             "inputs": [{"name": i.name, "low": i.low, "high": i.high, "why": i.why} for i in pd.inputs],
             "verdicts": [{"configuration": label, "pays_in": pd.pays(v),
                           **{key: iv(v, key) for key in ("per_gpu_gain", "psd_rate", "sd_rate")}}
                          for v, label in enumerate(labels)],
             "sensitivity": {"method": METHOD, "noise_floor": noise_floor(pd.draws),
+                            "ranked": pd.draws >= MIN_RANKED_DRAWS,
                             "ranks": [{"figure": r.figure, "input": r.input.name, "rho": r.rho}
                                       for r in plan_sensitivities(pd, labels)]}}
 

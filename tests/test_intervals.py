@@ -303,6 +303,8 @@ def test_plan_with_intervals_counts_the_draws_in_which_psd_pays(capsys, tmp_path
     out = capsys.readouterr().out
     assert "with intervals (3 draws" in out and "what to measure first, for gain of psd" in out
     doc = json.loads((tmp_path / "b" / "plan.json").read_text())["intervals"]
+    assert doc["level"] is None and doc["sensitivity"]["ranked"] is False   # 3 draws: their range
+    assert "range of the draws" in out and doc["interval"].startswith("the range of the draws")
     (verdict,) = doc["verdicts"]
     assert 0 <= verdict["pays_in"] <= 3 and f"pays in {verdict['pays_in']} of 3 draws" in out
     gain = verdict["per_gpu_gain"]

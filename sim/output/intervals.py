@@ -14,12 +14,12 @@ from typing import Any
 from psdsim.sim.output.report import COMPARE_ROWS, LABEL, RATIO_KEYS, TABLE_WIDTH
 from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs, sensitivity_csv, tornado_png
 from psdsim.sim.uncertainty import (
-    LEVEL,
     MIN_RANKED_DRAWS,
     Interval,
     Propagation,
     interval,
     interval_label,
+    intervals_head,
     numeric_paths,
 )
 
@@ -65,8 +65,7 @@ def intervals_json(prop: Propagation, methods: Sequence[str],
     ratios = {f"{a}/{b}": {"_".join(p): _json(interval(prop.ratio(a, b, p))) for p in RATIO_KEYS}
               for a, b in pairs}
     return {
-        "draws": prop.draws, "level": _level(prop.draws), "interval": interval_label(prop.draws),
-        "design": "Latin hypercube, uniform over each range",
+        **intervals_head(prop.draws),
         "fits": {m: prop.fits(m) for m in methods},
         "inputs": [{"name": i.name, "low": i.low, "high": i.high, "why": i.why} for i in prop.inputs],
         "figures": figures, "ratios": ratios,
@@ -75,12 +74,6 @@ def intervals_json(prop: Propagation, methods: Sequence[str],
                         "ranks": [{"figure": r.figure, "input": r.input.name, "rho": r.rho}
                                   for r in sensitivities(prop, methods, pairs)]},
     }
-
-
-def _level(draws: int) -> float | None:
-    """The intervals' coverage, as the text's header says it: none below MIN_RANKED_DRAWS, where
-    `low` and `high` are the draws' range, not percentiles."""
-    return LEVEL if draws >= MIN_RANKED_DRAWS else None
 
 
 def _json(iv: Interval | None) -> dict[str, float] | None:
