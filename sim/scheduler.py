@@ -7,15 +7,20 @@ vllm-v0 without chunked prefill (MineDraft's setting, docs/reference/nsight_vllm
 prefill-first. If nothing is swapped out and waiting requests can be admitted (FCFS, seats below
 the running cap, prompt tokens within max_num_batched_tokens, blocks free above the watermark)
 the step is prefill-only. Otherwise it is a decode step over the running requests: each grows its
-KV to context + lookahead; when blocks run out, the last running request is preempted, again
-and again, possibly the request itself (recompute: freed and put back at the front of the
-waiting queue, to prefill its prompt and output again; swap: its blocks copied to CPU memory,
-when the swap space holds them). If the step preempted nothing, swapped requests come back in.
+KV to context + lookahead, in running order, if the free blocks cover every block its append
+touches, the partly written last block included (vLLM's `can_append_slots`); when they do not,
+the last running request is preempted, again and again, possibly the request itself (recompute:
+freed and put back at the front of the waiting queue, to prefill its prompt and output again;
+swap: its blocks copied to CPU memory, when the swap space holds them). If the step preempted
+nothing, swapped requests come back in, each once the blocks of all its tokens fit, this step's
+token and lookahead included (vLLM's `can_swap_in`).
 vllm-v0 with chunked prefill: decode-first; one mixed step holds the running decodes (one token
 each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts.
 vllm-v1 (docs/reference/nsight_vllm.md §3.1): chunked always; decodes count 1 + their draft
 tokens against the budget (draft tokens are cut first when it runs short, in running order; unlike
-vLLM, no decode is left out of a step); recompute only; a step that preempted admits no new requests.
+vLLM, no decode is left out of a step); recompute only; a decode is preempted only when it needs
+new blocks that are not free (`KVCacheManager.allocate_slots`); a step that preempted admits no
+new requests.
 With chunked prefill a method may leave some planned chunks uncomputed (PSD under MineDraft's
 code computes only the verified sub-batch's, `computes_chunks`): they keep their budget and
 blocks, and close as the real engine closes them (see `_leave_uncomputed`).
@@ -124,6 +129,7 @@ class Scheduler:
         self._cpu_blocks = np.zeros(table.capacity, dtype=np.int64)
         table.track(self, "_cpu_blocks")
         table.track(kv, "held")
+        table.track(kv, "written")
         self.ended = 0                # requests finished, aborted or rejected
         self.preemptions = 0
         self.prefilling = 0           # running requests still prefilling
@@ -213,22 +219,28 @@ class Scheduler:
     # -- KV growth and preemption ---------------------------------------------------------
 
     def _grow(self, decode: np.ndarray, method: EngineHooks, plan: StepPlan) -> np.ndarray:
-        """Grow the KV of the decoding requests that allocate this step; preempt when short.
-        Returns the decoding requests that keep running."""
+        """Grow the KV of the decoding requests that allocate this step; preempt when short. As
+        vLLM 0.9.2's `Scheduler._schedule_running` asks `can_append_slots`, each request in
+        running order needs free blocks for every block its append touches (`KVPools.touched`),
+        so a pool exactly full preempts even where no request needs a new block; vllm-v1
+        preempts only for the new blocks a request needs. Returns the decoding requests that
+        keep running."""
         t, kv = self.table, self.kv
-        slots = method.allocating(decode)
-        if slots is None:
-            slots = decode
-        if kv.ensure(slots, t.kv_len[slots], method.lookahead):
+        allocating = method.allocating(decode)
+        # in running order: each request's check sees the blocks taken before its turn
+        slots = decode if allocating is None else decode[np.isin(decode, allocating)]
+        if kv.ensure(slots, t.kv_len[slots], method.lookahead, touched=not self.v1):
             return decode
-        extra = kv.extra_needed(slots, t.kv_len[slots] + method.lookahead)
+        tokens = t.kv_len[slots] + method.lookahead
         need = np.zeros(t.capacity, dtype=np.int64)
-        need[slots] = extra
+        need[slots] = kv.extra_needed(slots, tokens)
+        touch = np.zeros(t.capacity, dtype=np.int64)   # 0: no check for requests not allocating
+        touch[slots] = need[slots] if self.v1 else kv.touched(slots, tokens)
         queue = deque(decode.tolist())
         kept: list[int] = []
         while queue:
             r = queue.popleft()
-            while need[r] > kv.free:
+            while touch[r] > kv.free:
                 victim = queue.pop() if queue else r
                 self._preempt(victim, method, plan)
                 if victim == r:
@@ -237,6 +249,8 @@ class Scheduler:
                 if need[r]:
                     kv.grow(np.array([r]), np.array([need[r]]))
                 kept.append(r)
+        allocated = slots[np.isin(slots, kept)]
+        kv.write(allocated, t.kv_len[allocated])
         return np.array(kept, dtype=np.int64)
 
     def _preempt(self, r: int, method: EngineHooks, plan: StepPlan) -> None:
@@ -263,15 +277,22 @@ class Scheduler:
         plan.preempted += 1
 
     def _swap_in(self, method: EngineHooks, plan: StepPlan, seats_taken: int) -> np.ndarray:
-        """Swapped requests come back (FIFO) while seats and blocks above the watermark last."""
+        """Swapped requests come back (FIFO) while seats and blocks above the watermark last. As
+        vLLM 0.9.2's `BlockSpaceManager.can_swap_in` counts them, a request needs the blocks of
+        all its tokens, the one this step computes and the lookahead slots included; it gets its
+        swapped-out blocks back and then, as `Scheduler._schedule_swapped` appends its slots, the
+        new blocks those tokens reach."""
+        t, kv = self.table, self.kv
         back: list[int] = []
         while self.swapped and seats_taken + len(back) < self.max_running:
             r = self.swapped[0]
             blocks = int(self._cpu_blocks[r])
-            if not self.kv.can_admit(blocks):
+            needed = max(blocks, -(-int(t.kv_len[r] + method.lookahead) // kv.block_size))
+            if not kv.can_admit(needed):
                 break
             self.swapped.popleft()
-            self.kv.grow(np.array([r]), np.array([blocks]))
+            kv.grow(np.array([r]), np.array([needed]))
+            kv.write(np.array([r]), t.kv_len[r])
             self.swap_used -= blocks
             self._cpu_blocks[r] = 0
             plan.swap_blocks += blocks
@@ -316,6 +337,7 @@ class Scheduler:
         slots = np.array(chosen, dtype=np.int64)
         if chosen:
             kv.grow(slots, kv.blocks_for(t.prefill_len[slots]))
+            kv.write(slots, t.prefill_len[slots])
             self._start(slots, now, method, mixed=False)
         return slots
 
@@ -344,6 +366,7 @@ class Scheduler:
             if extra > kv.free:
                 continue
             kv.grow(np.array([r]), np.array([extra]))
+            kv.write(np.array([r]), t.computed[r] + chunk)
             slots.append(r)
             chunks.append(chunk)
             budget -= chunk
@@ -368,6 +391,7 @@ class Scheduler:
             one = np.array([r])
             self._start(one, now, method, mixed=True)
             kv.grow(one, np.array([blocks]))
+            kv.write(one, chunk)
             slots.append(r)
             chunks.append(chunk)
             budget -= chunk

@@ -75,3 +75,64 @@ def test_vllm_v1_cuts_draft_tokens_first():
     assert caps.tolist() == [4, 4, 4] and left == 85
     caps, _ = _truncate_drafts(np.array([5, 1, 5]), 8)  # a draft-less decode (PSD's draft batch)
     assert caps.tolist() == [4, 0, 1]
+
+
+def _decoding(t: RequestTable, s: Scheduler, hooks: EngineHooks) -> None:
+    """Admit every waiting request (one prefill-only step) and close that step."""
+    s.arrive_until(0.0)
+    plan = s.plan(hooks, 0.0)
+    s.close_step(plan, 0.0, hooks)
+    assert (t.state[plan.prefill] == DECODING).all()
+
+
+def test_a_decode_needs_a_free_block_for_the_partly_written_one_it_holds():
+    """vllm/core/block_manager.py `BlockSpaceManager.can_append_slots` counts the blocks an append
+    touches (vllm/core/block/block_table.py `get_num_blocks_touched_by_append_slots`), the partly
+    written last block among them: with the pool exactly full, the last running request is
+    preempted although no request needs a new block."""
+    t = _table(2, prompt=24)                      # 24 tokens: 2 blocks, the second half written
+    s = _scheduler(t, blocks=4)                   # watermark: int(0.01 * 4) = 0 blocks
+    hooks = EngineHooks()
+    _decoding(t, s, hooks)
+    assert s.kv.used == 4
+    t.kv_len[:2] = 25                             # each decode's token goes into a held block
+    plan = s.plan(hooks, 1.0)
+    assert plan.preempted == 1 and plan.decode.tolist() == [0]
+    assert t.state[1] == WAITING and s.kv.used == 2
+
+
+def test_a_swap_in_needs_the_blocks_of_the_token_it_computes():
+    """vllm/core/block_manager.py `BlockSpaceManager.can_swap_in` counts the blocks of all the
+    request's tokens, the one this step computes included, and `Scheduler._schedule_swapped`
+    (vllm/core/scheduler.py) appends that slot after the swap-in."""
+    t = _table(2, prompt=32)                      # 2 full blocks each
+    s = _scheduler(t, blocks=5, swap=True, swap_blocks=100)
+    hooks = EngineHooks()
+    _decoding(t, s, hooks)
+    t.kv_len[:2] = 33                             # each needs a third block; one is free
+    plan = s.plan(hooks, 1.0)
+    assert plan.decode.tolist() == [0] and list(s.swapped) == [1] and plan.swap_blocks == 2
+    s.close_step(plan, 1.0, hooks)
+    t.kv_len[0] = 34
+    plan = s.plan(hooks, 2.0)                     # 2 free: its 2 blocks, not the third
+    assert plan.decode.tolist() == [0] and list(s.swapped) == [1]
+    s.close_step(plan, 2.0, hooks)
+    t.completed.append(np.array([0]))             # request 0 ends: 5 blocks free
+    s.close_step(plan, 2.0, hooks)
+    plan = s.plan(hooks, 3.0)
+    assert plan.decode.tolist() == [1] and plan.swap_blocks == 2 and s.kv.held[1] == 3
+
+
+def test_vllm_v1_preempts_only_for_new_blocks():
+    """vllm/v1/core/kv_cache_manager.py `KVCacheManager.allocate_slots` asks the pool only for the
+    blocks a request does not hold: a pool exactly full preempts no decode that needs none."""
+    t = _table(2, prompt=24)
+    s = _scheduler(t, blocks=4, version="vllm-v1", chunked=True)
+    hooks = EngineHooks()
+    s.arrive_until(0.0)
+    plan = s.plan(hooks, 0.0)                     # both prompts whole, in one chunked step
+    s.close_step(plan, 0.0, hooks)
+    assert (t.state[:2] == DECODING).all() and s.kv.used == 4
+    t.kv_len[:2] = 25
+    plan = s.plan(hooks, 1.0)
+    assert plan.preempted == 0 and plan.decode.tolist() == [0, 1]
