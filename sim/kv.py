@@ -9,9 +9,9 @@ The pool with the fewest blocks binds: a drafter GPU too small for 2m requests' 
 PSD before the verifier group does, and the run says which pool bound.
 
 Blocks are granted whole (`block_size` tokens). A request's need is ceil(tokens / block_size)
-for the tokens whose KV must have slots this step (context + lookahead for a decode, computed +
-chunk for a prefill). Admission keeps a watermark of free blocks, as vLLM V0 does (1% of the
-pool: `BlockSpaceManager(watermark=0.01)`).
+for the tokens whose KV must have slots this step (context + lookahead for a decode; for a
+prefill, its whole prompt in vllm-v0, computed + chunk in vllm-v1). Admission keeps a watermark
+of free blocks, as vLLM V0 does (1% of the pool: `BlockSpaceManager(watermark=0.01)`).
 
 A decode may go on only if the free blocks cover every block its new slots touch, the partly
 written last block included even though the request holds it (vLLM 0.9.2's

@@ -15,7 +15,9 @@ swap: its blocks copied to CPU memory, when the swap space holds them). If the s
 nothing, swapped requests come back in, each once the blocks of all its tokens fit, this step's
 token and lookahead included (vLLM's `can_swap_in`).
 vllm-v0 with chunked prefill: decode-first; one mixed step holds the running decodes (one token
-each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts.
+each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts
+(listed before the partial ones, as vLLM lists them), each admitted with its whole prompt's blocks;
+the step's recompute victims rejoin the waiting queue after its prompts are chosen.
 vllm-v1 (docs/reference/nsight_vllm.md §3.1): chunked always; decodes count 1 + their draft
 tokens against the budget (draft tokens are cut first when it runs short, in running order; unlike
 vLLM, no decode is left out of a step); recompute only; a decode is preempted only when it needs
@@ -125,6 +127,7 @@ class Scheduler:
         self.token_budget = token_budget
         self.waiting = WaitingQueue(table)
         self.swapped: deque[int] = deque()
+        self.preempted_now: list[int] = []   # recompute victims of the step being planned
         self.running = EMPTY.copy()   # admission order (vLLM's running deque): victims from the end
         self._cpu_blocks = np.zeros(table.capacity, dtype=np.int64)
         table.track(self, "_cpu_blocks")
@@ -150,6 +153,7 @@ class Scheduler:
 
     def plan(self, method: EngineHooks, now: float) -> StepPlan:
         plan = self._plan_chunked(method, now) if self.chunked else self._plan_v0(method, now)
+        self._requeue_preempted()
         plan.kv_blocks = self.kv.used
         plan.waiting = len(self.waiting)
         return plan
@@ -207,7 +211,7 @@ class Scheduler:
         budget -= isum(chunk)
         if not (self.v1 and plan.preempted):
             new, new_chunk = self._admit_chunks(method, budget, now)
-            prefill, chunk = np.concatenate([prefill, new]), np.concatenate([chunk, new_chunk])
+            prefill, chunk = _batch_prompts(prefill, chunk, new, new_chunk, new_first=not self.v1)
         t = self.table
         plan.prefill, plan.chunk = prefill, chunk
         plan.completes = t.computed[prefill] + chunk >= t.prefill_len[prefill]
@@ -269,12 +273,21 @@ class Scheduler:
             t.prefill_len[r] = t.kv_len[r]  # recompute prompt and output so far
             t.computed[r] = 0
             t.recomputed[r] += t.kv_len[r]
-            self.waiting.appendleft(r)
+            self.preempted_now.append(r)
         method.left(slots)
         kv.release(slots)
         t.preemptions[r] += 1
         self.preemptions += 1
         plan.preempted += 1
+
+    def _requeue_preempted(self) -> None:
+        """The step's recompute victims join the front of the waiting queue, each ahead of the one
+        before, once the step is planned: vLLM 0.9.2's `Scheduler._schedule_chunked_prefill`
+        puts them back (`waiting.extendleft`) after `_schedule_prefills`, so a prompt preempted
+        in a step is not admitted again in that step."""
+        for r in self.preempted_now:
+            self.waiting.appendleft(r)
+        self.preempted_now.clear()
 
     def _swap_in(self, method: EngineHooks, plan: StepPlan, seats_taken: int) -> np.ndarray:
         """Swapped requests come back (FIFO) while seats and blocks above the watermark last. As
@@ -366,14 +379,19 @@ class Scheduler:
             if extra > kv.free:
                 continue
             kv.grow(np.array([r]), np.array([extra]))
-            kv.write(np.array([r]), t.computed[r] + chunk)
+            # vllm-v0 wrote the whole prompt at admission: its chunks take no blocks, write nothing
+            kv.write(np.array([r]), max(int(kv.written[r]), int(t.computed[r]) + chunk))
             slots.append(r)
             chunks.append(chunk)
             budget -= chunk
         return np.array(slots, dtype=np.int64), np.array(chunks, dtype=np.int64)
 
     def _admit_chunks(self, method: EngineHooks, budget: int, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """New prompts start prefilling in chunks within the remaining budget (FCFS)."""
+        """New prompts start prefilling in chunks within the remaining budget (FCFS). vllm-v0
+        admits a prompt only when the blocks of all its tokens fit and takes them at its first
+        chunk (vLLM 0.9.2's `Scheduler._schedule_prefills` asks `BlockSpaceManager.can_allocate`,
+        and `allocate` builds the whole prompt's block table); vllm-v1 takes the first chunk's
+        blocks (`KVCacheManager.allocate_slots` for the tokens it computes)."""
         t, kv = self.table, self.kv
         slots: list[int] = []
         chunks: list[int] = []
@@ -384,14 +402,15 @@ class Scheduler:
                 self._reject(r, now)
                 continue
             chunk = min(int(t.prefill_len[r]), budget)
-            blocks = -(-chunk // kv.block_size)
+            allocated = chunk if self.v1 else int(t.prefill_len[r])
+            blocks = -(-allocated // kv.block_size)
             if not kv.can_admit(blocks):
                 break
             self.waiting.popleft()
             one = np.array([r])
             self._start(one, now, method, mixed=True)
             kv.grow(one, np.array([blocks]))
-            kv.write(one, chunk)
+            kv.write(one, allocated)
             slots.append(r)
             chunks.append(chunk)
             budget -= chunk
@@ -503,6 +522,16 @@ def _leave_uncomputed(plan: StepPlan, computed: np.ndarray) -> None:
     plan.marked = np.where(plan.completes[left], 0, plan.chunk[left])
     plan.prefill, plan.chunk = plan.prefill[computed], plan.chunk[computed]
     plan.completes = plan.completes[computed]
+
+
+def _batch_prompts(continuing: np.ndarray, chunk: np.ndarray, new: np.ndarray, new_chunk: np.ndarray,
+                   new_first: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The step's prompt rows: the continuing chunks and the newly admitted prompts (requests,
+    chunks). vLLM 0.9.2's V0 `Scheduler._schedule_chunked_prefill` lists the new prompts first
+    (`new_first`), although the continuing chunks took their budget before them."""
+    if new_first:
+        return np.concatenate([new, continuing]), np.concatenate([new_chunk, chunk])
+    return np.concatenate([continuing, new]), np.concatenate([chunk, new_chunk])
 
 
 def _truncate_drafts(tokens: np.ndarray, budget: int) -> tuple[np.ndarray, int]:

@@ -136,3 +136,33 @@ def test_vllm_v1_preempts_only_for_new_blocks():
     t.kv_len[:2] = 25
     plan = s.plan(hooks, 1.0)
     assert plan.preempted == 0 and plan.decode.tolist() == [0, 1]
+
+
+def test_chunked_prefill_takes_a_whole_prompts_blocks_and_lists_new_prompts_first():
+    """vllm/core/scheduler.py `Scheduler._schedule_prefills` admits a prompt when the blocks of
+    all its tokens fit (vllm/core/block_manager.py `can_allocate`), `allocate` takes them at its
+    first chunk, and `_schedule_chunked_prefill` lists the new prompts before the continuing
+    chunks (which took their budget first)."""
+    t = _table(2, prompt=100)                     # 7 blocks each
+    s = _scheduler(t, blocks=100, chunked=True, token_budget=64)
+    hooks = EngineHooks()
+    s.arrive_until(0.0)
+    plan = s.plan(hooks, 0.0)
+    assert plan.prefill.tolist() == [0] and plan.chunk.tolist() == [64] and s.kv.held[0] == 7
+    s.close_step(plan, 0.0, hooks)
+    plan = s.plan(hooks, 1.0)
+    assert plan.prefill.tolist() == [1, 0] and plan.chunk.tolist() == [28, 36]
+    assert s.kv.held.tolist()[:2] == [7, 7]
+
+
+def test_a_prompt_preempted_in_a_step_is_not_admitted_again_in_it():
+    """vllm/core/scheduler.py `Scheduler._schedule_chunked_prefill` puts the step's recompute
+    victims back in the waiting queue (`extendleft`) after `_schedule_prefills` has run."""
+    t = _table(2, prompt=24)
+    s = _scheduler(t, blocks=4, chunked=True)
+    hooks = EngineHooks()
+    _decoding(t, s, hooks)
+    t.kv_len[:2] = 25                             # the pool is exactly full: request 1 goes
+    plan = s.plan(hooks, 1.0)
+    assert plan.preempted == 1 and plan.decode.tolist() == [0] and not len(plan.prefill)
+    assert t.state[1] == WAITING and s.waiting.head() == 1 and plan.waiting == 1

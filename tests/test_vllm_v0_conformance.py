@@ -372,20 +372,25 @@ ABORTS = replace(_drawn("Poisson, aborts, KV tight", 30, 7, gpu_blocks=90, rate=
 
 LOOSE = [OFFLINE_LOOSE, POISSON_LOOSE]
 TIGHT = [OFFLINE_TIGHT, POISSON_TIGHT, SWAP_TIGHT, PARALLEL, ABORTS]
-MATCHING = [*LOOSE, *TIGHT]
+CHUNKED_TIGHT = replace(OFFLINE_TIGHT, name="offline, KV tight, chunked prefill", chunked=True,
+                        budget=256)
+MATCHING = [*LOOSE, *TIGHT, CHUNKED]
 
 # Where psdsim's vllm-v0 scheduler still departs from vLLM 0.9.2 (docs/engines.md, "Scheduler
-# conformance"): the first step at which the chunked run diverges shows it.
-WHOLE_PROMPT = "vLLM holds a whole prompt's blocks from its first chunk"
+# conformance"): the first step at which the chunked KV-tight run diverges shows it.
+RUNNING_ORDER = "vLLM's victim is the last running request, a prompt mid-prefill included"
 
 
 def divergence(case: Case, ours: StepView, theirs: StepView) -> str:
-    """Name the known departure a diverging step shows. WHOLE_PROMPT: with chunked prefill,
-    vLLM's `_schedule_prefills` admits a prompt when the blocks of all its tokens fit
-    (`can_allocate`) and `block_manager.allocate` takes them all at its first chunk; psdsim takes
-    the blocks of each chunk as it is computed."""
-    if case.chunked and theirs.prefill and theirs.blocks > ours.blocks:
-        return WHOLE_PROMPT
+    """Name the known departure a diverging step shows. RUNNING_ORDER: with chunked prefill,
+    vLLM's `Scheduler._schedule_running` walks the running queue in order, decodes and prompts
+    mid-prefill alike (each asks `can_append_slots`), and preempts from its end, so the victim
+    may be a prompt whose chunk psdsim schedules; psdsim checks the decodes first and picks its
+    victims among them."""
+    ours_out, theirs_out = ours.recomputed + ours.swapped_out, theirs.recomputed + theirs.swapped_out
+    if case.chunked and ours_out and theirs_out and ours_out != theirs_out \
+            and set(theirs_out) <= set(ours.scheduled) and ours.prefill:
+        return RUNNING_ORDER
     return f"unexplained: vLLM {theirs} psdsim {ours}"
 
 
@@ -410,19 +415,21 @@ def _exercised(views: list[StepView]) -> set[str]:
 
 @pytest.mark.parametrize("case", MATCHING, ids=[c.name for c in MATCHING])
 def test_every_step_matches_vllm(case):
-    """KV loose or tight, recompute or swap, n = 2, aborts: psdsim's full-pool preemption
-    (`can_append_slots`) and swap-in (`can_swap_in`) follow vLLM's block counts."""
+    """KV loose or tight, recompute or swap, n = 2, aborts, chunked prefill with ample KV:
+    psdsim's full-pool preemption (`can_append_slots`), swap-in (`can_swap_in`) and whole-prompt
+    admission with chunking (`can_allocate`, `allocate`) follow vLLM's block counts."""
     result = compare(case)
     assert result.mismatches == [], result.summary()
 
 
-def test_the_chunked_run_diverges_first_where_a_known_departure_says():
-    result = compare(CHUNKED)
-    assert first_divergence(CHUNKED, result) == WHOLE_PROMPT, result.summary()
+def test_the_chunked_tight_run_diverges_first_where_a_known_departure_says():
+    result = compare(CHUNKED_TIGHT)
+    assert first_divergence(CHUNKED_TIGHT, result) == RUNNING_ORDER, result.summary()
 
 
 @pytest.mark.parametrize("case, wanted", [
     (OFFLINE_TIGHT, {"recompute"}), (POISSON_TIGHT, {"recompute"}), (SWAP_TIGHT, {"swap"}),
-    (PARALLEL, {"recompute"}), (ABORTS, {"recompute", "abort"})], ids=[c.name for c in TIGHT])
+    (PARALLEL, {"recompute"}), (ABORTS, {"recompute", "abort"}), (CHUNKED_TIGHT, {"recompute"})],
+    ids=[c.name for c in [*TIGHT, CHUNKED_TIGHT]])
 def test_the_tight_workloads_preempt_and_abort_in_vllm(case, wanted):
     assert wanted <= _exercised(run_side(VllmSide(case)))
