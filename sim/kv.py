@@ -77,19 +77,23 @@ class KVPools:
 
     def ensure(self, slots: np.ndarray, cached: np.ndarray, lookahead: int,
                touched: bool = True) -> bool:
-        """Grow each request (in order) to hold its `cached` tokens + `lookahead` slots if each
-        finds, at its turn, free blocks for every block its append touches (`touched`, vLLM V0)
-        or for the new blocks it needs (vLLM V1) (the common case, in a handful of numpy
-        operations); False changes nothing."""
+        """Grow each request to hold its `cached` tokens + `lookahead` slots if the free blocks
+        cover all the new ones with room, whatever the order, for the largest excess of a
+        request's count over its new blocks: every block its append touches (`touched`, vLLM V0)
+        or only its new blocks (vLLM V1). That is the common case, in a handful of numpy
+        operations; False changes nothing, and the caller checks request by request."""
         held = self.held[slots]
         needed = (cached + self._round_up(lookahead)) // self._block
         grown = np.maximum(needed, held)
-        new = grown - held
-        free_at_turn = self.total - self.used - (np.cumsum(new) - new)
-        kept = self.written[slots] // self._block if touched else held   # blocks not counted
-        if (needed - kept > free_at_turn).any():
+        total = isum(grown - held)   # the new blocks: an exact integer sum
+        free = self.total - self.used
+        # a request's excess is below the blocks it holds, so below `used`: mostly no need to look
+        if touched and total + self.used > free:
+            excess = int((np.minimum(needed, held) - self.written[slots] // self._block).max(initial=0))
+            if total + excess > free:
+                return False
+        elif total > free:
             return False
-        total = isum(new)   # the new blocks: an exact integer sum
         self.written[slots] = cached
         if total:
             self.held[slots] = grown
@@ -111,14 +115,12 @@ class KVPools:
         tokens = cached[None, :] + steps
         needed = (tokens + self._round_up(lookahead)) // self._block   # as `ensure`
         held = np.maximum(needed, held0[None, :])
-        before = np.vstack([held0[None, :], held[:-1]])
-        new = held - before
-        used_before = self.used + (held - held0[None, :]).sum(axis=1) - new.sum(axis=1)
-        free_at_turn = self.total - used_before[:, None] - (np.cumsum(new, axis=1) - new)
-        refused = (needed - (tokens - 1) // self._block > free_at_turn).any(axis=1)
+        new = held - np.vstack([held0[None, :], held[:-1]])
+        excess = np.maximum((needed - (tokens - 1) // self._block - new).max(axis=1), 0)
+        used = self.used + (held - held0[None, :]).sum(axis=1)
+        refused = used + excess > self.total       # used after the plan = used before + new
         fits = int(np.argmax(refused)) if refused.any() else plans
-        used = (used_before + new.sum(axis=1)).tolist()
-        return held[:fits], used[:fits]
+        return held[:fits], used[:fits].tolist()
 
     def settle(self, slots: np.ndarray, held: np.ndarray, used: int, written: np.ndarray) -> None:
         """Commit one row of `ahead`: `slots` hold `held` blocks with `written` tokens written,

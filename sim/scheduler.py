@@ -230,9 +230,9 @@ class Scheduler:
         preempts only for the new blocks a request needs. Returns the decoding requests that
         keep running."""
         t, kv = self.table, self.kv
-        allocating = method.allocating(decode)
-        # in running order: each request's check sees the blocks taken before its turn
-        slots = decode if allocating is None else decode[np.isin(decode, allocating)]
+        slots = method.allocating(decode)
+        if slots is None:
+            slots = decode
         if kv.ensure(slots, t.kv_len[slots], method.lookahead, touched=not self.v1):
             return decode
         tokens = t.kv_len[slots] + method.lookahead
