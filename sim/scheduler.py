@@ -15,9 +15,10 @@ swap: its blocks copied to CPU memory, when the swap space holds them). If the s
 nothing, swapped requests come back in, each once the blocks of all its tokens fit, this step's
 token and lookahead included (vLLM's `can_swap_in`).
 vllm-v0 with chunked prefill: decode-first; one mixed step holds the running decodes (one token
-each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts
-(listed before the partial ones, as vLLM lists them), each admitted with its whole prompt's blocks;
-the step's recompute victims rejoin the waiting queue after its prompts are chosen.
+each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts,
+each admitted with its whole prompt's blocks; the step's recompute victims rejoin the waiting
+queue after its prompts are chosen. (vLLM lists the new prompts before the partial ones; psdsim
+keeps them after, since the order in which prompts complete orders PSD's sub-batch members.)
 vllm-v1 (docs/reference/nsight_vllm.md §3.1): chunked always; decodes count 1 + their draft
 tokens against the budget (draft tokens are cut first when it runs short, in running order; unlike
 vLLM, no decode is left out of a step); recompute only; a decode is preempted only when it needs
@@ -211,7 +212,7 @@ class Scheduler:
         budget -= isum(chunk)
         if not (self.v1 and plan.preempted):
             new, new_chunk = self._admit_chunks(method, budget, now)
-            prefill, chunk = _batch_prompts(prefill, chunk, new, new_chunk, new_first=not self.v1)
+            prefill, chunk = np.concatenate([prefill, new]), np.concatenate([chunk, new_chunk])
         t = self.table
         plan.prefill, plan.chunk = prefill, chunk
         plan.completes = t.computed[prefill] + chunk >= t.prefill_len[prefill]
@@ -522,16 +523,6 @@ def _leave_uncomputed(plan: StepPlan, computed: np.ndarray) -> None:
     plan.marked = np.where(plan.completes[left], 0, plan.chunk[left])
     plan.prefill, plan.chunk = plan.prefill[computed], plan.chunk[computed]
     plan.completes = plan.completes[computed]
-
-
-def _batch_prompts(continuing: np.ndarray, chunk: np.ndarray, new: np.ndarray, new_chunk: np.ndarray,
-                   new_first: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The step's prompt rows: the continuing chunks and the newly admitted prompts (requests,
-    chunks). vLLM 0.9.2's V0 `Scheduler._schedule_chunked_prefill` lists the new prompts first
-    (`new_first`), although the continuing chunks took their budget before them."""
-    if new_first:
-        return np.concatenate([new, continuing]), np.concatenate([new_chunk, chunk])
-    return np.concatenate([continuing, new]), np.concatenate([chunk, new_chunk])
 
 
 def _truncate_drafts(tokens: np.ndarray, budget: int) -> tuple[np.ndarray, int]:

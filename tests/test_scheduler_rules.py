@@ -138,11 +138,10 @@ def test_vllm_v1_preempts_only_for_new_blocks():
     assert plan.preempted == 0 and plan.decode.tolist() == [0, 1]
 
 
-def test_chunked_prefill_takes_a_whole_prompts_blocks_and_lists_new_prompts_first():
+def test_chunked_prefill_takes_a_whole_prompts_blocks_at_its_first_chunk():
     """vllm/core/scheduler.py `Scheduler._schedule_prefills` admits a prompt when the blocks of
-    all its tokens fit (vllm/core/block_manager.py `can_allocate`), `allocate` takes them at its
-    first chunk, and `_schedule_chunked_prefill` lists the new prompts before the continuing
-    chunks (which took their budget first)."""
+    all its tokens fit (vllm/core/block_manager.py `can_allocate`), and `allocate` takes them at
+    its first chunk; the continuing chunks take their budget first."""
     t = _table(2, prompt=100)                     # 7 blocks each
     s = _scheduler(t, blocks=100, chunked=True, token_budget=64)
     hooks = EngineHooks()
@@ -151,7 +150,7 @@ def test_chunked_prefill_takes_a_whole_prompts_blocks_and_lists_new_prompts_firs
     assert plan.prefill.tolist() == [0] and plan.chunk.tolist() == [64] and s.kv.held[0] == 7
     s.close_step(plan, 0.0, hooks)
     plan = s.plan(hooks, 1.0)
-    assert plan.prefill.tolist() == [1, 0] and plan.chunk.tolist() == [28, 36]
+    assert plan.prefill.tolist() == [0, 1] and plan.chunk.tolist() == [36, 28]
     assert s.kv.held.tolist()[:2] == [7, 7]
 
 
