@@ -153,10 +153,25 @@ class Scheduler:
     # -- planning -------------------------------------------------------------------------
 
     def plan(self, method: EngineHooks, now: float) -> StepPlan:
-        plan = self._plan_chunked(method, now) if self.chunked else self._plan_v0(method, now)
-        self._requeue_preempted()
+        """The next step's plan. A plan that preempted every request it would run (a lone request
+        whose append touches more blocks than are free preempts itself) runs nothing: as vLLM
+        0.9.2's engine, whose `Scheduler._schedule_running` sends the request back to waiting or
+        swapped and whose next step schedules it again, psdsim plans once more at once, the
+        empty plans' preemptions and swapped blocks carried into the one that runs."""
+        plan = self._plan_once(method, now)
+        preempted = swap_blocks = 0
+        while plan.empty and plan.preempted:
+            preempted, swap_blocks = preempted + plan.preempted, swap_blocks + plan.swap_blocks
+            plan = self._plan_once(method, now)
+        plan.preempted += preempted
+        plan.swap_blocks += swap_blocks
         plan.kv_blocks = self.kv.used
         plan.waiting = len(self.waiting)
+        return plan
+
+    def _plan_once(self, method: EngineHooks, now: float) -> StepPlan:
+        plan = self._plan_chunked(method, now) if self.chunked else self._plan_v0(method, now)
+        self._requeue_preempted()
         return plan
 
     def quiet(self, plan: StepPlan) -> bool:
@@ -189,7 +204,7 @@ class Scheduler:
         if len(decode):
             decode = self._grow(decode, method, plan)
         if not plan.preempted and self.swapped:
-            decode = np.concatenate([decode, self._swap_in(method, plan, seats_taken=len(decode))])
+            decode = np.concatenate([decode, self._swap_in(method, plan, len(decode), now)])
         plan.decode = decode
         return plan
 
@@ -204,7 +219,7 @@ class Scheduler:
             else:
                 budget -= len(decode)
         if not self.v1 and not plan.preempted and self.swapped:
-            back = self._swap_in(method, plan, seats_taken=len(self.running))
+            back = self._swap_in(method, plan, len(self.running), now)
             decode = np.concatenate([decode, back])
             budget -= len(back)  # a swapped-in decode counts one token, as any decode in V0
         plan.decode = decode
@@ -290,25 +305,28 @@ class Scheduler:
             self.waiting.appendleft(r)
         self.preempted_now.clear()
 
-    def _swap_in(self, method: EngineHooks, plan: StepPlan, seats_taken: int) -> np.ndarray:
+    def _swap_in(self, method: EngineHooks, plan: StepPlan, seats_taken: int, now: float) -> np.ndarray:
         """Swapped requests come back (FIFO) while seats and blocks above the watermark last. As
         vLLM 0.9.2's `BlockSpaceManager.can_swap_in` counts them, a request needs the blocks of
         all its tokens, the one this step computes and the lookahead slots included; it gets its
         swapped-out blocks back and then, as `Scheduler._schedule_swapped` appends its slots, the
-        new blocks those tokens reach."""
+        new blocks those tokens reach. A request whose blocks exceed the pool less the watermark
+        never comes back: it ends ignored (`can_swap_in` answers NEVER)."""
         t, kv = self.table, self.kv
         back: list[int] = []
         while self.swapped and seats_taken + len(back) < self.max_running:
             r = self.swapped[0]
             blocks = int(self._cpu_blocks[r])
             needed = max(blocks, -(-int(t.kv_len[r] + method.lookahead) // kv.block_size))
+            if not kv.fits_ever(needed):
+                self._leave_swap_space(r)
+                self._reject(r, now)
+                continue
             if not kv.can_admit(needed):
                 break
-            self.swapped.popleft()
+            self._leave_swap_space(r)
             kv.grow(np.array([r]), np.array([needed]))
             kv.write(np.array([r]), t.kv_len[r])
-            self.swap_used -= blocks
-            self._cpu_blocks[r] = 0
             plan.swap_blocks += blocks
             back.append(r)
         slots = np.array(back, dtype=np.int64)
@@ -318,10 +336,16 @@ class Scheduler:
             method.resumed(slots)
         return slots
 
+    def _leave_swap_space(self, r: int) -> None:
+        """A swapped request leaves the swap queue and frees its CPU blocks."""
+        self.swapped.remove(r)
+        self.swap_used -= int(self._cpu_blocks[r])
+        self._cpu_blocks[r] = 0
+
     # -- admission ------------------------------------------------------------------------
 
     def _reject(self, r: int, now: float) -> None:
-        """A prompt the KV pool can never hold (vLLM: FINISHED_IGNORED)."""
+        """A request the KV pool can never hold, at admission or swap-in (vLLM: FINISHED_IGNORED)."""
         self.table.state[r] = REJECTED
         self.table.end_s[r] = now
         self.table.retire([r])
@@ -468,9 +492,7 @@ class Scheduler:
             self._leave_running(running, ABORTED, now, method)
         for r in slots[(t.state[slots] == WAITING) | (t.state[slots] == SWAPPED)].tolist():
             if t.state[r] == SWAPPED:
-                self.swapped.remove(r)
-                self.swap_used -= int(self._cpu_blocks[r])
-                self._cpu_blocks[r] = 0
+                self._leave_swap_space(r)
             else:
                 self.waiting.remove(r)
             t.state[r] = ABORTED

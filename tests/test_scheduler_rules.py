@@ -6,6 +6,8 @@ import numpy as np
 
 from psdsim.sim.kv import KVPools
 from psdsim.sim.requests import DECODING, REJECTED, WAITING, RequestTable
+from psdsim.sim.run import simulate
+from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import EngineHooks, Scheduler
 from psdsim.sim.workload import Workload
 
@@ -165,3 +167,46 @@ def test_a_prompt_preempted_in_a_step_is_not_admitted_again_in_it():
     plan = s.plan(hooks, 1.0)
     assert plan.preempted == 1 and plan.decode.tolist() == [0] and not len(plan.prefill)
     assert t.state[1] == WAITING and s.waiting.head() == 1 and plan.waiting == 1
+
+
+def test_a_lone_request_that_preempts_itself_is_planned_again_at_once():
+    """vllm/core/scheduler.py `Scheduler._schedule_running`: a request whose append touches more
+    blocks than are free, with no other request to preempt, preempts itself; that engine step
+    runs nothing and the next one admits it again (`_schedule_prefills`). psdsim's plan is that
+    next step, so a lone request is never left waiting with nothing to wake it."""
+    t = _table(1, prompt=24)                      # 2 blocks, the second half written
+    s = _scheduler(t, blocks=2)
+    hooks = EngineHooks()
+    _decoding(t, s, hooks)
+    t.kv_len[0] = 25                              # touches its partly written block: 1 > 0 free
+    plan = s.plan(hooks, 1.0)
+    assert plan.preempted == 1 and not plan.empty
+    assert plan.prefill.tolist() == [0] and plan.chunk.tolist() == [25] and s.kv.used == 2
+
+
+def test_a_swapped_request_the_pool_can_never_hold_again_ends_ignored():
+    """vllm/core/scheduler.py `Scheduler._schedule_swapped`: when `BlockSpaceManager.can_swap_in`
+    (vllm/core/block_manager.py) answers NEVER, the blocks of all its tokens and lookahead slots
+    exceeding the pool less the watermark, the request ends FINISHED_IGNORED and leaves the
+    swap space, instead of waiting there for ever."""
+    t = _table(1, prompt=24)
+    s = _scheduler(t, blocks=2, swap=True, swap_blocks=100)
+    hooks = EngineHooks()
+    _decoding(t, s, hooks)
+    hooks.lookahead = 8                           # 25 + 8 tokens: 3 blocks of a 2-block pool
+    t.kv_len[0] = 25
+    plan = s.plan(hooks, 1.0)
+    assert plan.empty and plan.preempted == 1 and plan.swap_blocks == 2
+    assert t.state[0] == REJECTED and not s.swapped and s.swap_used == 0 and s.done
+
+
+def test_pearl_with_one_request_on_a_tight_pool_finishes():
+    """The case hypothesis found (tests/test_invariants.py): PEARL's 2k - 1 lookahead slots make
+    the lone request's append touch more blocks than are free late in its output, so it preempts
+    itself; the run goes on as vLLM's engine does instead of stopping as stalled."""
+    s = Scenario(method="pearl", k=7, m=1, requests=1, n=2, num_gpu_blocks_override=10,
+                 max_model_len=128, max_num_batched_tokens=2048, prompt_len=77, output_len=40,
+                 acceptance=0.5, swap_space_gb=4.0, seed=44)
+    summary = simulate(s).summary
+    assert summary["preemptions"] >= 1 and summary["rejected"] == summary["aborted"] == 0
+    assert summary["fits"] and summary["makespan_s"] > 0
