@@ -13,7 +13,9 @@ the last running request is preempted, again and again, possibly the request its
 freed and put back at the front of the waiting queue, to prefill its prompt and output again;
 swap: its blocks copied to CPU memory, when the swap space holds them). If the step preempted
 nothing, swapped requests come back in, each once the blocks of all its tokens fit, this step's
-token and lookahead included (vLLM's `can_swap_in`).
+token and lookahead included (vLLM's `can_swap_in`), or end rejected when the pool can never hold
+them. A plan that preempted every request it would run is planned again at once (vLLM's engine
+runs an empty step and schedules the victim in the next).
 vllm-v0 with chunked prefill: decode-first; one mixed step holds the running decodes (one token
 each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts,
 each admitted with its whole prompt's blocks; the step's recompute victims rejoin the waiting
