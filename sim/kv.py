@@ -9,9 +9,15 @@ The pool with the fewest blocks binds: a drafter GPU too small for 2m requests' 
 PSD before the verifier group does, and the run says which pool bound.
 
 Blocks are granted whole (`block_size` tokens). A request's need is ceil(tokens / block_size)
-for the tokens whose KV must have slots this step (context + lookahead for a decode, computed +
-chunk for a prefill). Admission keeps a watermark of free blocks, as vLLM V0 does (1% of the
-pool: `BlockSpaceManager(watermark=0.01)`).
+for the tokens whose KV must have slots this step (context + lookahead for a decode; for a
+prefill, its whole prompt in vllm-v0, computed + chunk in vllm-v1). Admission keeps a watermark
+of free blocks, as vLLM V0 does (1% of the pool: `BlockSpaceManager(watermark=0.01)`).
+
+A decode may go on only if the free blocks cover every block its new slots touch, the partly
+written last block included even though the request holds it (vLLM 0.9.2's
+`BlockSpaceManager.can_append_slots` with `BlockTable.get_num_blocks_touched_by_append_slots`,
+a worst case that assumes each touched block needs a fresh one): so the pool keeps, per request,
+the tokens whose slots are written (vLLM's `BlockTable._num_full_slots`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class KVPools:
         self.binding = min(self.capacities, key=lambda side: self.capacities[side])
         self.watermark = int(WATERMARK * self.total)
         self.held = np.zeros(n_requests, dtype=np.int64)  # blocks per request (every side)
+        self.written = np.zeros(n_requests, dtype=np.int64)  # tokens whose slots are written
         self.used = 0
         self.peak = 0
         self._round_ups: dict[int, np.ndarray] = {}
@@ -68,16 +75,26 @@ class KVPools:
     def fits_ever(self, blocks: int) -> bool:
         return self.total - blocks >= self.watermark
 
-    def ensure(self, slots: np.ndarray, cached: np.ndarray, lookahead: int) -> bool:
+    def ensure(self, slots: np.ndarray, cached: np.ndarray, lookahead: int,
+               touched: bool = True) -> bool:
         """Grow each request to hold its `cached` tokens + `lookahead` slots if the free blocks
-        cover all of them at once (the common case, in a handful of numpy operations); False
-        changes nothing."""
+        cover all the new ones with room, whatever the order, for the largest excess of a
+        request's count over its new blocks: every block its append touches (`touched`, vLLM V0)
+        or only its new blocks (vLLM V1). That is the common case, in a handful of numpy
+        operations; False changes nothing, and the caller checks request by request."""
         held = self.held[slots]
         needed = (cached + self._round_up(lookahead)) // self._block
         grown = np.maximum(needed, held)
         total = isum(grown - held)   # the new blocks: an exact integer sum
-        if total > self.total - self.used:
+        free = self.total - self.used
+        # a request's excess is below the blocks it holds, so below `used`: mostly no need to look
+        if touched and total + self.used > free:
+            excess = int((np.minimum(needed, held) - self.written[slots] // self._block).max(initial=0))
+            if total + excess > free:
+                return False
+        elif total > free:
             return False
+        self.written[slots] = cached
         if total:
             self.held[slots] = grown
             self.used += total
@@ -90,22 +107,39 @@ class KVPools:
         """What `ensure` would do over `plans` consecutive plans in which each of `slots` caches one
         token more than at the plan before (`cached` at the first): the blocks each request holds
         after each plan (a row per plan) and the blocks in use after each, cut before the first
-        plan that `ensure` would refuse (the scheduler preempts there). Nothing changes until
-        `settle` commits one of the rows (AR's quiet stretches, sim/methods/ar.py)."""
+        plan that vllm-v0's `ensure` would refuse (the scheduler preempts there). At each plan a
+        request's written tokens are those it cached at the plan before. Nothing changes until `settle`
+        commits one of the rows (AR's quiet stretches, sim/methods/ar.py)."""
         held0 = self.held[slots]
         steps = np.arange(plans)[:, None]
-        needed = (cached[None, :] + steps + self._round_up(lookahead)) // self._block   # as `ensure`
+        tokens = cached[None, :] + steps
+        needed = (tokens + self._round_up(lookahead)) // self._block   # as `ensure`
         held = np.maximum(needed, held0[None, :])
-        used = (self.used + (held - held0[None, :]).sum(axis=1)).tolist()
-        fits = next((i for i, u in enumerate(used) if u > self.total), plans)
-        return held[:fits], used[:fits]
+        new = held - np.vstack([held0[None, :], held[:-1]])
+        excess = np.maximum((needed - (tokens - 1) // self._block - new).max(axis=1), 0)
+        used = self.used + (held - held0[None, :]).sum(axis=1)
+        refused = used + excess > self.total       # used after the plan = used before + new
+        fits = int(np.argmax(refused)) if refused.any() else plans
+        return held[:fits], used[:fits].tolist()
 
-    def settle(self, slots: np.ndarray, held: np.ndarray, used: int) -> None:
-        """Commit one row of `ahead`: `slots` hold `held` blocks, `used` are in use."""
+    def settle(self, slots: np.ndarray, held: np.ndarray, used: int, written: np.ndarray) -> None:
+        """Commit one row of `ahead`: `slots` hold `held` blocks with `written` tokens written,
+        `used` are in use."""
         self.held[slots] = held
+        self.written[slots] = written
         self.used = used
         if used > self.peak:
             self.peak = used
+
+    def touched(self, slots: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Blocks each request's append up to `tokens` slots touches, as vLLM counts them for
+        `can_append_slots`: every block from the one its written tokens end in (a partly written
+        block counts although held) to the last one the slots reach."""
+        return self.blocks_for(tokens) - self.written[slots] // self.block_size
+
+    def write(self, slots: np.ndarray, tokens: np.ndarray | int) -> None:
+        """Record that the slots of each request's first `tokens` tokens are written."""
+        self.written[slots] = tokens
 
     def extra_needed(self, slots: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """New blocks each request needs to hold `tokens` slots (0 where it holds enough)."""
@@ -124,6 +158,7 @@ class KVPools:
         """Free every block of `slots`; returns how many were freed."""
         freed = isum(self.held[slots])
         self.held[slots] = 0
+        self.written[slots] = 0
         self.used -= freed
         return freed
 

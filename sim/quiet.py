@@ -59,7 +59,7 @@ class QuietStretch:
         sched, slots = self.sched, self.slots
         sched.table.kv_len[slots] = self.lengths + done
         if done > 1:
-            sched.kv.settle(slots, self.held[done - 2], self.used[done - 2])
+            sched.kv.settle(slots, self.held[done - 2], self.used[done - 2], self.lengths + done - 1)
         if self.cancel_due(now):
             sched.close_step(last, now, method)
 

@@ -7,15 +7,25 @@ vllm-v0 without chunked prefill (MineDraft's setting, docs/reference/nsight_vllm
 prefill-first. If nothing is swapped out and waiting requests can be admitted (FCFS, seats below
 the running cap, prompt tokens within max_num_batched_tokens, blocks free above the watermark)
 the step is prefill-only. Otherwise it is a decode step over the running requests: each grows its
-KV to context + lookahead; when blocks run out, the last running request is preempted, again
-and again, possibly the request itself (recompute: freed and put back at the front of the
-waiting queue, to prefill its prompt and output again; swap: its blocks copied to CPU memory,
-when the swap space holds them). If the step preempted nothing, swapped requests come back in.
+KV to context + lookahead, in running order, if the free blocks cover every block its append
+touches, the partly written last block included (vLLM's `can_append_slots`); when they do not,
+the last running request is preempted, again and again, possibly the request itself (recompute:
+freed and put back at the front of the waiting queue, to prefill its prompt and output again;
+swap: its blocks copied to CPU memory, when the swap space holds them). If the step preempted
+nothing, swapped requests come back in, each once the blocks of all its tokens fit, this step's
+token and lookahead included (vLLM's `can_swap_in`), or end rejected when the pool can never hold
+them. A plan that preempted every request it would run is planned again at once (vLLM's engine
+runs an empty step and schedules the victim in the next).
 vllm-v0 with chunked prefill: decode-first; one mixed step holds the running decodes (one token
-each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts.
+each against the budget), swap-ins, then prefill chunks, partial ones first, then new prompts,
+each admitted with its whole prompt's blocks; the step's recompute victims rejoin the waiting
+queue after its prompts are chosen. (vLLM lists the new prompts before the partial ones; psdsim
+keeps them after, since the order in which prompts complete orders PSD's sub-batch members.)
 vllm-v1 (docs/reference/nsight_vllm.md §3.1): chunked always; decodes count 1 + their draft
 tokens against the budget (draft tokens are cut first when it runs short, in running order; unlike
-vLLM, no decode is left out of a step); recompute only; a step that preempted admits no new requests.
+vLLM, no decode is left out of a step); recompute only; a decode is preempted only when it needs
+new blocks that are not free (`KVCacheManager.allocate_slots`); a step that preempted admits no
+new requests.
 With chunked prefill a method may leave some planned chunks uncomputed (PSD under MineDraft's
 code computes only the verified sub-batch's, `computes_chunks`): they keep their budget and
 blocks, and close as the real engine closes them (see `_leave_uncomputed`).
@@ -120,10 +130,12 @@ class Scheduler:
         self.token_budget = token_budget
         self.waiting = WaitingQueue(table)
         self.swapped: deque[int] = deque()
+        self.preempted_now: list[int] = []   # recompute victims of the step being planned
         self.running = EMPTY.copy()   # admission order (vLLM's running deque): victims from the end
         self._cpu_blocks = np.zeros(table.capacity, dtype=np.int64)
         table.track(self, "_cpu_blocks")
         table.track(kv, "held")
+        table.track(kv, "written")
         self.ended = 0                # requests finished, aborted or rejected
         self.preemptions = 0
         self.prefilling = 0           # running requests still prefilling
@@ -143,9 +155,25 @@ class Scheduler:
     # -- planning -------------------------------------------------------------------------
 
     def plan(self, method: EngineHooks, now: float) -> StepPlan:
-        plan = self._plan_chunked(method, now) if self.chunked else self._plan_v0(method, now)
+        """The next step's plan. A plan that preempted every request it would run (a lone request
+        whose append touches more blocks than are free preempts itself) runs nothing: as vLLM
+        0.9.2's engine, whose `Scheduler._schedule_running` sends the request back to waiting or
+        swapped and whose next step schedules it again, psdsim plans once more at once, the
+        empty plans' preemptions and swapped blocks carried into the one that runs."""
+        plan = self._plan_once(method, now)
+        preempted = swap_blocks = 0
+        while plan.empty and plan.preempted:
+            preempted, swap_blocks = preempted + plan.preempted, swap_blocks + plan.swap_blocks
+            plan = self._plan_once(method, now)
+        plan.preempted += preempted
+        plan.swap_blocks += swap_blocks
         plan.kv_blocks = self.kv.used
         plan.waiting = len(self.waiting)
+        return plan
+
+    def _plan_once(self, method: EngineHooks, now: float) -> StepPlan:
+        plan = self._plan_chunked(method, now) if self.chunked else self._plan_v0(method, now)
+        self._requeue_preempted()
         return plan
 
     def quiet(self, plan: StepPlan) -> bool:
@@ -178,7 +206,7 @@ class Scheduler:
         if len(decode):
             decode = self._grow(decode, method, plan)
         if not plan.preempted and self.swapped:
-            decode = np.concatenate([decode, self._swap_in(method, plan, seats_taken=len(decode))])
+            decode = np.concatenate([decode, self._swap_in(method, plan, len(decode), now)])
         plan.decode = decode
         return plan
 
@@ -193,7 +221,7 @@ class Scheduler:
             else:
                 budget -= len(decode)
         if not self.v1 and not plan.preempted and self.swapped:
-            back = self._swap_in(method, plan, seats_taken=len(self.running))
+            back = self._swap_in(method, plan, len(self.running), now)
             decode = np.concatenate([decode, back])
             budget -= len(back)  # a swapped-in decode counts one token, as any decode in V0
         plan.decode = decode
@@ -213,22 +241,28 @@ class Scheduler:
     # -- KV growth and preemption ---------------------------------------------------------
 
     def _grow(self, decode: np.ndarray, method: EngineHooks, plan: StepPlan) -> np.ndarray:
-        """Grow the KV of the decoding requests that allocate this step; preempt when short.
-        Returns the decoding requests that keep running."""
+        """Grow the KV of the decoding requests that allocate this step; preempt when short. As
+        vLLM 0.9.2's `Scheduler._schedule_running` asks `can_append_slots`, each request in
+        running order needs free blocks for every block its append touches (`KVPools.touched`),
+        so a pool exactly full preempts even where no request needs a new block; vllm-v1
+        preempts only for the new blocks a request needs. Returns the decoding requests that
+        keep running."""
         t, kv = self.table, self.kv
         slots = method.allocating(decode)
         if slots is None:
             slots = decode
-        if kv.ensure(slots, t.kv_len[slots], method.lookahead):
+        if kv.ensure(slots, t.kv_len[slots], method.lookahead, touched=not self.v1):
             return decode
-        extra = kv.extra_needed(slots, t.kv_len[slots] + method.lookahead)
+        tokens = t.kv_len[slots] + method.lookahead
         need = np.zeros(t.capacity, dtype=np.int64)
-        need[slots] = extra
+        need[slots] = kv.extra_needed(slots, tokens)
+        touch = np.zeros(t.capacity, dtype=np.int64)   # 0: no check for requests not allocating
+        touch[slots] = need[slots] if self.v1 else kv.touched(slots, tokens)
         queue = deque(decode.tolist())
         kept: list[int] = []
         while queue:
             r = queue.popleft()
-            while need[r] > kv.free:
+            while touch[r] > kv.free:
                 victim = queue.pop() if queue else r
                 self._preempt(victim, method, plan)
                 if victim == r:
@@ -237,6 +271,8 @@ class Scheduler:
                 if need[r]:
                     kv.grow(np.array([r]), np.array([need[r]]))
                 kept.append(r)
+        allocated = slots[np.isin(slots, kept)]
+        kv.write(allocated, t.kv_len[allocated])
         return np.array(kept, dtype=np.int64)
 
     def _preempt(self, r: int, method: EngineHooks, plan: StepPlan) -> None:
@@ -255,25 +291,44 @@ class Scheduler:
             t.prefill_len[r] = t.kv_len[r]  # recompute prompt and output so far
             t.computed[r] = 0
             t.recomputed[r] += t.kv_len[r]
-            self.waiting.appendleft(r)
+            self.preempted_now.append(r)
         method.left(slots)
         kv.release(slots)
         t.preemptions[r] += 1
         self.preemptions += 1
         plan.preempted += 1
 
-    def _swap_in(self, method: EngineHooks, plan: StepPlan, seats_taken: int) -> np.ndarray:
-        """Swapped requests come back (FIFO) while seats and blocks above the watermark last."""
+    def _requeue_preempted(self) -> None:
+        """The step's recompute victims join the front of the waiting queue, each ahead of the one
+        before, once the step is planned: vLLM 0.9.2's `Scheduler._schedule_chunked_prefill`
+        puts them back (`waiting.extendleft`) after `_schedule_prefills`, so a prompt preempted
+        in a step is not admitted again in that step."""
+        for r in self.preempted_now:
+            self.waiting.appendleft(r)
+        self.preempted_now.clear()
+
+    def _swap_in(self, method: EngineHooks, plan: StepPlan, seats_taken: int, now: float) -> np.ndarray:
+        """Swapped requests come back (FIFO) while seats and blocks above the watermark last. As
+        vLLM 0.9.2's `BlockSpaceManager.can_swap_in` counts them, a request needs the blocks of
+        all its tokens, the one this step computes and the lookahead slots included; it gets its
+        swapped-out blocks back and then, as `Scheduler._schedule_swapped` appends its slots, the
+        new blocks those tokens reach. A request whose blocks exceed the pool less the watermark
+        never comes back: it ends ignored (`can_swap_in` answers NEVER)."""
+        t, kv = self.table, self.kv
         back: list[int] = []
         while self.swapped and seats_taken + len(back) < self.max_running:
             r = self.swapped[0]
             blocks = int(self._cpu_blocks[r])
-            if not self.kv.can_admit(blocks):
+            needed = max(blocks, -(-int(t.kv_len[r] + method.lookahead) // kv.block_size))
+            if not kv.fits_ever(needed):
+                self._leave_swap_space(r)
+                self._reject(r, now)
+                continue
+            if not kv.can_admit(needed):
                 break
-            self.swapped.popleft()
-            self.kv.grow(np.array([r]), np.array([blocks]))
-            self.swap_used -= blocks
-            self._cpu_blocks[r] = 0
+            self._leave_swap_space(r)
+            kv.grow(np.array([r]), np.array([needed]))
+            kv.write(np.array([r]), t.kv_len[r])
             plan.swap_blocks += blocks
             back.append(r)
         slots = np.array(back, dtype=np.int64)
@@ -283,10 +338,16 @@ class Scheduler:
             method.resumed(slots)
         return slots
 
+    def _leave_swap_space(self, r: int) -> None:
+        """A swapped request leaves the swap queue and frees its CPU blocks."""
+        self.swapped.remove(r)
+        self.swap_used -= int(self._cpu_blocks[r])
+        self._cpu_blocks[r] = 0
+
     # -- admission ------------------------------------------------------------------------
 
     def _reject(self, r: int, now: float) -> None:
-        """A prompt the KV pool can never hold (vLLM: FINISHED_IGNORED)."""
+        """A request the KV pool can never hold, at admission or swap-in (vLLM: FINISHED_IGNORED)."""
         self.table.state[r] = REJECTED
         self.table.end_s[r] = now
         self.table.retire([r])
@@ -316,6 +377,7 @@ class Scheduler:
         slots = np.array(chosen, dtype=np.int64)
         if chosen:
             kv.grow(slots, kv.blocks_for(t.prefill_len[slots]))
+            kv.write(slots, t.prefill_len[slots])
             self._start(slots, now, method, mixed=False)
         return slots
 
@@ -344,13 +406,19 @@ class Scheduler:
             if extra > kv.free:
                 continue
             kv.grow(np.array([r]), np.array([extra]))
+            # vllm-v0 wrote the whole prompt at admission: its chunks take no blocks, write nothing
+            kv.write(np.array([r]), max(int(kv.written[r]), int(t.computed[r]) + chunk))
             slots.append(r)
             chunks.append(chunk)
             budget -= chunk
         return np.array(slots, dtype=np.int64), np.array(chunks, dtype=np.int64)
 
     def _admit_chunks(self, method: EngineHooks, budget: int, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """New prompts start prefilling in chunks within the remaining budget (FCFS)."""
+        """New prompts start prefilling in chunks within the remaining budget (FCFS). vllm-v0
+        admits a prompt only when the blocks of all its tokens fit and takes them at its first
+        chunk (vLLM 0.9.2's `Scheduler._schedule_prefills` asks `BlockSpaceManager.can_allocate`,
+        and `allocate` builds the whole prompt's block table); vllm-v1 takes the first chunk's
+        blocks (`KVCacheManager.allocate_slots` for the tokens it computes)."""
         t, kv = self.table, self.kv
         slots: list[int] = []
         chunks: list[int] = []
@@ -361,13 +429,15 @@ class Scheduler:
                 self._reject(r, now)
                 continue
             chunk = min(int(t.prefill_len[r]), budget)
-            blocks = -(-chunk // kv.block_size)
+            allocated = chunk if self.v1 else int(t.prefill_len[r])
+            blocks = -(-allocated // kv.block_size)
             if not kv.can_admit(blocks):
                 break
             self.waiting.popleft()
             one = np.array([r])
             self._start(one, now, method, mixed=True)
             kv.grow(one, np.array([blocks]))
+            kv.write(one, allocated)
             slots.append(r)
             chunks.append(chunk)
             budget -= chunk
@@ -424,9 +494,7 @@ class Scheduler:
             self._leave_running(running, ABORTED, now, method)
         for r in slots[(t.state[slots] == WAITING) | (t.state[slots] == SWAPPED)].tolist():
             if t.state[r] == SWAPPED:
-                self.swapped.remove(r)
-                self.swap_used -= int(self._cpu_blocks[r])
-                self._cpu_blocks[r] = 0
+                self._leave_swap_space(r)
             else:
                 self.waiting.remove(r)
             t.state[r] = ABORTED

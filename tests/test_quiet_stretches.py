@@ -124,8 +124,9 @@ def test_ahead_is_ensure_plan_after_plan(blocks: int, size: int, lookahead: int,
     else:
         assert len(used) == plans
     if used:
-        kv.settle(ids, held[-1], used[-1])
+        kv.settle(ids, held[-1], used[-1], cached + len(used))
         assert kv.used == replay.used and kv.peak == replay.peak and kv.held.tolist() == replay.held.tolist()
+        assert kv.written.tolist() == replay.written.tolist()
 
 
 def test_the_scheduler_plans_a_stretch_and_ar_prices_it(monkeypatch: pytest.MonkeyPatch) -> None:

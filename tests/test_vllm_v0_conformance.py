@@ -372,44 +372,44 @@ ABORTS = replace(_drawn("Poisson, aborts, KV tight", 30, 7, gpu_blocks=90, rate=
 
 LOOSE = [OFFLINE_LOOSE, POISSON_LOOSE]
 TIGHT = [OFFLINE_TIGHT, POISSON_TIGHT, SWAP_TIGHT, PARALLEL, ABORTS]
-DIVERGING = [*TIGHT, CHUNKED]
+CHUNKED_TIGHT = replace(OFFLINE_TIGHT, name="offline, KV tight, chunked prefill", chunked=True,
+                        budget=256)
+MATCHING = [*LOOSE, *TIGHT]
 
-# Where psdsim's vllm-v0 scheduler departs from vLLM 0.9.2 (docs/engines.md, "Scheduler
-# conformance"): the first step at which each KV-tight run diverges shows one of these.
-FULL_POOL = "vLLM preempts with the pool exactly full"
-EARLY_SWAP_IN = "psdsim swaps in what vLLM holds back"
-WHOLE_PROMPT = "vLLM holds a whole prompt's blocks from its first chunk"
+# Where psdsim's vllm-v0 scheduler still departs from vLLM 0.9.2 (docs/engines.md, "Scheduler
+# conformance"), with chunked prefill only.
+ROW_ORDER = "vLLM lists new prompts before the continuing chunks"
+RUNNING_ORDER = "vLLM's victim is the last running request, a prompt mid-prefill included"
+
+
+def _only_row_order(ours: StepView, theirs: StepView) -> bool:
+    """The same step but for the order of the scheduled requests."""
+    return (sorted(ours.scheduled) == sorted(theirs.scheduled)
+            and replace(ours, scheduled=()) == replace(theirs, scheduled=()))
 
 
 def divergence(case: Case, ours: StepView, theirs: StepView) -> str:
-    """Name the known departure a diverging step shows. FULL_POOL: vLLM's
-    `BlockSpaceManager.can_append_slots` counts the block a decode writes its token into, even
-    one it already holds (`BlockTable.get_num_blocks_touched_by_append_slots`), so a decode needs
-    a free block at its turn and the last running request is preempted when none is left; psdsim
-    preempts only when a request needs a new block. EARLY_SWAP_IN: vLLM's `can_swap_in` wants the
-    blocks the step's token makes (`_schedule_swapped` then appends its slot); psdsim admits a
-    swap-in with the blocks it held when swapped out. WHOLE_PROMPT: with chunked prefill, vLLM's
-    `_schedule_prefills` admits a prompt when the blocks of all its tokens fit (`can_allocate`)
-    and `block_manager.allocate` takes them all at its first chunk; psdsim takes the blocks of
-    each chunk as it is computed."""
-    if case.chunked and theirs.prefill and theirs.blocks > ours.blocks:
-        return WHOLE_PROMPT
-    if (theirs.recomputed or theirs.swapped_out) and not (ours.recomputed or ours.swapped_out) \
-            and ours.blocks == case.gpu_blocks:
-        return FULL_POOL
-    if set(ours.swapped_in) - set(theirs.swapped_in):
-        return EARLY_SWAP_IN
+    """Name the known departure a diverging step shows. ROW_ORDER: vLLM's
+    `_schedule_chunked_prefill` lists the newly admitted prompts before the continuing chunks;
+    psdsim after them (the order in which prompts complete orders PSD's sub-batch members).
+    RUNNING_ORDER: vLLM's `Scheduler._schedule_running` walks the running queue (decodes, then
+    prompts mid-prefill; each asks `can_append_slots`) and preempts from its end, so the victim
+    may be a prompt whose chunk psdsim schedules; psdsim picks its victims among the decodes."""
+    if case.chunked and _only_row_order(ours, theirs):
+        return ROW_ORDER
+    ours_out, theirs_out = ours.recomputed + ours.swapped_out, theirs.recomputed + theirs.swapped_out
+    if case.chunked and ours_out and theirs_out and ours_out != theirs_out \
+            and set(theirs_out) <= set(ours.scheduled) and ours.prefill:
+        return RUNNING_ORDER
     return f"unexplained: vLLM {theirs} psdsim {ours}"
 
 
-def first_divergence(case: Case, result: Comparison) -> str | None:
-    bad = result.mismatches
-    if not bad:
-        return None
-    step = bad[0][0]
-    if step >= min(len(result.vllm), len(result.psdsim)):
-        return "one run ended first"
-    return divergence(case, result.psdsim[step], result.vllm[step])
+def departures(case: Case, result: Comparison) -> list[str]:
+    """The known departure each diverging step shows, in step order."""
+    steps = sorted({m[0] for m in result.mismatches})
+    shorter = min(len(result.vllm), len(result.psdsim))
+    return [divergence(case, result.psdsim[i], result.vllm[i]) if i < shorter else "one run ended first"
+            for i in steps]
 
 
 def _exercised(views: list[StepView]) -> set[str]:
@@ -421,23 +421,30 @@ def _exercised(views: list[StepView]) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("case", LOOSE, ids=[c.name for c in LOOSE])
-def test_with_ample_kv_every_step_matches_vllm(case):
+@pytest.mark.parametrize("case", MATCHING, ids=[c.name for c in MATCHING])
+def test_every_step_matches_vllm(case):
+    """KV loose or tight, recompute or swap, n = 2, aborts: psdsim's full-pool preemption
+    (`can_append_slots`) and swap-in (`can_swap_in`) follow vLLM's block counts."""
     result = compare(case)
     assert result.mismatches == [], result.summary()
 
 
-@pytest.mark.parametrize("case, departure", [
-    (OFFLINE_TIGHT, FULL_POOL), (POISSON_TIGHT, FULL_POOL), (SWAP_TIGHT, FULL_POOL),
-    (PARALLEL, FULL_POOL), (ABORTS, FULL_POOL), (CHUNKED, WHOLE_PROMPT)],
-    ids=[c.name for c in DIVERGING])
-def test_the_runs_diverge_first_where_a_known_departure_says(case, departure):
-    result = compare(case)
-    assert first_divergence(case, result) == departure, result.summary()
+def test_with_chunked_prefill_and_ample_kv_only_the_row_order_differs():
+    """The whole-prompt blocks (`can_allocate`, `allocate`) match: every step runs the same
+    requests, with the same blocks in use."""
+    result = compare(CHUNKED)
+    assert set(departures(CHUNKED, result)) == {ROW_ORDER}, result.summary()
+
+
+def test_the_chunked_tight_run_diverges_first_where_a_known_departure_says():
+    result = compare(CHUNKED_TIGHT)
+    shown = [d for d in departures(CHUNKED_TIGHT, result) if d != ROW_ORDER]
+    assert shown[0] == RUNNING_ORDER, result.summary()
 
 
 @pytest.mark.parametrize("case, wanted", [
     (OFFLINE_TIGHT, {"recompute"}), (POISSON_TIGHT, {"recompute"}), (SWAP_TIGHT, {"swap"}),
-    (PARALLEL, {"recompute"}), (ABORTS, {"recompute", "abort"})], ids=[c.name for c in TIGHT])
+    (PARALLEL, {"recompute"}), (ABORTS, {"recompute", "abort"}), (CHUNKED_TIGHT, {"recompute"})],
+    ids=[c.name for c in [*TIGHT, CHUNKED_TIGHT]])
 def test_the_tight_workloads_preempt_and_abort_in_vllm(case, wanted):
     assert wanted <= _exercised(run_side(VllmSide(case)))
