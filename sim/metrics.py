@@ -79,7 +79,8 @@ SUMMARY_KEYS = {
     "recomputed_tokens": "tokens preempted requests prefill again (recompute mode)",
     "swap_s": "time spent swapping KV to and from CPU memory (swap mode)",
     "aborted": "requests cancelled by their client",
-    "rejected": "prompts the KV pool can never hold",
+    "rejected": "requests the KV pool can never hold: a prompt too long for it, or a swapped-out "
+                "request too long to swap back in (vLLM: FINISHED_IGNORED)",
     "wasted_verifications": "verifications of requests that had no drafts (flag drift, rebalance, "
                             "chunked prefill)",
     "imbalance_mean": "two-sub-batch PSD: mean |B1 - B0| of the decoding sub-batches over decode steps",
