@@ -65,7 +65,8 @@ class KVPools:
     def free(self) -> int:
         return self.total - self.used
 
-    def blocks_for(self, tokens: np.ndarray) -> np.ndarray:
+    def blocks_for(self, tokens: np.ndarray | int) -> np.ndarray | int:
+        """Blocks that hold `tokens` slots (a count or an array of them): ceil(tokens / block_size)."""
         return -(-tokens // self.block_size)
 
     def can_admit(self, blocks: int) -> bool:

@@ -319,7 +319,7 @@ class Scheduler:
         while self.swapped and seats_taken + len(back) < self.max_running:
             r = self.swapped[0]
             blocks = int(self._cpu_blocks[r])
-            needed = max(blocks, -(-int(t.kv_len[r] + method.lookahead) // kv.block_size))
+            needed = max(blocks, kv.blocks_for(int(t.kv_len[r]) + method.lookahead))
             if not kv.fits_ever(needed):
                 self._leave_swap_space(r)
                 self._reject(r, now)
@@ -363,7 +363,7 @@ class Scheduler:
         while self.waiting and len(self.running) + len(chosen) < self.max_running:
             r = self.waiting.head()
             n = int(t.prefill_len[r])
-            blocks = -(-n // kv.block_size)
+            blocks = kv.blocks_for(n)
             if not kv.fits_ever(blocks):
                 self.waiting.popleft()
                 self._reject(r, now)
@@ -424,13 +424,13 @@ class Scheduler:
         chunks: list[int] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             r = self.waiting.head()
-            if not kv.fits_ever(-(-int(t.prefill_len[r]) // kv.block_size)):
+            if not kv.fits_ever(kv.blocks_for(int(t.prefill_len[r]))):
                 self.waiting.popleft()
                 self._reject(r, now)
                 continue
             chunk = min(int(t.prefill_len[r]), budget)
             allocated = chunk if self.v1 else int(t.prefill_len[r])
-            blocks = -(-allocated // kv.block_size)
+            blocks = kv.blocks_for(allocated)
             if not kv.can_admit(blocks):
                 break
             self.waiting.popleft()
