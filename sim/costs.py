@@ -40,12 +40,13 @@ from psdsim.sim.scenario import Scenario
 class Chunks:
     """Prefill work in a pass: prompt tokens computed, attention pairs among them and with the
     prompts' earlier chunks, earlier-chunk tokens read from KV, prompts whose last chunk this is
-    (each samples its first token)."""
+    (each samples its first token), and prompts with a chunk in the pass."""
 
     tokens: int = 0
     pairs: float = 0.0
     ctx: int = 0
     completing: int = 0
+    prompts: int = 0
 
 
 NO_CHUNKS = Chunks()

@@ -6,7 +6,8 @@ to send over the link, target compute, a sampler output to send back. The verifi
 in order, one at a time, by callbacks on its timeouts (a job costs no process switch). The link
 has one lane per direction (full duplex: inputs are broadcast to the verifier group, the sampler
 output comes back point-to-point from its first rank); each lane is a FIFO single-server
-resource: a transfer waits until the lane is free, then holds it for latency + bytes / bandwidth.
+resource: a transfer (its messages, sim/messages.py) waits until the lane is free, then holds it
+for each message's latency + bytes / bandwidth, one message after the other.
 That is exactly a capacity-1 `simpy.Resource` served in request order, kept as a "free at" time
 so that a transfer costs no event at all.
 
@@ -84,33 +85,41 @@ class Link:
         self._free_at = {TO_VERIFIER: 0.0, TO_DRAFTER: 0.0}
         self.busy_s = 0.0
 
-    def seconds(self, lane: str, nbytes: int) -> float:
-        """How long `nbytes` hold `lane` (latency + bytes / bandwidth), queueing aside."""
-        return self._seconds[lane](nbytes)
+    def seconds(self, lane: str, messages: tuple[int, ...]) -> float:
+        """How long `messages` (their sizes in bytes) hold `lane`, one after the other, each its
+        latency + bytes / bandwidth; queueing aside."""
+        per_message = self._seconds[lane]
+        if len(messages) == 1:
+            return per_message(messages[0])
+        return sum(per_message(nbytes) for nbytes in messages)
 
-    def reserve(self, lane: str, nbytes: int, now: float | None = None) -> tuple[float, float]:
-        """Queue a transfer on `lane` at `now` (default: the simulation's now): returns (seconds
-        until it completes, seconds it holds the lane: latency + nbytes / bandwidth). The caller
-        waits the first."""
+    def reserve(self, lane: str, messages: tuple[int, ...], now: float | None = None) -> tuple[float, float]:
+        """Queue a transfer of `messages` on `lane` at `now` (default: the simulation's now):
+        returns (seconds until it completes, seconds it holds the lane). The caller waits the
+        first."""
         if now is None:
             now = self.env.now
-        hold = self._seconds[lane](nbytes)
+        hold = self.seconds(lane, messages)
         free_at = self._free_at
         start = free_at[lane] if free_at[lane] > now else now   # max(now, free_at[lane])
         free_at[lane] = start + hold
         self.busy_s += hold
         if self.timeline is not None:
-            self.timeline.transfer(lane, start, start + hold, nbytes)
+            self.timeline.transfer(lane, start, start + hold, sum(messages), len(messages))
         return start + hold - now, hold
 
 
 @dataclass(slots=True)
 class VerifyJob:
+    """A target pass: its compute, the messages its inputs and its sampler output are sent as
+    (sizes in bytes, sim/messages.py; empty: nothing crosses the link)."""
+
     compute_s: float
-    send_bytes: int = 0
-    return_bytes: int = 0
+    inputs: tuple[int, ...] = ()
+    output: tuple[int, ...] = ()
     done: simpy.Event | None = None
-    transfer_s: float = 0.0  # filled in by the verifier: time spent on the link
+    inputs_s: float = 0.0    # filled in by the verifier: time its inputs held the link
+    output_s: float = 0.0    # ... and its sampler output
     name: str = "verify"     # the target pass's slice on a timeline, and its args
     args: dict[str, Any] | None = None
 
@@ -134,12 +143,19 @@ class Verifier:
     _queue: deque[VerifyJob] = field(default_factory=deque)
     _last_end: float = -math.inf
 
-    def book(self, job: VerifyJob, at: float) -> float:
+    def book(self, job: VerifyJob, at: float, received_from: float | None = None) -> float:
         """Serve `job` from `at`, when the verifier is free and nothing can slow the pass once it
         has started (no drafter workers): its inputs' transfer, compute and output's transfer
-        are priced now, as `queue` would time them. Returns when the output is back."""
+        are priced now, as `queue` would time them. Returns when the output is back.
+        `received_from`: the driver posts its receive then, busy until; a point-to-point
+        transfer moves only once both sides have reached it, so the output leaves at the later
+        of the pass's end and that (None: the output leaves when the pass ends)."""
         assert self._job is None, "book() needs a free verifier"
         computed = at + (self._begin(job, at, False) + job.compute_s)
+        if received_from is not None and received_from > computed:
+            back = self._finish(job, computed, received_from)
+            self.pass_start, self.pass_end = math.inf, -math.inf
+            return received_from if back is None else received_from + back
         back = self._finish(job, computed)
         self.pass_start, self.pass_end = math.inf, -math.inf
         return computed if back is None else computed + back
@@ -159,9 +175,8 @@ class Verifier:
         target computes, slowed by drafting beside it (`contend`) and after idling. Returns the
         inputs' delay; sets the pass's start and end."""
         delay = 0.0
-        if job.send_bytes:
-            delay, hold = self.link.reserve(TO_VERIFIER, job.send_bytes, now)
-            job.transfer_s += hold
+        if job.inputs:
+            delay, job.inputs_s = self.link.reserve(TO_VERIFIER, job.inputs, now)
         self.pass_start = began = now + delay
         if contend and self.drafter is not None:
             job.compute_s = self.drafter.contend(delay, job.compute_s)
@@ -170,17 +185,16 @@ class Verifier:
         self.pass_end = now + (delay + job.compute_s)
         return delay
 
-    def _finish(self, job: VerifyJob, now: float) -> float | None:
-        """The pass computed by `now`: count it, and send its output back. Returns the return
-        transfer's delay, None when nothing goes back."""
+    def _finish(self, job: VerifyJob, now: float, sent: float | None = None) -> float | None:
+        """The pass computed by `now`: count it, and send its output back from `sent` (default:
+        now). Returns the return transfer's delay from then, None when nothing goes back."""
         self._last_end = now
         self.busy_s += job.compute_s
         if self.timeline is not None:
             self.timeline.target_pass(job.name, self.pass_start, now, job.args)
-        if not job.return_bytes:
+        if not job.output:
             return None
-        delay, hold = self.link.reserve(TO_DRAFTER, job.return_bytes, now)
-        job.transfer_s += hold
+        delay, job.output_s = self.link.reserve(TO_DRAFTER, job.output, now if sent is None else sent)
         return delay
 
     def _start(self) -> None:

@@ -17,6 +17,11 @@ pass + KV read per cached token); where a step turns compute-bound the fit is an
 its error says how good. A pass that carries decodes and prefill chunks together is priced as the
 decode pass plus the prefill term without its fixed part (they share one weight read).
 
+A transfer is priced message by message (sim/messages.py): under `transfers = "per-tensor"` each
+tensor of MineDraft's broadcast and return pays comm's or broadcast's fixed part; a profile fitted
+on an engine that sends one message each way (the reference engine) is meant for
+`transfers = "one-message"`, which `psdsim validate` sets.
+
 Terms a profile lacks (a trace without transfers, say) fall back to the analytic model; the run's
 warnings say which. A run that takes a term outside the ranges it was fitted on warns too.
 """

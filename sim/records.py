@@ -47,6 +47,7 @@ class StepRecord:
     draft_s: float = 0.0        # drafter compute in this step
     verify_s: float = 0.0       # target compute in this step
     comm_s: float = 0.0         # drafter<->verifier transfer time in this step
+    return_s: float = 0.0       # of comm_s, the sampler output's return to the drafter
     wait_s: float = 0.0         # drafter idle between finishing its drafting and the verifier's output
     link_critical_s: float = 0.0  # how much shorter the step would be with a free link
     swap_s: float = 0.0         # KV swap time in this step

@@ -89,6 +89,10 @@ class Scenario:
                                       "psd+tetris: Beta concentration of per-token draft confidence")
     sampler_output: str = _field("full", "run", str,
                                  "what returns over the link: full vocab rows, or compact ids+probs")
+    transfers: str = _field("per-tensor", "run", str,
+                            "per-tensor: each tensor its own message, the output received once the "
+                            "driver has drafted (MineDraft's NCCL) | one-message: one each way, the "
+                            "output leaves at the pass's end (the reference engine)")
     catalog: str = _field("", "run", str,
                           "a TOML file of extra or overriding GPUs, links, models, datasets, priors")
     # [models]
@@ -548,6 +552,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           f"adaptive k is built for sd, sd-2m, sd-5gpu and two-sub-batch psd, not {s.method}"
           + (" as a ring" if s.method == "psd" else ""), "set k_policy=fixed")
     _one_of(s, "sampler_output", ("full", "compact"))
+    _one_of(s, "transfers", ("per-tensor", "one-message"))
     _positive(s, "confidence_spread")
     _at_most(s, "confidence_spread", MAX_CONCENTRATION, CONCENTRATION_WHY)
     _need(s.seed >= 0, "seed", f"must be >= 0, got {shown(s.seed)}", "use a non-negative integer seed")

@@ -56,9 +56,10 @@ class Timeline:
         if end_s > start_s:
             self.slices.append(Slice(track, name, cat, start_s, end_s, {"step": self.step, **args}))
 
-    def transfer(self, lane: str, start_s: float, end_s: float, nbytes: int) -> None:
-        """A message on a link lane (its track is the lane)."""
-        self.add(lane, LANE_NAMES[lane], ON_LINK, start_s, end_s, bytes=nbytes)
+    def transfer(self, lane: str, start_s: float, end_s: float, nbytes: int, messages: int) -> None:
+        """A transfer on a link lane (its track is the lane): `messages` sent one after the other,
+        `nbytes` in all."""
+        self.add(lane, LANE_NAMES[lane], ON_LINK, start_s, end_s, bytes=nbytes, messages=messages)
 
     def target_pass(self, name: str, start_s: float, end_s: float, args: dict[str, Any] | None) -> None:
         """The verifier group's compute for one step (its outcome is added at export)."""

@@ -35,7 +35,7 @@ class KMeasurement:
     k: int
     draft_s: float             # drafting time per step (SD; PSD drafts an equal sub-batch)
     verify_s: float            # verification time per step
-    comm_s: float              # PSD link time per step (inputs out + sampler output back)
+    comm_s: float              # PSD link time per step beside the pass (theory.model's c)
     serial_sd_s: float         # SD step time besides drafting and verifying
     serial_psd_s: float        # PSD step time besides max(drafting, link + verifying)
     tokens_per_verification: float   # accepted + 1 per verified request
@@ -84,10 +84,15 @@ def measure_k(sd: Result, psd: Result, k: int) -> KMeasurement:
     pt = psd.steps
     par = (pt["kind"] == "decode") & pt["parallelised"]
     pdur = (pt["end_s"] - pt["start_s"])[par]
-    overlap = np.maximum(pt["draft_s"][par], pt["comm_s"][par] + pt["verify_s"][par])
+    # the link time beside the pass: the inputs, and the output where it leaves at the pass's
+    # end; an output received once the driver has drafted (per-tensor) is serial
+    beside = pt["comm_s"][par]
+    if psd.scenario.transfers == "per-tensor":
+        beside = beside - pt["return_s"][par]
+    overlap = np.maximum(pt["draft_s"][par], beside + pt["verify_s"][par])
     return KMeasurement(
         k=k, draft_s=float(draft.mean()), verify_s=float(verify.mean()),
-        comm_s=float(pt["comm_s"][par].mean()), serial_sd_s=float((dur - draft - verify).mean()),
+        comm_s=float(beside.mean()), serial_sd_s=float((dur - draft - verify).mean()),
         serial_psd_s=float((pdur - overlap).mean()), tokens_per_verification=float(tokens),
         throughput_sd=_trimmed(sd), throughput_psd=_trimmed(psd),
         parallelization_rate=float(psd.summary["parallelization_rate"]))

@@ -7,7 +7,7 @@ import pytest
 from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.costs import NO_PARTS, OPTIONAL, AnalyticCost, Chunks, ConstantCost, complete
 from psdsim.sim.execution import step_cost
-from psdsim.sim.messages import sampler_output_bytes
+from psdsim.sim.messages import sampler_output
 from psdsim.sim.scenario import Scenario
 
 CAT = builtin_catalog()
@@ -54,7 +54,7 @@ def test_tensor_parallel_all_reduces_cost_more_over_pcie_than_nvlink():
 
 def test_sampler_output_is_dominated_by_full_vocab_rows():
     vocab = CAT.models["qwen3-32b"].vocab
-    nbytes = sampler_output_bytes(64, vocab)
+    nbytes = sum(sampler_output(64, vocab))
     assert nbytes == pytest.approx(64 * 2 * 4 * vocab, rel=0.001)
 
 

@@ -84,7 +84,7 @@ def test_drafting_in_flight_and_a_target_pass_slow_each_other():
     cross the link); the drafting ends later by what the overlap costs it."""
     env, verifier, drafter = _contending(link_s=0.1)
     done: list[tuple[str, float]] = []
-    job = VerifyJob(1.0, send_bytes=8, return_bytes=8)
+    job = VerifyJob(1.0, inputs=(8,), output=(8,))
 
     def driver():
         drafter.queue(_job("draft", 3.0, done, env), urgent=False)
@@ -170,7 +170,7 @@ def test_a_booked_pass_is_timed_as_a_submitted_one(passes, idle_slowdown):
         def driver():
             for gap, compute, _, send, back in passes:
                 yield env.timeout(gap)
-                job = VerifyJob(compute, send * 1000, back * 100)
+                job = VerifyJob(compute, (send * 1000,), (back * 100,))
                 jobs.append(job)
                 if book:
                     end = verifier.book(job, env.now)
@@ -181,6 +181,7 @@ def test_a_booked_pass_is_timed_as_a_submitted_one(passes, idle_slowdown):
 
         env.process(driver())
         env.run()
-        return ends, [(j.compute_s, j.transfer_s) for j in jobs], tl.slices, verifier.busy_s, link.busy_s
+        transfers = [(j.compute_s, j.inputs_s, j.output_s) for j in jobs]
+        return ends, transfers, tl.slices, verifier.busy_s, link.busy_s
 
     assert served(book=True) == served(book=False)

@@ -10,12 +10,19 @@ from psdsim.sim.run import simulate
 from tests.conftest import decode_rows, small
 
 DRAFT, VERIFY, COMM, REJECT, OVERHEAD, PREFILL = 3.0, 5.0, 1.0, 0.5, 0.25, 2.0
+# COMM is one message's cost. "one-message": each way is one message, the output leaving when the
+# pass ends. "per-tensor" (MineDraft): a decode step's inputs are 9 broadcasts (ids, positions,
+# slots, sequence and context lengths, block table, two start offsets, sampled indices) and its
+# output 5 sends (header, ids, probabilities, log-probabilities, prefill length), received once
+# the driver has drafted (sim/messages.py).
+ONE = {"transfers": "one-message"}
+INPUTS, OUTPUT = 9, 5
 
 
 def _run(**changes):
     cost = ConstantCost(DRAFT, VERIFY, prefill_s=PREFILL, comm_s=COMM, reject_s=REJECT,
                         overhead_s=OVERHEAD)
-    s = small(method="psd", requests=4, m=2, k=2, output_len=60, **changes)
+    s = small(method="psd", requests=4, m=2, k=2, output_len=60, **{**ONE, **changes})
     return simulate(s, cost=cost)
 
 
@@ -40,13 +47,47 @@ def test_prefill_then_init_then_parallel_steps():
 
 
 def test_drafting_longer_than_verification_sets_the_step():
+    """One message each way, the output sent when the pass ends: it is back before the drafting
+    is done, and the link costs the step nothing."""
     cost = ConstantCost(12.0, VERIFY, comm_s=COMM, reject_s=REJECT, overhead_s=OVERHEAD)
-    r = simulate(small(method="psd", requests=4, m=2, k=2, output_len=60), cost=cost)
+    r = simulate(small(method="psd", requests=4, m=2, k=2, output_len=60, **ONE), cost=cost)
     d = decode_rows(r.steps)
     dur = r.steps["end_s"][d] - r.steps["start_s"][d]
     assert dur[1:5] == pytest.approx(12.0 + REJECT + OVERHEAD)
     assert r.steps["wait_s"][d[1]] == pytest.approx(0.0)
     assert r.steps["link_critical_s"][d[1]] == pytest.approx(0.0)
+
+
+def test_drafting_longer_the_output_crosses_after_the_drafting():
+    """MineDraft's driver receives the sampler output only once it has drafted the other batch
+    (spec_decode_worker.py, ParallelSpecDecodeWorker: start_score_proposals, get_spec_proposals of
+    the other batch, then score_proposals -> _recv_sampler_output_from_repr_scorer, one recv per
+    tensor), and a point-to-point send moves once the receive is posted: where drafting is the
+    longer side, the whole output crosses after it, on the critical path."""
+    drafting = 20.0
+    assert drafting > INPUTS * COMM + VERIFY
+    cost = ConstantCost(drafting, VERIFY, comm_s=COMM, reject_s=REJECT, overhead_s=OVERHEAD)
+    r = simulate(small(method="psd", requests=4, m=2, k=2, output_len=60), cost=cost)
+    d = decode_rows(r.steps)
+    dur = r.steps["end_s"][d] - r.steps["start_s"][d]
+    assert r.steps["parallelised"][d[1:5]].all()
+    assert dur[1:5] == pytest.approx(drafting + OUTPUT * COMM + REJECT + OVERHEAD)
+    assert r.steps["wait_s"][d[1]] == pytest.approx(OUTPUT * COMM)     # the drafter receiving
+    assert r.steps["link_critical_s"][d[1]] == pytest.approx(OUTPUT * COMM)
+    assert r.steps["comm_s"][d[1]] == pytest.approx((INPUTS + OUTPUT) * COMM)
+
+
+def test_drafting_shorter_each_tensor_pays_its_latency():
+    """Drafting shorter than the pass: the output leaves when the pass ends, as before, but the
+    inputs' 9 broadcasts and the output's 5 sends each pay a message's cost."""
+    r = _run(transfers="per-tensor")
+    d = decode_rows(r.steps)
+    dur = r.steps["end_s"][d] - r.steps["start_s"][d]
+    link = (INPUTS + OUTPUT) * COMM
+    assert link + VERIFY > DRAFT
+    assert dur[1:5] == pytest.approx(link + VERIFY + REJECT + OVERHEAD)
+    assert r.steps["wait_s"][d[1]] == pytest.approx(link + VERIFY - DRAFT)
+    assert r.steps["link_critical_s"][d[1]] == pytest.approx(link)
 
 
 def test_sub_batches_alternate():
@@ -61,7 +102,7 @@ def test_fallback_when_one_sub_batch_empties():
     drafted ahead (still parallelised); later steps draft then verify: sequential SD."""
     cost = ConstantCost(DRAFT, VERIFY, comm_s=COMM, reject_s=REJECT, overhead_s=OVERHEAD)
     s = small(method="psd", requests=2, m=1, k=2, output_len=40, acceptance=0.5,
-              acceptance_spread=2.0, seed=3)
+              acceptance_spread=2.0, seed=3, **ONE)
     r = simulate(s, cost=cost)
     st = r.steps
     d = decode_rows(st)

@@ -29,11 +29,25 @@ def test_idealised_mode_matches_theory_within_one_percent():
 
 
 def test_with_communication_matches_the_extended_theory_within_two_percent():
-    c = 2.0  # charged as c/2 per message, inputs out and sampler output back
-    rep = bridge(IDEAL, [1, 2, 3, 4, 5],
+    c = 2.0  # charged as c/2 per message: one message out, one back, the output at the pass's end
+    rep = bridge(IDEAL.replace(transfers="one-message"), [1, 2, 3, 4, 5],
                  cost=ConstantCost(0.0, V, draft_per_token_s=T_TOKEN, comm_s=c / 2))
     assert rep.model.comm == pytest.approx(c)
     assert rep.simulated_best_k == rep.predicted_best_k == {"sd": 2, "psd": 4}
+    assert abs(rep.ratio_error) < 0.02
+
+
+def test_an_output_received_after_drafting_is_serial_in_the_theory():
+    """MineDraft's per-tensor transfers: the inputs' 9 broadcasts overlap the drafting (c), the
+    output's 5 sends cross once the driver has drafted, outside the overlap (in s_psd), so PSD's
+    step is max(t, V + c) + 5 c_msg + s: the extended theory still picks the simulator's best k
+    and its PSD/SD ratio within 2%."""
+    message = 0.5
+    rep = bridge(IDEAL, [1, 2, 3, 4, 5],
+                 cost=ConstantCost(0.0, V, draft_per_token_s=T_TOKEN, comm_s=message))
+    assert rep.model.comm == pytest.approx(9 * message)
+    assert rep.model.serial_psd == pytest.approx(5 * message)
+    assert rep.simulated_best_k == rep.predicted_best_k == rep.closed_form_best_k
     assert abs(rep.ratio_error) < 0.02
 
 

@@ -11,8 +11,10 @@ b + F f(t) tokens per verification, f(t) = 1 - e^{-alpha t}; the verifier takes 
 Assumptions (named because the results depend on them): V does not depend on t (nor on how many
 tokens are scored); f is the same for both methods; the PSD pipeline is always full (no init
 step, no tail: see theory.tail for a finite pool); c is communication on the verifier's side of
-the overlap (inputs out and sampler output back), c_d on the drafter's side, s_* serial work
-outside it (rejection sampling, framework overhead).
+the overlap (the inputs out, and the sampler output back where it leaves when the pass ends),
+c_d on the drafter's side, s_* serial work outside it (rejection sampling, framework overhead,
+and a sampler output the driver receives only once it has drafted, as MineDraft's does:
+max(t + c_d, V + c_in) + c_out).
 
 The paper's form is b = 0, F = 1, c = c_d = s = 0. With i.i.d. per-token acceptance a and a draft
 time t_tok per token, the simulator's expected tokens per verification are exactly

@@ -148,6 +148,9 @@ def scenario_values(run: EngineRun, cfg: EngineConfig, requests: int, folder: Pa
         "gpu_memory_utilization": 0.9, "max_model_len": max_len,
         "max_num_batched_tokens": max(cfg.max_num_batched_tokens, max_len),
         "scheduler": "vllm-v0", "enable_chunked_prefill": False, "overlap_draft_prefill": True,
+        # one pickled call each way; the verifier writes its output into shared memory when its
+        # pass ends, whatever the driver is doing (engine/reference/workers.py)
+        "transfers": "one-message",
         # prompt_len only satisfies the checks: the trace gives every request's prompt length.
         "requests": requests, "output_len": cfg.output_len, "prompt_len": cfg.longest_prompt,
         "trace": str(folder / "requests.jsonl"),

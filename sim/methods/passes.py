@@ -24,7 +24,7 @@ import simpy
 from psdsim.sim.costs import NO_CHUNKS, NO_PARTS, Chunks
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER, AfterPassJob, VerifyJob, wait_until
 from psdsim.sim.execution import DRIVER_PREP
-from psdsim.sim.messages import hidden_state_bytes, sampler_output_bytes, step_inputs_bytes
+from psdsim.sim.messages import sampler_output, step_inputs
 from psdsim.sim.methods.common import SimContext, draft_rows
 from psdsim.sim.numbers import isum
 from psdsim.sim.overlap import overlapped
@@ -40,26 +40,30 @@ def chunk_work(sim: SimContext, plan: StepPlan) -> Chunks:
     computed = sim.table.computed[plan.prefill]
     chunk = plan.chunk
     pairs = float(isum(chunk * computed) + isum(chunk * chunk) / 2)
-    return Chunks(isum(chunk), pairs, isum(computed), isum(plan.completes))
+    return Chunks(isum(chunk), pairs, isum(computed), isum(plan.completes), len(plan.prefill))
 
 
-def link_bytes(sim: SimContext, requests: int, scored: int, context: int,
-               chunks: Chunks) -> tuple[int, int]:
-    """(inputs broadcast to the verifier group, sampler output back) for one target pass."""
+def link_messages(sim: SimContext, requests: int, scored: int, context: int,
+                  chunks: Chunks) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the inputs broadcast to the verifier group, the sampler output back) of one target pass,
+    as the messages they are sent in (sim/messages.py); with `transfers = "one-message"`, one
+    message each way."""
     s = sim.scenario
-    send = step_inputs_bytes(requests, scored + chunks.tokens, context + chunks.ctx, s.block_size)
-    back = sampler_output_bytes(scored + chunks.completing, sim.vocab, s.sampler_output == "compact")
-    if sim.hidden:
-        back += hidden_state_bytes(scored + chunks.tokens, sim.hidden)
-    return send, back
+    sampled = scored + chunks.completing
+    inputs = step_inputs(requests + chunks.prompts, scored + chunks.tokens, sampled, context + chunks.ctx,
+                         s.block_size)
+    output = sampler_output(sampled, sim.vocab, sim.hidden, chunks.tokens, s.sampler_output == "compact")
+    if s.transfers == "one-message":
+        return (sum(inputs),), (sum(output),)
+    return inputs, output
 
 
 def link_seconds(sim: SimContext, requests: int, context: int, chunks: Chunks) -> Callable[[int], float]:
     """Seconds the step's messages hold the link, both ways, as a function of the positions
     the target pass scores (adaptive k prices each choice with it)."""
     def seconds(scored: int) -> float:
-        send, back = link_bytes(sim, requests, scored, context, chunks)
-        return sim.link.seconds(TO_VERIFIER, send) + sim.link.seconds(TO_DRAFTER, back)
+        inputs, output = link_messages(sim, requests, scored, context, chunks)
+        return sim.link.seconds(TO_VERIFIER, inputs) + sim.link.seconds(TO_DRAFTER, output)
 
     return seconds
 
@@ -78,7 +82,7 @@ class TargetPass:
         self.requests, self.tokens, self.chunks = requests, tokens, chunks
         self.parts = cost.verify_parts(requests, tokens, chunks)
         if over_link:
-            job.send_bytes, job.return_bytes = link_bytes(sim, requests, tokens, context, chunks)
+            job.inputs, job.output = link_messages(sim, requests, tokens, context, chunks)
 
     def contend(self, drafting: float) -> float:
         """Price the contention of this pass with `drafting` seconds (alone) that the driver
@@ -87,7 +91,7 @@ class TargetPass:
         overlap = self.sim.slow.overlap
         if drafting and overlap is not None:
             job = self.job
-            inputs_s = self.sim.cost.broadcast(job.send_bytes)
+            inputs_s = self.sim.link.seconds(TO_VERIFIER, job.inputs)
             drafting, job.compute_s = overlapped(drafting, job.compute_s, inputs_s, *overlap)
         return drafting
 
@@ -106,10 +110,11 @@ class TargetPass:
             sim.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, at, end)
         return end
 
-    def book(self, at: float) -> float:
+    def book(self, at: float, received_from: float | None = None) -> float:
         """Serve the pass from `at` on a verifier that nothing else can slow (Verifier.book);
-        returns when its output is back."""
-        return self.sim.verifier.book(self.job, at)
+        returns when its output is back. `received_from`: when the driver, busy until then,
+        posts its receive of the output (None: the output leaves when the pass ends)."""
+        return self.sim.verifier.book(self.job, at, received_from)
 
     def queue(self) -> simpy.Event:
         """Hand the pass to the verifier in SimPy (the PSD ring: drafting may slow it)."""
@@ -130,16 +135,21 @@ class TargetPass:
             args["drafts_used"] = drafts_used
         self.job.name, self.job.args = name, args
 
-    def measured(self, st: StepRecord, beside: float | None = None) -> None:
+    def measured(self, st: StepRecord, beside: float | None = None, rendezvous: bool = False) -> None:
         """The pass's figures, once it is back. `beside`: the drafting the driver did while the
         pass ran (None: none); a free link shortens the step by the transfers only where they
-        outlast that drafting."""
+        outlast that drafting, or, with `rendezvous` (the output moves once the driver has
+        drafted), by the inputs' part of that and the whole output."""
         job = self.job
-        compute, transfer = st.verify_s, st.comm_s = job.compute_s, job.transfer_s
+        compute = st.verify_s = job.compute_s
+        transfer = st.comm_s = job.inputs_s + job.output_s
+        st.return_s = job.output_s
         if self.parts is not NO_PARTS:
             st.verify_prep_s, st.timer_s, st.sample_s = self.parts
         if beside is None:
             st.link_critical_s = transfer
+        elif rendezvous:
+            st.link_critical_s = max(job.inputs_s + compute, beside) + job.output_s - max(compute, beside)
         else:
             st.link_critical_s = max(transfer + compute, beside) - max(compute, beside)
 
@@ -243,22 +253,27 @@ def booked_step(sim: SimContext, plan: StepPlan, st: StepRecord, target: TargetP
                 beside: Drafting | None = None, drafter_waits: bool = False,
                 reject_on: str | None = DRAFTER) -> Generator[Any, Any, None]:
     """The rest of a step from `at`, when nothing else runs beside it: the driver prepares the
-    target's inputs, hands the pass over, runs `beside` (drafting for a later step, its seconds
-    alone; the pass and it slow each other where a profile measured that) while the pass runs,
-    waits for both, then does its work after the pass (`book_after_pass`; `scored`: rejection
-    sampling runs). Each part is priced in turn, and the step waits once, for its end.
-    `drafter_waits`: the drafter's wait for the pass is the step's wait_s, and the drafting
-    beside the pass decides how much of the link's time is on the critical path."""
+    target's inputs and starts their broadcast, runs `beside` (drafting for a later step, its
+    seconds alone; the pass and it slow each other where a profile measured that) while the pass
+    runs, receives the sampler output, then does its work after the pass (`book_after_pass`;
+    `scored`: rejection sampling runs). Each part is priced in turn, and the step waits once, for
+    its end. MineDraft's driver posts the receive only once it has drafted (spec_decode_worker.py,
+    `ParallelSpecDecodeWorker`: start_score_proposals, the other batch's get_spec_proposals, then
+    score_proposals receives), and a point-to-point transfer moves once both sides have reached
+    it: with `transfers = "per-tensor"` the output leaves at the later of the pass's end and the
+    drafting's. `drafter_waits`: the drafter's wait for the pass is the step's wait_s, and the
+    drafting beside the pass decides how much of the link's time is on the critical path."""
     drafting_s = 0.0
     if beside is not None:
         drafting_s = beside.seconds = target.contend(beside.seconds)
     t = target.prepared(st, at)
-    back = target.book(t)
     drafted_at = book_drafting(sim, st, t, beside) if beside is not None else t
+    rendezvous = sim.scenario.transfers == "per-tensor"
+    back = target.book(t, drafted_at if rendezvous else None)
     now = back if back > drafted_at else drafted_at
     if drafter_waits:
         st.wait_s = now - drafted_at
     end = book_after_pass(sim, plan, st, target.chunks, target.tokens, scored, drafted_at, now,
                           reject_on=reject_on, emitting=target.requests)
     yield from wait_until(sim.env, end)
-    target.measured(st, drafting_s if drafter_waits else None)
+    target.measured(st, drafting_s if drafter_waits else None, rendezvous)
