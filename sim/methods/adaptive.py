@@ -48,26 +48,28 @@ class AcceptanceEstimate:
 
 
 def best_k(cost: StepCost, batch: int, ctx: int, chunks: Chunks, k_max: int, rate: float,
-           parallel: bool = False, link_s: Callable[[int], float] | None = None) -> int:
+           parallel: bool = False, link_s: Callable[[int], tuple[float, float]] | None = None) -> int:
     """The k' in 0..k_max with the most expected tokens per second of step time: drafting then
     the target pass (SD), or the longer of the two when they overlap (`parallel`: PSD, whose
     steady step is max(draft, verify), the theory's max(t, V) — docs/design.md §5). `link_s(tokens)`:
-    the messages' time on the link, on the verifier's side, where the drafter has a device of
-    its own."""
+    where the drafter has a device of its own, the messages' time on the link beside the pass
+    (on the verifier's side) and after it and the drafting (an output the driver receives once
+    it has drafted, sim/methods/passes.link_seconds)."""
     with unrecorded(cost):   # candidates not drafted are not sizes the run used
         return _best_k(cost, batch, ctx, chunks, k_max, rate, parallel, link_s)
 
 
 def _best_k(cost: StepCost, batch: int, ctx: int, chunks: Chunks, k_max: int, rate: float,
-            parallel: bool, link_s: Callable[[int], float] | None) -> int:
+            parallel: bool, link_s: Callable[[int], tuple[float, float]] | None) -> int:
     best, best_speed = 0, -1.0
     expected = 0.0
     for k in range(k_max + 1):
         expected += rate ** k                      # 1 + a + ... + a^k
         tokens = batch * (k + 1)
-        verify = cost.verify(batch, tokens, ctx, chunks) + (link_s(tokens) if link_s is not None else 0.0)
+        beside, after = link_s(tokens) if link_s is not None else (0.0, 0.0)
+        verify = cost.verify(batch, tokens, ctx, chunks) + beside
         draft = cost.draft(batch, k, ctx) if k else 0.0
-        seconds = (max(draft, verify) if parallel else draft + verify) + cost.overhead
+        seconds = (max(draft, verify) if parallel else draft + verify) + after + cost.overhead
         if k:
             seconds += cost.reject(tokens)
         speed = batch * expected / seconds

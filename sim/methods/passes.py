@@ -58,12 +58,18 @@ def link_messages(sim: SimContext, requests: int, scored: int, context: int,
     return inputs, output
 
 
-def link_seconds(sim: SimContext, requests: int, context: int, chunks: Chunks) -> Callable[[int], float]:
-    """Seconds the step's messages hold the link, both ways, as a function of the positions
-    the target pass scores (adaptive k prices each choice with it)."""
-    def seconds(scored: int) -> float:
+def link_seconds(sim: SimContext, requests: int, context: int,
+                 chunks: Chunks) -> Callable[[int], tuple[float, float]]:
+    """Seconds the step's messages hold the link, as a function of the positions the target pass
+    scores (adaptive k prices each choice with it): (beside the pass, after both the pass and the
+    drafting beside it). With `transfers = "per-tensor"` the output is received once the driver
+    has drafted (booked_step), so it comes after; otherwise both ways are beside the pass."""
+    rendezvous = sim.scenario.transfers == "per-tensor"
+
+    def seconds(scored: int) -> tuple[float, float]:
         inputs, output = link_messages(sim, requests, scored, context, chunks)
-        return sim.link.seconds(TO_VERIFIER, inputs) + sim.link.seconds(TO_DRAFTER, output)
+        inputs_s, output_s = sim.link.seconds(TO_VERIFIER, inputs), sim.link.seconds(TO_DRAFTER, output)
+        return (inputs_s, output_s) if rendezvous else (inputs_s + output_s, 0.0)
 
     return seconds
 
