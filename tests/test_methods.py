@@ -267,3 +267,18 @@ def test_the_pipeline_not_the_refill_policy_chooses_the_time_engine():
     assert not PipelinedSD.needs_events(minedraft) and PipelinedSD.needs_events(ring)
     for policy in (sub_batching.BatchManagerSubBatching, sub_batching.RoundRobinSubBatching):
         assert not hasattr(policy, "background")
+
+
+def test_adaptive_k_prices_an_output_received_after_drafting_outside_the_overlap():
+    """best_k's PSD step is max(draft, verify + beside) + after (sim/methods/passes.link_seconds):
+    with draft k·1 s, verify 4 s, rate 0.9, a link time of 2 s beside the pass makes k = 6 the
+    longest drafting that still hides (max(6, 6)), while the same 2 s after the drafting, serial
+    whatever k is, leaves k = 4 hidden behind the 4 s pass and adds 2 s to every k: the expected
+    tokens per second then pick k = 4."""
+    from psdsim.sim.costs import NO_CHUNKS
+    from psdsim.sim.methods.adaptive import best_k
+
+    cost = ConstantCost(0.0, 4.0, draft_per_token_s=1.0)
+    beside = best_k(cost, 1, 0, NO_CHUNKS, 8, 0.9, parallel=True, link_s=lambda tokens: (2.0, 0.0))
+    after = best_k(cost, 1, 0, NO_CHUNKS, 8, 0.9, parallel=True, link_s=lambda tokens: (0.0, 2.0))
+    assert (beside, after) == (6, 4)
