@@ -24,7 +24,7 @@ from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
 
 SAMPLE = Path(__file__).resolve().with_name("sample-trace.sqlite")
-RUN = ["requests=40", "output_len=24"]   # small enough to ship (about 200 KB), large enough to fit
+RUN = ["requests=40", "output_len=24"]   # small enough to ship (about 300 KB), large enough to fit
 
 
 def write_sample(path: Path) -> Path:
