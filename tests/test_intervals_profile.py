@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from psdsim.calibration.calibrate import calibrate
-from psdsim.sim.output.results import write_file
+from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.profile import TERMS, load_profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario

@@ -12,7 +12,7 @@ import pytest
 from psdsim.cli import main
 from psdsim.sim.costs import AnalyticCost, Chunks
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.output.results import write_file
+from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.profile import (
     FEATURES,
     FittedCost,

@@ -83,8 +83,8 @@ from psdsim.engine.validate.report import (
     repeat_lines,
 )
 from psdsim.engine.vllm.config import TinySpec, VllmConfig
+from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.output.plots import default_style, figure_bytes, figure_legend
-from psdsim.sim.output.results import write_file
 from psdsim.sim.profile import Profile, Term
 from psdsim.sim.scenario import Scenario, scenario_from_mapping, scenario_to_toml
 
