@@ -259,7 +259,8 @@ def run_traces(args: argparse.Namespace) -> int:
     from psdsim.engine.validate.gate import check, gate_line, junit_xml, parse_max_errors
     from psdsim.engine.validate.reference import report_json
     from psdsim.engine.validate.report import table_lines
-    from psdsim.engine.validate.traces import check_run_paths, summary_lines, validate_traces
+    from psdsim.engine.validate.run_folders import check_run_paths
+    from psdsim.engine.validate.traces import summary_lines, validate_traces
     from psdsim.sim.output.atomic_writes import claim_folder, write_files
     from psdsim.sim.output.locks import output_locks
     from psdsim.sim.output.overwrite_guard import check_no_clash, check_output_file, check_results_folder
