@@ -139,7 +139,7 @@ def _check_repeats(args: argparse.Namespace) -> None:
 
 def vllm_validate_config(args: argparse.Namespace) -> Any:
     """The VllmValidateConfig the arguments ask for; ScenarioError (one line) when they are wrong."""
-    from psdsim.engine.validate.vllm import VllmValidateConfig
+    from psdsim.engine.validate.vllm_timing import VllmValidateConfig
     from psdsim.engine.vllm.config import EngineConfigError, TinySpec, VllmConfig, option_changes
 
     if args.methods is not None:
