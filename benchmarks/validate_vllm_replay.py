@@ -40,6 +40,14 @@ def base_config(doc: dict[str, Any]) -> tuple[VllmConfig, tuple[int, ...]]:
     return VllmConfig(**fields), tuple(doc["ks"])
 
 
+# What an older engine/validate/vllm.py imports from where it has since moved: its import lines are
+# pointed at the new homes (the names, and so the code that runs, are the same).
+MOVED_IMPORTS = {
+    "from psdsim.sim.output.results import write_file":
+        "from psdsim.sim.output.atomic_writes import write_file",
+}
+
+
 def baseline(commit: str) -> ModuleType:
     """engine/validate/vllm.py as it was at `commit`, importable beside this checkout's psdsim: a
     commit from before that file was split, while it held the whole model. A later commit's file
@@ -54,6 +62,8 @@ def baseline(commit: str) -> ModuleType:
                  "commit instead")
     text = subprocess.run(["git", "show", f"{commit}:engine/validate/vllm.py"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout
+    for old, new in MOVED_IMPORTS.items():
+        text = text.replace(old, new)
     spec = importlib.util.spec_from_loader(f"validate_vllm_{commit}", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
