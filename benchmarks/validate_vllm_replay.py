@@ -45,6 +45,7 @@ def base_config(doc: dict[str, Any]) -> tuple[VllmConfig, tuple[int, ...]]:
 MOVED_IMPORTS = {
     "from psdsim.sim.output.results import write_file":
         "from psdsim.sim.output.atomic_writes import write_file",
+    "from psdsim.sim.profile import Profile, Term": "from psdsim.sim.profile_schema import Profile, Term",
 }
 
 

@@ -26,7 +26,7 @@ from psdsim.engine.validate.vllm import predict, table_lines
 from psdsim.engine.validate.vllm_profile import split_steps, step_samples
 from psdsim.engine.validate.vllm_timing import DEPTH, LONG, ROLES, SHORT, VllmValidateConfig
 from psdsim.engine.vllm.config import VllmConfig
-from psdsim.sim.profile import load_profile
+from psdsim.sim.profile_reader import load_profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 

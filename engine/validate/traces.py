@@ -157,7 +157,7 @@ def _engine_runs(runs: Sequence[TraceRun]) -> list[EngineRun]:
 
 def _source(runs: Iterable[TraceRun]) -> dict[str, Any]:
     """The calibration runs' provenance: what they all agree on (a scenario that differs is
-    named by sim/profile.py's source warnings)."""
+    named by sim/profile_match.py's source warnings)."""
     docs = [{"engine": r.engine_version or "minedraft", "engine_version": r.engine_version,
              "gpu": r.scenario.gpu, "drafter_gpu": r.scenario.drafter_gpu_key, "target": r.scenario.target,
              "draft": r.scenario.draft, "tensor_parallel_size": r.scenario.tensor_parallel_size}

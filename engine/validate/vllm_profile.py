@@ -24,7 +24,7 @@ described with, from its AR timings (vllm_timing.py) and its SD run at k=1.
    step at k=1 costs ~4 AR steps (docs/measurements/validate_vllm.md). So one cost per SD step is
    fitted, non-negative, to the SD run at k=1 (FIT_RUN: in-sample, as the reference engine's
    validation calibrates on SD runs) and every other k is predicted with it (held out); it is the
-   profile's draft term's per-call part (sim/profile.draft_features' `call`), which the simulator
+   profile's draft term's per-call part (sim/profile_schema.draft_features' `call`), which the simulator
    charges once per drafting step. Without a k=1 run nothing is fitted and the report says so.
 """
 
@@ -42,7 +42,7 @@ from psdsim.calibration.trace_error import TraceError
 from psdsim.engine.validate.reference import predicted_summary
 from psdsim.engine.validate.vllm_timing import DEPTH, LONG, ROLES, SHORT
 from psdsim.sim.output.atomic_writes import write_file
-from psdsim.sim.profile import Profile, Term
+from psdsim.sim.profile_schema import Profile, Term
 from psdsim.sim.scenario import Scenario
 
 FIT_RUN = "sd_k1"   # the SD run the per-SD-step cost is fitted to (module docstring, step 3)

@@ -77,7 +77,7 @@ def _check_floor(profile: Any, args: argparse.Namespace) -> None:
     holds it to on that hardware: one every such run would refuse (a trace of 1 ns kernels) is
     never written with a command to use it."""
     from psdsim.sim.errors import ScenarioError
-    from psdsim.sim.profile import floor_warnings
+    from psdsim.sim.profile_match import floor_warnings
     from psdsim.sim.scenario import load_scenario
 
     if None in (args.gpu, args.target, args.tp):
