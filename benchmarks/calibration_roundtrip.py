@@ -23,7 +23,7 @@ from psdsim.calibration.calibrate import calibrate
 from psdsim.calibration.report import report_lines
 from psdsim.calibration.synthetic import CostLog, write_cost_trace
 from psdsim.sim.costs import AnalyticCost
-from psdsim.sim.output.results import write_file
+from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
 

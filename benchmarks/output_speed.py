@@ -14,7 +14,7 @@ import time
 
 from recording import ROOT, add_record_flag, write
 
-from psdsim.sim.output.results import table_csv
+from psdsim.sim.output.csv_table import table_csv
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 

@@ -26,6 +26,7 @@ from typing import Any
 from recording import ROOT, Lines, add_record_flag, write
 
 from psdsim.engine.validate import vllm as current
+from psdsim.engine.validate.vllm_profile import split_steps
 from psdsim.engine.vllm.config import TinySpec, VllmConfig
 
 
@@ -39,10 +40,31 @@ def base_config(doc: dict[str, Any]) -> tuple[VllmConfig, tuple[int, ...]]:
     return VllmConfig(**fields), tuple(doc["ks"])
 
 
+# What an older engine/validate/vllm.py imports from where it has since moved: its import lines are
+# pointed at the new homes (the names, and so the code that runs, are the same).
+MOVED_IMPORTS = {
+    "from psdsim.sim.output.results import write_file":
+        "from psdsim.sim.output.atomic_writes import write_file",
+    "from psdsim.sim.profile import Profile, Term": "from psdsim.sim.profile_schema import Profile, Term",
+}
+
+
 def baseline(commit: str) -> ModuleType:
-    """engine/validate/vllm.py as it was at `commit`, importable beside this checkout's psdsim."""
+    """engine/validate/vllm.py as it was at `commit`, importable beside this checkout's psdsim: a
+    commit from before that file was split, while it held the whole model. A later commit's file
+    imports its profile fit from engine/validate/vllm_profile.py, which here would be this
+    checkout's, not the commit's: such a commit is refused, and is compared by running this
+    script in a checkout of it."""
+    split = subprocess.run(["git", "cat-file", "-e", f"{commit}:engine/validate/vllm_profile.py"], cwd=ROOT,
+                           capture_output=True, check=False).returncode == 0
+    if split:
+        sys.exit(f"--against {commit}: its engine/validate/vllm.py imports its model from beside it, "
+                 "which this script cannot read from a commit; run this script in a checkout of that "
+                 "commit instead")
     text = subprocess.run(["git", "show", f"{commit}:engine/validate/vllm.py"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout
+    for old, new in MOVED_IMPORTS.items():
+        text = text.replace(old, new)
     spec = importlib.util.spec_from_loader(f"validate_vllm_{commit}", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
@@ -75,7 +97,7 @@ def main() -> None:
         new = rows_of(current, base, ks, measured, Path(tmp) / "new")
         spec = json.loads((Path(tmp) / "new" / "validate.json").read_text())["spec_step"]
         old = [rows_of(baseline(c), base, ks, measured, Path(tmp) / c) for c in args.against]
-        split = current.split_steps(measured["ar_steps"])
+        split = split_steps(measured["ar_steps"])
     f, draft, verify = split.framework, split.profile.terms["draft"], split.profile.terms["verify"]
     say(f"per-step work {1e3 * f.fixed:.2f} ms + {1e6 * f.per_request:.0f} us per request; the target's "
         f"layers {1e3 * verify.coef[0]:.2f} ms + {1e6 * verify.coef[1]:.0f} us per token; a draft pass "

@@ -40,7 +40,8 @@ from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.input_paths import input_file, input_path
-from psdsim.sim.profile import TERMS, Bootstrap, Profile, profile_from_json
+from psdsim.sim.profile_reader import profile_from_json
+from psdsim.sim.profile_schema import TERMS, Bootstrap, Profile
 
 SNIFF_BYTES = 1 << 20
 MINEDRAFT_KEYS = (b'"traces"', b'"start_us"', b'"is_prompt_run"')

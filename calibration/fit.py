@@ -1,4 +1,4 @@
-"""Fitting step samples to the profile terms of sim/profile.py.
+"""Fitting step samples to the profile terms of sim/profile_schema.py.
 
 Per term: build the feature matrix from the samples (the feature functions are sim's own, so the
 fit and the simulator cannot disagree on what a coefficient means), drop samples that lack a
@@ -29,7 +29,7 @@ from scipy.optimize import nnls
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.acceptance import alpha_for_accepted
-from psdsim.sim.profile import (
+from psdsim.sim.profile_schema import (
     FEATURES,
     RANGE_VARIABLES,
     Term,

@@ -10,7 +10,7 @@ import numpy as np
 from psdsim.calibration.calibrate import Calibration
 from psdsim.calibration.fit import BOOTSTRAP_RESAMPLES
 from psdsim.sim.output.plots import default_style, figure_bytes
-from psdsim.sim.profile import FEATURES, TERMS
+from psdsim.sim.profile_schema import FEATURES, TERMS
 
 # What a coefficient is per (features without an entry are seconds per pass, message or step).
 _PER = {"pass_tokens": "/token", "tokens": "/token", "pass_ctx": "/cached token", "ctx": "/cached token",

@@ -25,7 +25,9 @@ from psdsim.sim.methods import method_class
 from psdsim.sim.methods.common import SimContext
 from psdsim.sim.metrics import infeasible_summary, summarize
 from psdsim.sim.overlap import slowdowns
-from psdsim.sim.profile import FittedCost, load_profile, source_warnings
+from psdsim.sim.profile import FittedCost
+from psdsim.sim.profile_match import source_warnings
+from psdsim.sim.profile_reader import load_profile
 from psdsim.sim.records import step_table
 from psdsim.sim.requests import RequestTable
 from psdsim.sim.scenario import Scenario, catalog_for, validate

@@ -6,7 +6,7 @@ are declared here, beside the Scenario fields they perturb) — and the seed, wh
 more dimension of every draw. `propagate` spreads N Latin-hypercube points (scipy.stats.qmc,
 seeded by the scenario's seed, so the same scenario gives the same draws bit for bit) over those
 ranges, uniformly, simulates each draw under every method asked for, and keeps the summaries.
-A fitted profile (`profile`) that carries its fit's bootstrap (sim/profile.py Bootstrap) adds one
+A fitted profile (`profile`) that carries its fit's bootstrap (sim/profile_schema.py Bootstrap) adds one
 input per resampled term: the draw's coordinate picks one of its coefficient vectors, whole, so
 the coefficients' correlations are kept; the vectors are stored cheapest first, so the index
 ranks as the term's cost does.
@@ -143,13 +143,14 @@ def uncertain_inputs(s: Scenario, methods: Sequence[str]) -> list[UncertainInput
 
 
 def profile_prices_everything(s: Scenario) -> bool:
-    """Whether the scenario's fitted profile has every term (sim/profile.py TERMS): then no step
+    """Whether the scenario's fitted profile has every term (sim/profile_schema.py TERMS): then no step
     cost comes from the catalog's engine, link or efficiency numbers, and they are not drawn (the
     workload's, prompt lengths, still are: a profile prices steps, it does not choose prompts). A
     profile that lacks a term leaves that part to the catalog, so all of them are drawn still."""
     if not s.profile:
         return False
-    from psdsim.sim.profile import TERMS, load_profile
+    from psdsim.sim.profile_reader import load_profile
+    from psdsim.sim.profile_schema import TERMS
 
     return all(term in load_profile(s.profile).terms for term in TERMS)
 
@@ -158,7 +159,7 @@ def _profile_inputs(s: Scenario) -> Iterable[UncertainInput]:
     """One input per term the scenario's profile carries a bootstrap of (none for a point profile)."""
     if not s.profile:
         return
-    from psdsim.sim.profile import load_profile
+    from psdsim.sim.profile_reader import load_profile
 
     boot = load_profile(s.profile).bootstrap
     for term, vectors in (boot.terms if boot is not None else {}).items():
@@ -222,7 +223,7 @@ def drawn_profile(s: Scenario, inputs: Sequence[UncertainInput], row: np.ndarray
              if inp.field == RESAMPLE_FIELD}
     if not picks:
         return ""
-    from psdsim.sim.profile import load_profile
+    from psdsim.sim.profile_reader import load_profile
 
     return load_profile(s.profile).resampled(picks).to_json()
 

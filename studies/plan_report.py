@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from psdsim.sim.output.csv_table import table_csv
 from psdsim.sim.output.plots import K_AXIS, M_AXIS, default_style, figure_formats, legend_outside
-from psdsim.sim.output.results import table_csv
 from psdsim.sim.run import simulate
 from psdsim.studies.plan import DEFAULT_WHY, OBJECTIVES, PlanSpec
 from psdsim.studies.plan_verdict import PlanResult

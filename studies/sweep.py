@@ -8,7 +8,7 @@ The folder DIR holds:
   results.csv   one row per distinct run, in design order, rebuilt from runs/ (and results.parquet
                 where pyarrow is installed); no wall-clock times, so reruns give identical tables
   figures/      throughput vs rate per method, and heat maps over (k, m), when those fields vary
-Each of these files has its hidden record beside it (sim.output.results.record_file), and a sweep
+Each of these files has its hidden record beside it (sim.output.own_files.record_file), and a sweep
 replaces or deletes only those whose record shows it wrote them, unchanged.
 """
 
@@ -28,15 +28,11 @@ import numpy as np
 
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import check_memory
-from psdsim.sim.output.results import (
-    check_record_place,
-    is_own_file,
-    landing,
-    output_lock,
-    remove_own_file,
-    table_csv,
-    write_file,
-)
+from psdsim.sim.output.atomic_writes import write_file
+from psdsim.sim.output.csv_table import table_csv
+from psdsim.sim.output.locks import output_lock
+from psdsim.sim.output.overwrite_guard import check_record_place, is_own_file, remove_own_file
+from psdsim.sim.output.places import landing
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario
 from psdsim.studies.executors import run_local, run_ray
@@ -150,7 +146,7 @@ class Store:
     def _refuse_what_psdsim_did_not_write(self, real: Path) -> None:
         """Refuse, before any run, a DIR holding a file under a name the sweep writes or deletes
         (sweep.json, the tables, runs/ID.json, figures/*.png|svg) that psdsim did not write, or
-        that was edited since (each has its record: sim.output.results.record_file), and a file
+        that was edited since (each has its record: sim.output.own_files.record_file), and a file
         where its runs/ or figures/ folder goes; with --force too, which writes beside a user's
         files, never over them."""
         for folder in (real / RUNS, real / FIGURES):

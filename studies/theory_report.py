@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from psdsim.sim.output.atomic_writes import write_files
 from psdsim.sim.output.plots import default_style, figure_file, legend_outside
-from psdsim.sim.output.results import write_files
 from psdsim.studies.theory_bridge import BridgeReport
 from psdsim.theory.model import FrontierModel, best_k, optimum_psd, optimum_sd, ratio
 from psdsim.theory.published import A0, PUBLISHED_RATIO, paper_ratio, peak, ratio_at_least, statement_vs_model

@@ -16,7 +16,8 @@ from psdsim.calibration.report import report_lines
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.synthetic import write_cost_trace
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.profile import TERMS, profile_from_json, verify_features
+from psdsim.sim.profile_reader import profile_from_json
+from psdsim.sim.profile_schema import TERMS, verify_features
 
 SAMPLE_TRACE = Path(__file__).resolve().parents[1] / "examples" / "sample-trace.sqlite"
 TRUE_VERIFY = (0.03, 8e-5, 3e-7)   # per pass, per token, per cached token read

@@ -9,7 +9,7 @@ import pytest
 
 from psdsim.calibration.fit import acceptance_stats, fit_term
 from psdsim.calibration.samples import StepSample
-from psdsim.sim.profile import draft_features, verify_features
+from psdsim.sim.profile_schema import draft_features, verify_features
 
 
 def _draft(batch: float, k: float, ctx: float, seconds: float) -> StepSample:

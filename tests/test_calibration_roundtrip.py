@@ -15,7 +15,7 @@ from psdsim.calibration.synthetic import CostLog, NsysWriter, write_cost_trace
 from psdsim.calibration.trace_error import TraceError
 from psdsim.cli import main
 from psdsim.sim.costs import AnalyticCost
-from psdsim.sim.output.results import write_file
+from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from psdsim.cli import main
-from psdsim.sim.output.results import MARKER
+from psdsim.sim.output.own_files import MARKER
 
 FAST = ["--set", "requests=24", "--set", "output_len=16", "--set", "m=4", "--set", "prompt_len=32"]
 

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psdsim.sim.output.results import table_csv
+from psdsim.sim.output.csv_table import table_csv
 from psdsim.sim.run import simulate
 from tests.conftest import small
 

@@ -9,9 +9,9 @@ import pytest
 
 from psdsim.cli import main
 from psdsim.sim.catalog import CatalogError, builtin_catalog, load_catalog
+from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.output.intervals import intervals_json
-from psdsim.sim.output.results import write_file
-from psdsim.sim.profile import FEATURES, Profile, Term
+from psdsim.sim.profile_schema import FEATURES, Profile, Term
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.uncertainty import (

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from psdsim.calibration.calibrate import calibrate
-from psdsim.sim.output.results import write_file
-from psdsim.sim.profile import TERMS, load_profile
+from psdsim.sim.output.atomic_writes import write_file
+from psdsim.sim.profile_reader import load_profile
+from psdsim.sim.profile_schema import TERMS
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.sensitivity import rank_inputs

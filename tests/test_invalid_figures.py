@@ -14,8 +14,9 @@ from psdsim.cli import main
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.metrics import valid_figures
-from psdsim.sim.output.results import write_file
-from psdsim.sim.profile import FEATURES, MAX_COEF_S, Profile, Term
+from psdsim.sim.output.atomic_writes import write_file
+from psdsim.sim.profile_reader import MAX_COEF_S
+from psdsim.sim.profile_schema import FEATURES, Profile, Term
 from psdsim.sim.run import compare_methods, simulate
 from psdsim.sim.scenario import Scenario, load_scenario
 

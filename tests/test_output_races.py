@@ -16,8 +16,11 @@ import pytest
 
 from psdsim.cli import main
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.output import results
-from psdsim.sim.output.results import MARKER, check_output_file, lock_file, write_file
+from psdsim.sim.output import atomic_writes, overwrite_guard, own_files, results
+from psdsim.sim.output.atomic_writes import write_file
+from psdsim.sim.output.locks import lock_file
+from psdsim.sim.output.overwrite_guard import check_output_file
+from psdsim.sim.output.own_files import MARKER
 from tests.test_output_safety import FAST, SIGTERMED, _refused, _snapshot
 from tests.test_sweep import spec
 
@@ -125,7 +128,7 @@ def test_write_trace_refuses_a_user_s_file_and_a_link(tmp_path):
 
 
 def test_a_single_file_s_record_is_its_size_and_sha256(tmp_path):
-    from psdsim.sim.output.results import record_file
+    from psdsim.sim.output.own_files import record_file
 
     write_file(tmp_path / "p.json", "{}\n")
     record = json.loads(record_file(tmp_path / "p.json").read_text())
@@ -201,14 +204,14 @@ def test_a_results_folder_that_cannot_be_written_leaves_no_trace_either(capsys, 
 
 
 def test_theory_figures_are_written_all_or_none(capsys, monkeypatch, tmp_path):
-    stage = results._stage
+    stage = atomic_writes._stage
 
     def fills_at_the_third(path: Path, *args):
         if "theory_ratio.png" in path.name:   # the third figure (or its record)
             raise OSError(errno.ENOSPC, "No space left on device")
         return stage(path, *args)
 
-    monkeypatch.setattr(results, "_stage", fills_at_the_third)
+    monkeypatch.setattr(atomic_writes, "_stage", fills_at_the_third)
     err = _refused(capsys, ["theory", "--plot", "th"])
     assert not any(p.is_file() for p in tmp_path.rglob("*"))   # not the two figures before it either
     assert "--plot: cannot write 'th/theory_ratio.png' (No space left on device)" in err
@@ -235,7 +238,7 @@ def test_an_unreadable_results_file_is_named_as_unreadable(capsys, monkeypatch, 
     readable = os.access
     monkeypatch.setattr(results.os, "access", lambda p, mode: Path(p).name != "summary.json"
                         and readable(p, mode))   # as chmod 000 is to anyone but root
-    monkeypatch.setattr(results, "_matches", lambda path, entry: path.name != "summary.json")
+    monkeypatch.setattr(overwrite_guard, "_matches", lambda path, entry: path.name != "summary.json")
     err = _refused(capsys, ["run", *FAST, "--out", "R"])
     assert "holds files psdsim cannot read, so nothing shows it wrote them (summary.json)" in err
 
@@ -300,7 +303,7 @@ def test_a_pipe_at_a_lock_s_name_is_refused_and_kept(tmp_path, lock):
 
 def test_a_pipe_or_a_link_to_dev_zero_as_a_single_file_s_record_is_refused(tmp_path):
     write_file(Path("p.json"), "{}\n")
-    record = results.record_file(tmp_path / "p.json")
+    record = own_files.record_file(tmp_path / "p.json")
     record.unlink()
     os.mkfifo(record)
     err = _one_line(_psdsim("run", *FAST, "--no-write", "--trace", "p.json"))
@@ -321,7 +324,7 @@ def test_a_pipe_as_a_results_folder_s_marker_is_refused(tmp_path):
 
 def test_a_record_larger_than_any_psdsim_writes_is_not_read(tmp_path):
     write_file(Path("p.json"), "{}\n")
-    results.record_file(tmp_path / "p.json").write_bytes(b" " * (results.RECORD_CAP + 1))
+    own_files.record_file(tmp_path / "p.json").write_bytes(b" " * (own_files.RECORD_CAP + 1))
     with pytest.raises(ScenarioError, match="more than psdsim ever writes there"):
         write_file(Path("p.json"), "{}\n")
 
@@ -344,17 +347,17 @@ def test_a_record_left_without_its_file_is_psdsim_s_and_is_replaced(tmp_path):
     write_file(Path("p.json"), "old\n")
     Path("p.json").unlink()   # the user deleted the file, not its hidden record
     write_file(Path("p.json"), "new\n")
-    assert results.is_own_file(tmp_path / "p.json")
+    assert overwrite_guard.is_own_file(tmp_path / "p.json")
 
 
 def test_a_sweep_keeps_a_user_s_note_at_a_run_s_record_name(capsys, swept):
     path, out = swept
     run = next(p for p in (out / "runs").iterdir() if not p.name.startswith("."))
     run.unlink()
-    results.record_file(run).write_text("my notes")
+    own_files.record_file(run).write_text("my notes")
     err = _refused(capsys, ["sweep", str(path), "--out", "ref", "--workers", "1"])
     assert f"keeps the record of {str(run)!r}, is not a record psdsim wrote" in err
-    assert results.record_file(run).read_text() == "my notes"
+    assert own_files.record_file(run).read_text() == "my notes"
     assert capsys.readouterr().out == ""
 
 

@@ -24,7 +24,9 @@ import pytest
 from psdsim.cli import main
 from psdsim.commands import common
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.output.results import MARKER, check_output_file, write_folder
+from psdsim.sim.output.overwrite_guard import check_output_file
+from psdsim.sim.output.own_files import MARKER
+from psdsim.sim.output.results import write_folder
 
 FAST = ["--set", "requests=12", "--set", "output_len=8", "--set", "m=2", "--set", "prompt_len=16"]
 PLAN = Path(__file__).resolve().parents[1] / "examples" / "plan.toml"
@@ -143,8 +145,8 @@ def test_single_output_files_are_replaced_only_when_psdsim_wrote_them(capsys, tm
 def test_a_figure_is_psdsim_s_by_its_record_not_by_its_metadata(tmp_path):
     import matplotlib
 
+    from psdsim.sim.output.atomic_writes import write_file
     from psdsim.sim.output.plots import figure_formats
-    from psdsim.sim.output.results import write_file
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -339,7 +341,7 @@ def test_validate_writes_its_junit_file_over_neither_its_report_nor_a_trace(caps
 
 def test_files_written_as_one_refuse_a_folder_in_the_way(tmp_path):
     from psdsim.sim.errors import ScenarioError
-    from psdsim.sim.output.results import write_files
+    from psdsim.sim.output.atomic_writes import write_files
 
     (tmp_path / "report.json").mkdir()
     with pytest.raises(ScenarioError, match="--out"):
@@ -370,14 +372,14 @@ def test_a_path_through_a_missing_folder_leaves_no_stray_folder(capsys, tmp_path
 HOLD = """
 import sys, tempfile
 from pathlib import Path
-from psdsim.sim.output.results import _staging_prefix, output_lock
+from psdsim.sim.output.locks import output_lock, staging_prefix
 with output_lock(Path(sys.argv[1])) as real:
     if sys.argv[2:] == ["beside"]:   # what a writer killed in the middle of its rename leaves
-        staged = Path(tempfile.mkdtemp(prefix=_staging_prefix(real), dir=real.parent))
+        staged = Path(tempfile.mkdtemp(prefix=staging_prefix(real), dir=real.parent))
         (staged / "summary.json").write_text("half")
     elif sys.argv[2:] == ["inside"]:   # ... and one filling its folder file by file (validate)
         real.mkdir()
-        tempfile.mkstemp(prefix=_staging_prefix(real / "validate.json"), dir=real)
+        tempfile.mkstemp(prefix=staging_prefix(real / "validate.json"), dir=real)
     print("held", flush=True)
     sys.stdin.read()
 """
@@ -425,7 +427,7 @@ def test_a_lock_left_by_a_killed_writer_is_taken_and_its_staging_removed(capsys,
 
 
 def test_a_killed_writers_staging_inside_its_folder_is_removed(tmp_path):
-    from psdsim.sim.output.results import claim_folder
+    from psdsim.sim.output.atomic_writes import claim_folder
 
     with _held_elsewhere("V", "inside") as holder:
         assert [p.name.startswith(".validate.json.psdsim-") for p in (tmp_path / "V").iterdir()] == [True]
@@ -539,7 +541,8 @@ def test_a_disk_that_fills_during_a_sweep_is_one_line(capsys, tmp_path, monkeypa
 
 def test_a_file_validate_wrote_and_the_user_edited_is_kept(tmp_path):
     from psdsim.sim.errors import ScenarioError
-    from psdsim.sim.output.results import claim_folder, output_lock, write_file
+    from psdsim.sim.output.atomic_writes import claim_folder, write_file
+    from psdsim.sim.output.locks import output_lock
 
     with output_lock(Path("V")):   # as validate runs: its folder claimed, then filled file by file
         claim_folder(Path("V"), "validate")

@@ -10,7 +10,7 @@ import pytest
 from psdsim.cli import main
 from psdsim.commands.common import study_out
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.profile import FEATURES
+from psdsim.sim.profile_schema import FEATURES
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 from psdsim.studies.plan import configurations, load_plan, max_rate, violations

@@ -12,16 +12,10 @@ import pytest
 from psdsim.cli import main
 from psdsim.sim.costs import AnalyticCost, Chunks
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.output.results import write_file
-from psdsim.sim.profile import (
-    FEATURES,
-    FittedCost,
-    Profile,
-    Term,
-    load_profile,
-    profile_from_json,
-    unrecorded,
-)
+from psdsim.sim.output.atomic_writes import write_file
+from psdsim.sim.profile import FittedCost, unrecorded
+from psdsim.sim.profile_reader import load_profile, profile_from_json
+from psdsim.sim.profile_schema import FEATURES, Profile, Term
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import catalog_for, load_scenario
 

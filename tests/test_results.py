@@ -7,7 +7,8 @@ import csv
 import numpy as np
 import pytest
 
-from psdsim.sim.output.results import MARKER, write_folder, write_result
+from psdsim.sim.output.own_files import MARKER
+from psdsim.sim.output.results import write_folder, write_result
 from psdsim.sim.run import simulate
 from tests.conftest import small
 

@@ -17,8 +17,8 @@ import pytest
 
 from psdsim.cli import main
 from psdsim.sim import footprint, records, run, spill
-from psdsim.sim.output import results
-from psdsim.sim.output.results import table_csv
+from psdsim.sim.output import csv_table
+from psdsim.sim.output.csv_table import table_csv
 from psdsim.sim.run import simulate
 from tests.conftest import small
 from tests.test_equivalence import cases
@@ -32,7 +32,7 @@ def _spill_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(records, "CHUNK_ROWS", 7)
     monkeypatch.setattr(records, "SPILL_ROWS", 10)
     monkeypatch.setattr(spill, "BLOCK_ROWS", 5)
-    monkeypatch.setattr(results, "CSV_BLOCK_ROWS", 3)
+    monkeypatch.setattr(csv_table, "CSV_BLOCK_ROWS", 3)
 
 
 def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:

@@ -34,7 +34,8 @@ from psdsim.sim.catalog import load_catalog
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.overlap import overlapped
-from psdsim.sim.profile import Profile, Term, profile_from_json
+from psdsim.sim.profile_reader import profile_from_json
+from psdsim.sim.profile_schema import Profile, Term
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, scenario_from_mapping
 

@@ -386,7 +386,7 @@ def test_n_samples_of_a_prompt_are_one_request():
     """With n = 2, consecutive request records are one prompt's samples: E2EL divides by the
     prompts, a prompt's latency is its last sample's, TTFT its first's."""
     from psdsim.calibration.minedraft import Iteration
-    from psdsim.engine.validate.traces import measured_summary
+    from psdsim.engine.validate.measured import measured_summary
     from psdsim.sim.scenario import Scenario
 
     tids = ["R:0", "R:1", "R:2", "R:3"]

@@ -19,22 +19,14 @@ import pytest
 
 from psdsim.calibration.trace_error import TraceError
 from psdsim.cli import build_parser, main
-from psdsim.engine.validate import vllm as validate_vllm
+from psdsim.engine.validate import vllm_profile, vllm_timing
 from psdsim.engine.validate.reference import predicted_summary
 from psdsim.engine.validate.report import error_interval
-from psdsim.engine.validate.vllm import (
-    DEPTH,
-    LONG,
-    ROLES,
-    SHORT,
-    VllmValidateConfig,
-    predict,
-    split_steps,
-    step_samples,
-    table_lines,
-)
+from psdsim.engine.validate.vllm import predict, table_lines
+from psdsim.engine.validate.vllm_profile import split_steps, step_samples
+from psdsim.engine.validate.vllm_timing import DEPTH, LONG, ROLES, SHORT, VllmValidateConfig
 from psdsim.engine.vllm.config import VllmConfig
-from psdsim.sim.profile import load_profile
+from psdsim.sim.profile_reader import load_profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 
@@ -177,7 +169,7 @@ def _sd_truth(tmp_path: Path) -> dict[str, float]:
     split would run: the written scenarios simulated with that cost in their profile."""
     predict(_config(tmp_path / "truth"), _measured())
     folder = tmp_path / "truth" / "v"
-    profile = validate_vllm.with_spec_step(load_profile(folder / "profile.json"), SPEC_STEP)
+    profile = vllm_profile.with_spec_step(load_profile(folder / "profile.json"), SPEC_STEP)
     (folder / "profile.json").write_text(profile.to_json())
     return {name: predicted_summary(load_scenario(folder / "scenarios" / f"{name}.toml"))["output_tok_s"]
             for name in ("sd_k1", "sd_k3")}
@@ -253,10 +245,10 @@ def test_measure_repeats_the_ar_timings_and_every_run_in_rounds(tmp_path: Path, 
         calls.append((f"{cfg.method}{cfg.k if cfg.method == 'sd' else ''}", None))
         return _fake_run(100.0 * (1 + sum(1 for c in calls if c[0] != "time")), 2.0)
 
-    monkeypatch.setattr(validate_vllm, "time_ar_steps", timed)
+    monkeypatch.setattr(vllm_timing, "time_ar_steps", timed)
     monkeypatch.setattr(runner, "run", run)
     cfg = VllmValidateConfig(VllmConfig(m=4, requests=4), tmp_path / "v", ks=(1, 3), repeats=2)
-    doc = validate_vllm.measure(cfg)
+    doc = vllm_timing.measure(cfg)
     order = [name if model is None else model for name, model in calls]
     deep = f"deep{DEPTH * 2}"   # the tiny target has 2 layers
     assert order == ["T", deep, "D"] * 2 + ["ar", "sd1", "sd3"] * 2

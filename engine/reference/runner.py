@@ -35,7 +35,9 @@ from psdsim.engine.reference.workers import (
 )
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import available_bytes
-from psdsim.sim.output.results import check_output_file, landing, output_locks
+from psdsim.sim.output.locks import output_locks
+from psdsim.sim.output.overwrite_guard import check_output_file
+from psdsim.sim.output.places import landing
 
 
 def run(cfg: EngineConfig) -> EngineResult:

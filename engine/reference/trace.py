@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.engine.reference.schedule import Request
-from psdsim.sim.output.results import write_file
+from psdsim.sim.output.atomic_writes import write_file
 
 
 @dataclass

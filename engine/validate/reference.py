@@ -49,8 +49,8 @@ from psdsim.engine.validate.describe import (
     scenario_for,
 )
 from psdsim.engine.validate.report import build_report
-from psdsim.sim.output.results import write_file
-from psdsim.sim.profile import Bootstrap, Profile
+from psdsim.sim.output.atomic_writes import write_file
+from psdsim.sim.profile_schema import Bootstrap, Profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, scenario_to_toml
 

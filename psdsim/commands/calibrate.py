@@ -77,7 +77,7 @@ def _check_floor(profile: Any, args: argparse.Namespace) -> None:
     holds it to on that hardware: one every such run would refuse (a trace of 1 ns kernels) is
     never written with a command to use it."""
     from psdsim.sim.errors import ScenarioError
-    from psdsim.sim.profile import floor_warnings
+    from psdsim.sim.profile_match import floor_warnings
     from psdsim.sim.scenario import load_scenario
 
     if None in (args.gpu, args.target, args.tp):
@@ -110,7 +110,9 @@ def run_acceptance(args: argparse.Namespace) -> int:
     """Read the metrics, write the pair's prior as a catalog file, say what was measured."""
     from psdsim.calibration.vllm_metrics import AcceptanceEntry, combined, read_acceptance
     from psdsim.sim.acceptance import MIN_ACCEPTANCE
-    from psdsim.sim.output.results import check_no_clash, check_output_file, output_locks, write_files
+    from psdsim.sim.output.atomic_writes import write_files
+    from psdsim.sim.output.locks import output_locks
+    from psdsim.sim.output.overwrite_guard import check_no_clash, check_output_file
     from psdsim.sim.scenario import FIELDS, MAX_CONCENTRATION
 
     for flag, value in (("--draft", args.draft), ("--target", args.target)):
@@ -165,13 +167,10 @@ def run(args: argparse.Namespace) -> int:
     from psdsim.calibration.calibrate import calibrate, check_trace_path
     from psdsim.calibration.report import fit_figure, report_lines
     from psdsim.calibration.samples import sample_columns
-    from psdsim.sim.output.results import (
-        check_no_clash,
-        check_output_file,
-        output_locks,
-        table_csv,
-        write_files,
-    )
+    from psdsim.sim.output.atomic_writes import write_files
+    from psdsim.sim.output.csv_table import table_csv
+    from psdsim.sim.output.locks import output_locks
+    from psdsim.sim.output.overwrite_guard import check_no_clash, check_output_file
 
     _check_provenance(args)
     if _acceptance_sources(args):

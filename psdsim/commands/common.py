@@ -41,7 +41,7 @@ def user_error(field: str, problem: str, fix: str) -> Exception:
 
 def interrupted_exit(exc: KeyboardInterrupt) -> int:
     """The exit code of an interrupted command: 130 for Ctrl-C; a SIGTERM, SIGHUP or SIGQUIT that a
-    write turned into an exception (sim.output.results.Terminated) carries its own, 128 + signal."""
+    write turned into an exception (sim.output.locks.Terminated) carries its own, 128 + signal."""
     return int(getattr(exc, "exit_code", EXIT_INTERRUPTED))
 
 

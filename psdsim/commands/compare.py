@@ -65,8 +65,10 @@ def _check_each_method(s: Any, methods: Sequence[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_memory
     from psdsim.sim.output.intervals import format_intervals, interval_files, intervals_json
+    from psdsim.sim.output.locks import output_locks
+    from psdsim.sim.output.overwrite_guard import check_results_folder
     from psdsim.sim.output.report import format_compare, nothing_fits, ratios
-    from psdsim.sim.output.results import check_results_folder, output_locks, result_files, write_folder
+    from psdsim.sim.output.results import result_files, write_folder
     from psdsim.sim.run import compare_methods
     from psdsim.sim.scenario import load_scenario, scenario_to_toml
 

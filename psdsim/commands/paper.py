@@ -46,8 +46,10 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_at_once, seconds_estimate
+    from psdsim.sim.output.locks import output_lock
+    from psdsim.sim.output.overwrite_guard import check_results_folder
     from psdsim.sim.output.report import format_paper
-    from psdsim.sim.output.results import check_results_folder, output_lock, write_folder
+    from psdsim.sim.output.results import write_folder
     from psdsim.sim.presets import PRESETS
     from psdsim.sim.scenario import load_scenario, parse_override, scenario_to_toml
     from psdsim.studies.paper import MAX_REPEATS, figures, grid, improvements, run_grid, table

@@ -70,7 +70,9 @@ def _work(spec: Any, workers: int, draws: int | None) -> tuple[Work, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.output.results import check_results_folder, output_lock, write_folder
+    from psdsim.sim.output.locks import output_lock
+    from psdsim.sim.output.overwrite_guard import check_results_folder
+    from psdsim.sim.output.results import write_folder
     from psdsim.studies.plan import load_plan
     from psdsim.studies.plan_report import plan_figures, plan_lines, plan_table
     from psdsim.studies.plan_verdict import run_plan

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_memory
-    from psdsim.sim.output.results import output_locks
+    from psdsim.sim.output.locks import output_locks
     from psdsim.sim.scenario import load_scenario
 
     s = load_scenario(args.scenario, overrides(args), args.method, args.preset)
@@ -56,17 +56,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _simulate_and_write(args: argparse.Namespace, s: Any, trace: Path | None, out: Path | None) -> int:
     """The checks of where run writes, the simulation and the writes, all under the outputs' locks."""
+    from psdsim.sim.output.atomic_writes import staged_files
     from psdsim.sim.output.intervals import format_intervals, interval_files, intervals_json
+    from psdsim.sim.output.overwrite_guard import check_no_clash, check_output_file, check_results_folder
     from psdsim.sim.output.report import format_run, nothing_fits
-    from psdsim.sim.output.results import (
-        check_no_clash,
-        check_output_file,
-        check_results_folder,
-        result_files,
-        staged_files,
-        summary_json,
-        write_folder,
-    )
+    from psdsim.sim.output.results import result_files, summary_json, write_folder
     from psdsim.sim.output.timeline import trace_json
     from psdsim.sim.run import simulate
     from psdsim.sim.scenario import PATH_FIELDS

@@ -76,7 +76,8 @@ def _drawn(draws: int | None) -> str:
 
 
 def _figures(out: Path, rows: list[dict[str, Any]], swept: list[str], metric: str) -> list[Path]:
-    from psdsim.sim.output.results import remove_own_file, write_file
+    from psdsim.sim.output.atomic_writes import write_file
+    from psdsim.sim.output.overwrite_guard import remove_own_file
     from psdsim.studies.sweep import FIGURES, sweep_files
     from psdsim.studies.sweep_figures import sweep_figures
 
@@ -112,7 +113,8 @@ def _dry_run(args: argparse.Namespace, design: Any, out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdsim.sim.footprint import check_results_disk
-    from psdsim.sim.output.results import landing, output_lock
+    from psdsim.sim.output.locks import output_lock
+    from psdsim.sim.output.places import landing
     from psdsim.studies.executors import WorkerDied, require_ray
     from psdsim.studies.sweep import RUNS, run_sweep
     from psdsim.studies.sweep_design import load_design

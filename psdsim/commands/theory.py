@@ -118,7 +118,9 @@ def _extreme_inputs(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdsim.sim.output.results import check_output_file, landing, output_locks
+    from psdsim.sim.output.locks import output_locks
+    from psdsim.sim.output.overwrite_guard import check_output_file
+    from psdsim.sim.output.places import landing
     from psdsim.sim.scenario import load_scenario
     from psdsim.studies.theory_bridge import bridge, scenario_tail
     from psdsim.studies.theory_report import (

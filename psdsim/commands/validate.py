@@ -139,7 +139,7 @@ def _check_repeats(args: argparse.Namespace) -> None:
 
 def vllm_validate_config(args: argparse.Namespace) -> Any:
     """The VllmValidateConfig the arguments ask for; ScenarioError (one line) when they are wrong."""
-    from psdsim.engine.validate.vllm import VllmValidateConfig
+    from psdsim.engine.validate.vllm_timing import VllmValidateConfig
     from psdsim.engine.vllm.config import EngineConfigError, TinySpec, VllmConfig, option_changes
 
     if args.methods is not None:
@@ -202,7 +202,8 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
     except VllmUnavailable as exc:
         raise user_error("--engine", str(exc),
                          "install vLLM as described, or use --engine reference") from None
-    from psdsim.sim.output.results import claim_folder, output_lock
+    from psdsim.sim.output.atomic_writes import claim_folder
+    from psdsim.sim.output.locks import output_lock
 
     with output_lock(cfg.out):   # from the check to the last file written
         claim_folder(cfg.out, "validate")
@@ -258,15 +259,11 @@ def run_traces(args: argparse.Namespace) -> int:
     from psdsim.engine.validate.gate import check, gate_line, junit_xml, parse_max_errors
     from psdsim.engine.validate.reference import report_json
     from psdsim.engine.validate.report import table_lines
-    from psdsim.engine.validate.traces import check_run_paths, summary_lines, validate_traces
-    from psdsim.sim.output.results import (
-        check_no_clash,
-        check_output_file,
-        check_results_folder,
-        claim_folder,
-        output_locks,
-        write_files,
-    )
+    from psdsim.engine.validate.run_folders import check_run_paths
+    from psdsim.engine.validate.traces import summary_lines, validate_traces
+    from psdsim.sim.output.atomic_writes import claim_folder, write_files
+    from psdsim.sim.output.locks import output_locks
+    from psdsim.sim.output.overwrite_guard import check_no_clash, check_output_file, check_results_folder
 
     bounds = parse_max_errors(args.max_error)
     out = args.out or Path("results") / "validate-traces"
@@ -351,7 +348,9 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         return cmd_validate_vllm(args)
     cfg = validate_config(args)
-    from psdsim.sim.output.results import check_results_folder, claim_folder, output_lock
+    from psdsim.sim.output.atomic_writes import claim_folder
+    from psdsim.sim.output.locks import output_lock
+    from psdsim.sim.output.overwrite_guard import check_results_folder
 
     with output_lock(cfg.out):   # from the check to the last file written
         check_results_folder(cfg.out, "validate")  # before anything else: a refusal costs nothing

@@ -19,7 +19,7 @@ K_AXIS = "k (draft tokens per step)"
 M_AXIS = "m (requests per verification batch)"
 
 # Every figure names psdsim in its metadata (a later run knows its own files by the record written
-# beside them, sim.output.results.record_file, not by this); SVGs and PDFs carry no date, and SVG ids
+# beside them, sim.output.own_files.record_file, not by this); SVGs and PDFs carry no date, and SVG ids
 # are salted with a fixed string (matplotlib salts them at random), so that the same figure always
 # gives the same bytes.
 FIGURE_METADATA = {"png": {"Software": "psdsim"}, "svg": {"Date": None, "Creator": "psdsim"},

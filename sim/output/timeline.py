@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER
 from psdsim.sim.layout import COLOCATED, layout_for
-from psdsim.sim.output.results import write_file
+from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.records import STEP_COLUMNS
 from psdsim.sim.timeline import DRAFTER, DRIVER, ON_VERIFIER, STEP, STEPS, VERIFIER, drafter_track
 
