@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from psdsim.sim.output.intervals import interval_text, measure_first
-from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs, sensitivity_csv, tornado_png
+from psdsim.sim.output.intervals import interval_text, measure_first, ranks_json, sensitivity_files
+from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs
 from psdsim.sim.uncertainty import (
-    MIN_RANKED_DRAWS,
     UncertainInput,
     catalog_toml,
     check_draws,
@@ -131,15 +130,10 @@ def plan_sensitivities(pd: PlanDraws, labels: Sequence[str]) -> list[Sensitivity
 
 
 def plan_interval_files(pd: PlanDraws, labels: Sequence[str], figures: bool) -> dict[str, str | bytes]:
-    """sensitivity.csv, and the tornado of the first configuration's gain unless figures are off."""
+    """sensitivity.csv, and the tornado of the first configuration's gain unless figures are off,
+    where they rank anything."""
     rows = plan_sensitivities(pd, labels)
-    if not rows:
-        return {}
-    files: dict[str, str | bytes] = {"sensitivity.csv": sensitivity_csv(rows)}
-    if figures:
-        first = [r for r in rows if r.figure == rows[0].figure]
-        files["figures/sensitivity.png"] = tornado_png(first, rows[0].figure, pd.draws)
-    return files
+    return sensitivity_files(rows, "figures/sensitivity.png" if figures else None) if rows else {}
 
 
 def plan_intervals_json(pd: PlanDraws, labels: Sequence[str]) -> dict[str, Any]:
@@ -153,9 +147,7 @@ def plan_intervals_json(pd: PlanDraws, labels: Sequence[str]) -> dict[str, Any]:
                           **{key: iv(v, key) for key in ("per_gpu_gain", "psd_rate", "sd_rate")}}
                          for v, label in enumerate(labels)],
             "sensitivity": {"method": METHOD, "noise_floor": noise_floor(pd.draws),
-                            "ranked": pd.draws >= MIN_RANKED_DRAWS,
-                            "ranks": [{"figure": r.figure, "input": r.input.name, "rho": r.rho}
-                                      for r in plan_sensitivities(pd, labels)]}}
+                            **ranks_json(plan_sensitivities(pd, labels))}}
 
 
 def plan_interval_lines(pd: PlanDraws, labels: Sequence[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,14 +216,14 @@ def test_run_and_compare_without_intervals_print_what_they_did(capsys):
 def test_run_with_intervals_adds_them_and_writes_the_sensitivities(capsys, tmp_path):
     assert main(["run", *FAST, "--json", "--no-write"]) == 0
     plain = json.loads(capsys.readouterr().out)
-    assert main(["run", *FAST, "--intervals", "4", "--out", "r"]) == 0
+    assert main(["run", *FAST, "--intervals", str(MIN_RANKED_DRAWS), "--out", "r"]) == 0
     text = capsys.readouterr().out
-    assert "over 4 draws" in text and "what to measure first" in text
+    assert f"over {MIN_RANKED_DRAWS} draws" in text and "what to measure first" in text
     assert json.loads((tmp_path / "r" / "summary.json").read_text()) == plain   # the point run unchanged
     iv = json.loads((tmp_path / "r" / "intervals.json").read_text())["figures"]["psd"]["throughput_tok_s"]
     assert iv["low"] <= iv["median"] <= iv["high"]
     csv = (tmp_path / "r" / "sensitivity.csv").read_text().splitlines()
-    assert csv[0].startswith("figure,input,spearman_rho") and len(csv) > 3
+    assert csv[0].startswith("figure,input,spearman_rho,rho_squared,draws") and len(csv) > 3
     assert (tmp_path / "r" / "sensitivity.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -241,8 +242,46 @@ def test_fewer_draws_than_a_ranking_needs_print_their_range_and_rank_nothing(cap
     assert ("intervals: median (the range of the draws; a 90% interval needs --intervals 16 or more) "
             "over 4 draws") in out
     assert "not ranked over 4 draws" in out and "by chance" not in out and "rho²" not in out
+    assert main(["run", *FAST, "--out", "few", "--intervals", "4"]) == 0
+    doc = json.loads(Path("few/intervals.json").read_text())["sensitivity"]
+    assert doc["ranked"] is False and doc["ranks"] == []   # the old code listed 4 draws' rho of chance
+    assert not Path("few/sensitivity.csv").exists() and not Path("few/sensitivity.png").exists()
     draws = np.array([3.0, 1.0, 2.0, 10.0])
     assert interval(draws) == Interval(2.5, 1.0, 10.0)
+
+
+def test_a_figure_no_draw_gives_is_not_ranked(capsys):
+    """One-token outputs have no decode throughput in any draw: the old code ranked every input
+    at rho +0.00 against it over "16 draws" and wrote that table and its tornado."""
+    assert main(["run", *FAST, "--set", "output_len=1", "--out", "r",
+                 "--intervals", str(MIN_RANKED_DRAWS)]) == 0
+    out = capsys.readouterr().out
+    assert (f"what to measure first, for psd throughput: not ranked over 0 draws (of {MIN_RANKED_DRAWS}, "
+            "the rest do not give it)") in out and "rho +0.00" not in out
+    assert not Path("r/sensitivity.csv").exists() and not Path("r/sensitivity.png").exists()
+    assert json.loads(Path("r/intervals.json").read_text())["sensitivity"]["ranks"] == []
+
+
+def test_no_draw_that_fits_is_said_so_and_the_point_run_is_kept(capsys, tmp_path):
+    """A catalog range of GPU memory most of which cannot hold the model: where no draw fit,
+    intervals.json ended in StopIteration, a traceback, and the point run's results were lost."""
+    base = load_catalog().gpus["l40s"]
+    (tmp_path / "mem.toml").write_text(
+        f'[gpus.l40s]\nname = "L40S"\nmemory_gb = 48.0\n'
+        f'memory_gb_range = {{ low = 1.0, high = 48.0, why = "test" }}\n'
+        f"memory_bandwidth_gbps = {base.memory_bandwidth_gbps}\nbf16_tflops = {base.bf16_tflops}\n"
+        f'nvlink = false\nhost_link = "pcie4"\nsource = "test"\n')
+    for seed in range(8):   # the Latin hypercube of two draws misses the top 30 % in some seeds
+        assert main(["run", *FAST, "--set", "catalog=mem.toml", "--set", f"seed={seed}",
+                     "--out", f"r{seed}", "--intervals", "2"]) == 0
+        doc = json.loads(Path(f"r{seed}/intervals.json").read_text())
+        assert Path(f"r{seed}/summary.json").is_file()
+        if doc["fits"]["psd"] == 0:
+            break
+    else:
+        pytest.fail("no seed drew two draws of which neither fits")
+    out = capsys.readouterr().out
+    assert "note: psd fits in 0 of 2 draws" in out and doc["figures"] == {"psd": {}}
 
 
 def test_plan_intervals_without_a_verdict_pair_print_no_empty_section(capsys, tmp_path):
@@ -309,8 +348,9 @@ def test_plan_with_intervals_counts_the_draws_in_which_psd_pays(capsys, tmp_path
     assert 0 <= verdict["pays_in"] <= 3 and f"pays in {verdict['pays_in']} of 3 draws" in out
     gain = verdict["per_gpu_gain"]
     assert gain["low"] <= gain["median"] <= gain["high"]
-    assert (tmp_path / "b" / "sensitivity.csv").is_file()
-    assert (tmp_path / "b" / "figures" / "sensitivity.png").is_file()
+    # three draws rank nothing: no table or tornado of chance correlations beside that line
+    assert not (tmp_path / "b" / "sensitivity.csv").exists()
+    assert not (tmp_path / "b" / "figures" / "sensitivity.png").exists()
 
 
 def _complete_profile(path) -> str:
