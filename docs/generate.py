@@ -153,7 +153,9 @@ does not fit a draw gives none of its figures there; one-token outputs never giv
 throughput), and only where there are 16 or more: with fewer the text says "not ranked",
 `sensitivity.ranked` is false with no `ranks`, and neither the table nor the tornado is
 written. With `--json` the printed document gains an `intervals` key of the same content as
-intervals.json.
+intervals.json. A draw the scenario's checks refuse (a range whose far end the model or the prompt
+window cannot take) ends the command in one line that says it is a draw and names the catalog or
+profile the value was drawn from.
 
 An example of each command's output, and how to read it:
 [studies.md](studies.md#intervals-how-sure-a-figure-is).

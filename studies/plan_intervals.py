@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.intervals import interval_text, measure_first, ranks_json, sensitivity_files
 from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs
 from psdsim.sim.uncertainty import (
@@ -27,6 +28,8 @@ from psdsim.sim.uncertainty import (
     check_draws,
     draw_changes,
     drawn_profile,
+    drawn_refusal,
+    drawn_source,
     interval,
     interval_label,
     intervals_head,
@@ -86,13 +89,19 @@ def plan_draws(spec: PlanSpec, configs: Sequence[Any], draws: int, workers: int,
     inputs = plan_inputs(configs)
     points = unit_points(spec.base, draws, len(inputs))
     with tempfile.TemporaryDirectory(prefix="psdsim-plan-draws-") as folder:
-        drawn = []
-        for d, point in enumerate(points):
-            path = Path(folder) / f"draw-{d}.toml"
-            path.write_text(catalog_toml(spec.base, draw_changes(inputs, point)[1]), encoding="utf-8")
-            drawn += [_drawn(c, inputs, point, str(path), Path(folder) / f"draw-{d}-config-{i}.json")
-                      for i, c in enumerate(configs)]
-        searches = search_all(drawn, spec, workers, progress)
+        drawn, sources = [], {}
+        try:   # a drawn value refused as its scenario is made, or in a search, named by its source
+            for d, point in enumerate(points):
+                path = Path(folder) / f"draw-{d}.toml"
+                path.write_text(catalog_toml(spec.base, draw_changes(inputs, point)[1]), encoding="utf-8")
+                sources[str(path)] = drawn_source(spec.base, "catalog")
+                for i, c in enumerate(configs):
+                    profile = Path(folder) / f"draw-{d}-config-{i}.json"
+                    sources[str(profile)] = drawn_source(c, "profile")
+                    drawn.append(_drawn(c, inputs, point, str(path), profile))
+            searches = search_all(drawn, spec, workers, progress)
+        except ScenarioError as exc:
+            raise drawn_refusal(exc, sources) from None
     n = len(configs)
     judged, rows = [], []
     for d in range(draws):

@@ -468,3 +468,32 @@ def test_a_plan_verdict_is_ranked_on_its_own_configuration_s_inputs(tmp_path):
         if rank.input.field == "acceptance":
             draft = rank.figure.split("draft=")[1].split()[0]
             assert rank.input.name.startswith(f"acceptance {draft} ->")
+
+
+def test_a_draw_outside_what_the_scenario_takes_is_said_to_be_a_draw(capsys, tmp_path):
+    """A dataset whose mu range runs past the prompt window: the point run is fine, a draw near
+    the range's top end is refused, and the refusal said nothing of a draw (the user's mu is 5)."""
+    (tmp_path / "ds.toml").write_text(
+        '[datasets.mine]\nmax_requests = 0\nmin_prompt = 16\nmax_prompt = 1792\n'
+        'components = [{ weight = 1.0, mu = 5.0, sigma = 0.3, mu_range = { low = 5.0, high = 12.0, '
+        'why = "test" } }]\nsource = "test"\n')
+    argv = ["run", "--set", "requests=8", "--set", "output_len=8", "--set", "catalog=ds.toml",
+            "--set", "dataset=mine", "--no-write"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "--intervals", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("psdsim: error: dataset: in a draw of --intervals: mine: component 1")
+    assert "\n" not in err
+    assert err.endswith("narrow the range that value is drawn from, or run without --intervals")
+
+
+def test_a_draw_s_refusal_names_each_temporary_file_by_its_source_in_one_pass():
+    from psdsim.sim.errors import ScenarioError
+    from psdsim.sim.uncertainty import drawn_refusal
+
+    exc = ScenarioError("catalog", "/tmp/d/catalog.toml: GPU 'x' (in catalog.toml)", "correct it")
+    drawn = {"/tmp/d/catalog.toml": "my/catalog.toml with values drawn from its ranges"}
+    assert drawn_refusal(exc, drawn).problem == ("in a draw of --intervals: my/catalog.toml with values "
+                                                 "drawn from its ranges: GPU 'x' (in my/catalog.toml with "
+                                                 "values drawn from its ranges)")
