@@ -94,6 +94,12 @@ ENGINE = ('[engines.mine]\nname = "m"\nkind = "execution"\nkernels_per_layer = 1
      "[l40s] memory_bandwidth_gbps_range: its low end -864: field 'memory_bandwidth_gbps' must be >= 0"),
     (L40S + 'memory_bandwidth_gbps_range = { low = 0.0, high = 900.0, why = "w" }\n',
      "[l40s] memory_bandwidth_gbps_range: its low end 0: memory, bandwidth and TFLOPS must be at least"),
+    # both ends pass (0: no FP8 tensor cores), the draws between them below 0.001 TFLOPS do not:
+    # a draw was refused mid-run naming the draw's own temporary catalog.toml
+    (L40S.replace("fp8_tflops = 733.0", "fp8_tflops = 0.0")
+     + 'fp8_tflops_range = { low = 0.0, high = 0.002, why = "w" }\n',
+     "[l40s] fp8_tflops_range: a range of fp8_tflops must lie at or above 0.001 TFLOPS (0 means no FP8"),
+    (L40S + 'fp8_tflops_range = { low = 0.0, high = 800.0, why = "w" }\n', "got [0, 800]"),
     (PCIE4 + 'p2p_bandwidth_gbps_range = { spread = 1.5, why = "w" }\n',
      "[pcie4] p2p_bandwidth_gbps_range: its low end -11: field 'p2p_bandwidth_gbps' must be >= 0"),
     (PRIOR + 'alpha_range = { spread = 0.9, why = "w" }\n',
