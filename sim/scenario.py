@@ -520,6 +520,9 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     safe = plain_label(s.name)
     _need(s.name == safe, "name", f"{s.name!r} is not a plain label (it names result folders: no "
           "path separators, leading dots or spaces)", f"write name = {safe!r}")
+    _need(len(s.name) <= MAX_NAME, "name", f"{len(s.name)} characters, past {MAX_NAME}: it names result "
+          "folders, NAME-METHOD-HASH, and a folder's name holds at most 255 bytes",
+          f"write a name of at most {MAX_NAME} characters")
     _need(s.method in METHODS, "method", f"unknown method {s.method!r}",
           f"use one of: {', '.join(METHODS)}")
     _in_range(s, "k", 1, MAX_K)
@@ -776,6 +779,7 @@ MEMORY_WHY = "a petabyte, more memory than any machine's GPU or host has"
 MAX_STEP_TOKENS = 1 << 24   # 16 M tokens in one engine step: activations no GPU holds
 MAX_SAMPLES = 4096
 MAX_RATE = 1e9
+MAX_NAME = 200   # characters of `name` (plain ASCII): its folder NAME-METHOD-HASH stays under 255 bytes
 
 
 def least_rate(requests: int) -> str:
