@@ -145,11 +145,17 @@ configuration's gain in plan), and rho² as the share of its spread the input ex
 correlation, not a variance-based index: those need thousands of draws for two dozen inputs. At
 N draws a |rho| below 1.645 / sqrt(N - 1) (0.30 at N = 32) is noise, and the report says so. The
 folder gains `intervals.json` (every numeric summary key's `median`, `low`, `high` per method,
-the ratios', the inputs with their ranges and reasons, the ranks; below 16 draws `level` is null
-and `sensitivity.ranked` false, as the text prints the draws' range and ranks nothing),
-`sensitivity.csv` (`figure`, `input`, `spearman_rho`, `rho_squared`, `low`, `high`, `why`) and
-`sensitivity.png`, a tornado of rho per input (plan: `figures/sensitivity.png`). With `--json`
-the printed document gains an `intervals` key of the same content as intervals.json.
+the ratios', the inputs with their ranges and reasons, the ranks; below 16 draws `level` is null,
+as the text prints the draws' range), `sensitivity.csv` (`figure`, `input`, `spearman_rho`,
+`rho_squared`, `draws`, `low`, `high`, `why`) and `sensitivity.png`, a tornado of rho per input
+(plan: `figures/sensitivity.png`). A figure is ranked over the draws that give it (a method that
+does not fit a draw gives none of its figures there; one-token outputs never give a decode
+throughput), and only where there are 16 or more: with fewer the text says "not ranked",
+`sensitivity.ranked` is false with no `ranks`, and neither the table nor the tornado is
+written. With `--json` the printed document gains an `intervals` key of the same content as
+intervals.json. A draw the scenario's checks refuse (a range whose far end the model or the prompt
+window cannot take) ends the command in one line that says it is a draw and names the catalog or
+profile the value was drawn from.
 
 An example of each command's output, and how to read it:
 [studies.md](studies.md#intervals-how-sure-a-figure-is).

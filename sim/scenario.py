@@ -520,6 +520,9 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     safe = plain_label(s.name)
     _need(s.name == safe, "name", f"{s.name!r} is not a plain label (it names result folders: no "
           "path separators, leading dots or spaces)", f"write name = {safe!r}")
+    _need(len(s.name) <= MAX_NAME, "name", f"{len(s.name)} characters, past {MAX_NAME}: it names result "
+          "folders, NAME-METHOD-HASH, and a folder's name holds at most 255 bytes",
+          f"write a name of at most {MAX_NAME} characters")
     _need(s.method in METHODS, "method", f"unknown method {s.method!r}",
           f"use one of: {', '.join(METHODS)}")
     _in_range(s, "k", 1, MAX_K)
@@ -684,7 +687,7 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
         span = s.requests / s.rate
         _need(span <= MAX_SPAN_S, "rate", f"{s.requests:,} requests at {s.rate:g} a second arrive over "
               f"~{span:.3g} s, past the {MAX_SPAN_S:g} s within which the simulated clock (a float64) "
-              "resolves a tenth of a microsecond", f"raise rate to at least {s.requests / MAX_SPAN_S:.3g}")
+              "resolves a tenth of a microsecond", f"raise rate to at least {least_rate(s.requests)}")
     _in_range(s, "abort_fraction", 0.0, 1.0)
     _positive(s, "abort_window_s")
     _at_most(s, "abort_window_s", MAX_SPAN_S, SPAN_WHY)
@@ -776,6 +779,19 @@ MEMORY_WHY = "a petabyte, more memory than any machine's GPU or host has"
 MAX_STEP_TOKENS = 1 << 24   # 16 M tokens in one engine step: activations no GPU holds
 MAX_SAMPLES = 4096
 MAX_RATE = 1e9
+MAX_NAME = 200   # characters of `name` (plain ASCII): its folder NAME-METHOD-HASH stays under 255 bytes
+
+
+def least_rate(requests: int) -> str:
+    """The slowest rate at which `requests` arrivals fit in MAX_SPAN_S, written short and
+    rounded up: a refusal's fix names a value that is itself taken (30 requests: 3.01e-08, as
+    30 / 3e-08 is a hair past 1e9 s)."""
+    rate = requests / MAX_SPAN_S
+    text = f"{rate:.3g}"
+    while requests / float(text) > MAX_SPAN_S:
+        rate *= 1.001
+        text = f"{rate:.3g}"
+    return text
 MAX_OVERHEAD_S = 3600.0   # an hour, the largest time a profile's coefficient may take
 OVERHEAD_WHY = "an hour per launch or step, which no GPU or framework takes"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from psdsim.sim.uncertainty import SEED_INPUT, UncertainInput
+from psdsim.sim.uncertainty import MIN_RANKED_DRAWS, SEED_INPUT, UncertainInput
 
 METHOD = "Spearman rank correlation"
 
@@ -29,10 +29,17 @@ class Sensitivity:
     figure: str
     input: UncertainInput
     rho: float          # 0 where the input or the figure does not vary
+    draws: int          # the draws the figure has a value in, which rho is taken over
 
     @property
     def share(self) -> float:
         return self.rho * self.rho
+
+    @property
+    def ranked(self) -> bool:
+        """Whether rho means anything: over fewer draws chance alone gives |rho| near 1, and a
+        figure no draw gives (a run of one-token outputs has no decode throughput) has no rho."""
+        return self.draws >= MIN_RANKED_DRAWS
 
 
 def noise_floor(draws: int) -> float:
@@ -51,23 +58,24 @@ def rank_inputs(figure: str, values: np.ndarray, inputs: Sequence[UncertainInput
         x, y = values[ok, j], outcome[ok]
         varies = x.size > 2 and np.ptp(x) > 0 and np.ptp(y) > 0
         rho = float(spearmanr(x, y).statistic) if varies else 0.0
-        out.append(Sensitivity(figure, inp, rho if math.isfinite(rho) else 0.0))
+        out.append(Sensitivity(figure, inp, rho if math.isfinite(rho) else 0.0, int(ok.sum())))
     return sorted(out, key=lambda r: (-abs(r.rho), r.input.name))
 
 
 def sensitivity_csv(rows: Sequence[Sensitivity]) -> str:
+    """The rows as a table, draws included; callers pass only ranked rows."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["figure", "input", "spearman_rho", "rho_squared", "low", "high", "why"])
+    writer.writerow(["figure", "input", "spearman_rho", "rho_squared", "draws", "low", "high", "why"])
     for r in rows:
-        writer.writerow([r.figure, r.input.name, f"{r.rho:.4f}", f"{r.share:.4f}",
+        writer.writerow([r.figure, r.input.name, f"{r.rho:.4f}", f"{r.share:.4f}", r.draws,
                          repr(r.input.low), repr(r.input.high), r.input.why])
     return buffer.getvalue()
 
 
-def tornado_png(rows: Sequence[Sensitivity], title: str, draws: int, top: int = 12) -> bytes:
+def tornado_png(rows: Sequence[Sensitivity], title: str, top: int = 12) -> bytes:
     """Horizontal bars of rho for the `top` inputs of one figure, largest on top, with the noise
-    floor of N draws marked."""
+    floor of the draws it was ranked over marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,6 +89,7 @@ def tornado_png(rows: Sequence[Sensitivity], title: str, draws: int, top: int = 
                for r in shown]
     ax.barh(range(len(shown)), [r.rho for r in shown], color=colours)
     ax.set_yticks(range(len(shown)), [r.input.name for r in shown], fontsize=7)
+    draws = rows[0].draws
     floor = noise_floor(draws)
     for x in (-floor, floor) if floor < 1 else ():   # |rho| <= 1: a floor past it marks nothing
         ax.axvline(x, color="black", linestyle=":", linewidth=0.8)

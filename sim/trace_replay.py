@@ -144,7 +144,14 @@ def _csv_rows(path: Path, text: str) -> tuple[TraceFormat, Rows]:
         if missing:
             raise _fail(path, "line 1", missing[0], "column missing from the header",
                         f"start the file with a known header: {known_headers('csv')}")
-        return fmt, [(f"line {i + 2}", row) for i, row in enumerate(reader)]
+        rows = [(f"line {i + 2}", row) for i, row in enumerate(reader)]
+        width = len(reader.fieldnames)
+        for where, row in rows:   # DictReader files cells past the header under None, unread
+            if None in row:
+                raise ScenarioError("trace", f"{path.name} {where}: {width + len(row[None])} cells under a "
+                                    f"header of {width} columns (a comma inside a cell not quoted?)",
+                                    "give each row one cell per header column; quote a cell holding a comma")
+        return fmt, rows
     except csv.Error as exc:
         raise ScenarioError("trace", f"{path.name} line {reader.line_num}: not readable as CSV ({exc})",
                             "write comma-separated rows under a header row") from None

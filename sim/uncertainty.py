@@ -23,6 +23,7 @@ bootstrap vectors into a profile file of the draw's own, which its `profile` fie
 from __future__ import annotations
 
 import math
+import re
 import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
@@ -300,17 +301,40 @@ def simulate_draw(draw: Draw) -> dict[str, dict[str, Any]]:
     """Each method's summary on one draw (a module-level job for the executors)."""
     from psdsim.sim.run import simulate
 
-    if not draw.catalog_toml and not draw.profile_json:
-        return {m: simulate(draw.scenario.replace(method=m)).summary for m in draw.methods}
     with tempfile.TemporaryDirectory(prefix="psdsim-draw-") as folder:
-        s = draw.scenario
-        for field_, name, text in (("catalog", "catalog.toml", draw.catalog_toml),
-                                   ("profile", "profile.json", draw.profile_json)):
-            if text:
-                path = Path(folder) / name
-                path.write_text(text, encoding="utf-8")
-                s = s.replace(**{field_: str(path)})
-        return {m: simulate(s.replace(method=m)).summary for m in draw.methods}
+        s, drawn = draw.scenario, dict[str, str]()
+        try:   # a scenario is checked as it is made: the replaces too may refuse a drawn value
+            for field_, name, text in (("catalog", "catalog.toml", draw.catalog_toml),
+                                       ("profile", "profile.json", draw.profile_json)):
+                if text:
+                    path = Path(folder) / name
+                    path.write_text(text, encoding="utf-8")
+                    drawn[str(path)] = drawn_source(draw.scenario, field_)
+                    s = s.replace(**{field_: str(path)})
+            return {m: simulate(s.replace(method=m)).summary for m in draw.methods}
+        except ScenarioError as exc:
+            raise drawn_refusal(exc, drawn) from None
+
+
+def drawn_source(s: Scenario, field_: str) -> str:
+    """What a draw's temporary catalog or profile file was drawn from, as a refusal names it."""
+    if field_ == "catalog":
+        return f"{s.catalog or 'the built-in catalog'} with values drawn from its ranges"
+    return f"{s.profile} with bootstrap vectors drawn from it"
+
+
+def drawn_refusal(exc: ScenarioError, drawn: dict[str, str]) -> ScenarioError:
+    """A draw's refusal said as one: a value the user never wrote, taken from a range (or a
+    bootstrap) the user gave, and each of the draw's temporary files (`drawn`: path -> what it
+    was drawn from; a catalog error quotes the file's name alone) named by its source."""
+    names = {**{Path(path).name: source for path, source in drawn.items()}, **drawn}
+    problem = exc.problem
+    if names:   # in one pass, longest first: a source may itself hold a temporary file's name
+        pattern = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+        problem = re.sub(pattern, lambda found: names[found.group(0)], problem)
+    return ScenarioError(exc.field, f"in a draw of --intervals: {problem}",
+                         f"{exc.fix}; a draw takes each input anywhere in its range: narrow the range "
+                         "that value is drawn from, or run without --intervals")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,15 @@ from psdsim.sim.catalog import load_catalog
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import FIELDS, Scenario, load_scenario, read_toml
+from psdsim.sim.scenario import (
+    FIELDS,
+    MAX_RATE,
+    MAX_SPAN_S,
+    Scenario,
+    least_rate,
+    load_scenario,
+    read_toml,
+)
 from psdsim.studies.parallel import map_in_order
 from psdsim.studies.sweep_design import MAX_POINTS, field_value
 
@@ -98,10 +106,24 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
     if not 0 < spec.rate_min < spec.rate_max:
         raise _bad("search.rate_min", f"need 0 < rate_min < rate_max, got {spec.rate_min}, {spec.rate_max}",
                    "set e.g. rate_min = 0.05 and rate_max = 1000")
+    _check_rate_bounds(spec)
     if not 0.001 <= spec.tolerance <= 0.5:
         raise _bad("search.tolerance", f"must be in [0.001, 0.5], got {spec.tolerance}",
                    "set tolerance = 0.05 (5%)")
     return spec
+
+
+def _check_rate_bounds(spec: PlanSpec) -> None:
+    """The search tries rates anywhere between rate_min and rate_max, each a run's `rate`: refuse
+    bounds no run takes here, naming them, rather than the `rate` of one run midway through."""
+    if spec.rate_max > MAX_RATE:
+        raise _bad("search.rate_max", f"{spec.rate_max:g} is past {MAX_RATE:g} requests a second, "
+                   "the most a run takes", f"set rate_max to at most {MAX_RATE:g}")
+    requests = max([spec.base.requests, *spec.space.get("requests", [])])
+    if requests / spec.rate_min > MAX_SPAN_S:
+        raise _bad("search.rate_min", f"{requests:,} requests at {spec.rate_min:g} a second arrive over "
+                   f"~{requests / spec.rate_min:.3g} s, past the {MAX_SPAN_S:g} s a run's clock resolves",
+                   f"set rate_min to at least {least_rate(requests)}")
 
 
 def _base_scenario(p: Path, fields_: dict[str, Any], overrides: Sequence[str]) -> Scenario:

@@ -19,15 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from psdsim.sim.output.intervals import interval_text, measure_first
-from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs, sensitivity_csv, tornado_png
+from psdsim.sim.errors import ScenarioError
+from psdsim.sim.output.intervals import interval_text, measure_first, ranks_json, sensitivity_files
+from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs
 from psdsim.sim.uncertainty import (
-    MIN_RANKED_DRAWS,
     UncertainInput,
     catalog_toml,
     check_draws,
     draw_changes,
     drawn_profile,
+    drawn_refusal,
+    drawn_source,
     interval,
     interval_label,
     intervals_head,
@@ -87,13 +89,19 @@ def plan_draws(spec: PlanSpec, configs: Sequence[Any], draws: int, workers: int,
     inputs = plan_inputs(configs)
     points = unit_points(spec.base, draws, len(inputs))
     with tempfile.TemporaryDirectory(prefix="psdsim-plan-draws-") as folder:
-        drawn = []
-        for d, point in enumerate(points):
-            path = Path(folder) / f"draw-{d}.toml"
-            path.write_text(catalog_toml(spec.base, draw_changes(inputs, point)[1]), encoding="utf-8")
-            drawn += [_drawn(c, inputs, point, str(path), Path(folder) / f"draw-{d}-config-{i}.json")
-                      for i, c in enumerate(configs)]
-        searches = search_all(drawn, spec, workers, progress)
+        drawn, sources = [], {}
+        try:   # a drawn value refused as its scenario is made, or in a search, named by its source
+            for d, point in enumerate(points):
+                path = Path(folder) / f"draw-{d}.toml"
+                path.write_text(catalog_toml(spec.base, draw_changes(inputs, point)[1]), encoding="utf-8")
+                sources[str(path)] = drawn_source(spec.base, "catalog")
+                for i, c in enumerate(configs):
+                    profile = Path(folder) / f"draw-{d}-config-{i}.json"
+                    sources[str(profile)] = drawn_source(c, "profile")
+                    drawn.append(_drawn(c, inputs, point, str(path), profile))
+            searches = search_all(drawn, spec, workers, progress)
+        except ScenarioError as exc:
+            raise drawn_refusal(exc, sources) from None
     n = len(configs)
     judged, rows = [], []
     for d in range(draws):
@@ -131,15 +139,10 @@ def plan_sensitivities(pd: PlanDraws, labels: Sequence[str]) -> list[Sensitivity
 
 
 def plan_interval_files(pd: PlanDraws, labels: Sequence[str], figures: bool) -> dict[str, str | bytes]:
-    """sensitivity.csv, and the tornado of the first configuration's gain unless figures are off."""
+    """sensitivity.csv, and the tornado of the first configuration's gain unless figures are off,
+    where they rank anything."""
     rows = plan_sensitivities(pd, labels)
-    if not rows:
-        return {}
-    files: dict[str, str | bytes] = {"sensitivity.csv": sensitivity_csv(rows)}
-    if figures:
-        first = [r for r in rows if r.figure == rows[0].figure]
-        files["figures/sensitivity.png"] = tornado_png(first, rows[0].figure, pd.draws)
-    return files
+    return sensitivity_files(rows, "figures/sensitivity.png" if figures else None) if rows else {}
 
 
 def plan_intervals_json(pd: PlanDraws, labels: Sequence[str]) -> dict[str, Any]:
@@ -153,9 +156,7 @@ def plan_intervals_json(pd: PlanDraws, labels: Sequence[str]) -> dict[str, Any]:
                           **{key: iv(v, key) for key in ("per_gpu_gain", "psd_rate", "sd_rate")}}
                          for v, label in enumerate(labels)],
             "sensitivity": {"method": METHOD, "noise_floor": noise_floor(pd.draws),
-                            "ranked": pd.draws >= MIN_RANKED_DRAWS,
-                            "ranks": [{"figure": r.figure, "input": r.input.name, "rho": r.rho}
-                                      for r in plan_sensitivities(pd, labels)]}}
+                            **ranks_json(plan_sensitivities(pd, labels))}}
 
 
 def plan_interval_lines(pd: PlanDraws, labels: Sequence[str]) -> list[str]:

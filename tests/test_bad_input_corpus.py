@@ -316,6 +316,15 @@ def test_a_path_the_system_cannot_follow_names_its_field_and_why(field, why, arg
     assert line.startswith(f"psdsim: error: {field}: ") and why in line, line
 
 
+def test_a_name_too_long_for_its_results_folder_is_refused_as_the_name(workdir, capsys):
+    """A 300-character name was refused at --out ("File name too long"; fix: choose a writable
+    place with --out), after the checks, naming the wrong field and fix."""
+    line = _refused(["run", *FAST, "--set", f"name={LONG}"], workdir, capsys)
+    assert line.startswith("psdsim: error: name: 300 characters, past 200: it names result folders"), line
+    line = _refused(["compare", *FAST, "--set", f"name={LONG}"], workdir, capsys)
+    assert line.startswith("psdsim: error: name:"), line
+
+
 @pytest.mark.parametrize("argv,field", [
     (["run", "--no-write", "--profile", "locked/p.json"], "profile"),
     (["run", "--no-write", "--set", "trace=locked/t.csv"], "trace"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,6 +94,12 @@ ENGINE = ('[engines.mine]\nname = "m"\nkind = "execution"\nkernels_per_layer = 1
      "[l40s] memory_bandwidth_gbps_range: its low end -864: field 'memory_bandwidth_gbps' must be >= 0"),
     (L40S + 'memory_bandwidth_gbps_range = { low = 0.0, high = 900.0, why = "w" }\n',
      "[l40s] memory_bandwidth_gbps_range: its low end 0: memory, bandwidth and TFLOPS must be at least"),
+    # both ends pass (0: no FP8 tensor cores), the draws between them below 0.001 TFLOPS do not:
+    # a draw was refused mid-run naming the draw's own temporary catalog.toml
+    (L40S.replace("fp8_tflops = 733.0", "fp8_tflops = 0.0")
+     + 'fp8_tflops_range = { low = 0.0, high = 0.002, why = "w" }\n',
+     "[l40s] fp8_tflops_range: a range of fp8_tflops must lie at or above 0.001 TFLOPS (0 means no FP8"),
+    (L40S + 'fp8_tflops_range = { low = 0.0, high = 800.0, why = "w" }\n', "got [0, 800]"),
     (PCIE4 + 'p2p_bandwidth_gbps_range = { spread = 1.5, why = "w" }\n',
      "[pcie4] p2p_bandwidth_gbps_range: its low end -11: field 'p2p_bandwidth_gbps' must be >= 0"),
     (PRIOR + 'alpha_range = { spread = 0.9, why = "w" }\n',
@@ -215,14 +222,14 @@ def test_run_and_compare_without_intervals_print_what_they_did(capsys):
 def test_run_with_intervals_adds_them_and_writes_the_sensitivities(capsys, tmp_path):
     assert main(["run", *FAST, "--json", "--no-write"]) == 0
     plain = json.loads(capsys.readouterr().out)
-    assert main(["run", *FAST, "--intervals", "4", "--out", "r"]) == 0
+    assert main(["run", *FAST, "--intervals", str(MIN_RANKED_DRAWS), "--out", "r"]) == 0
     text = capsys.readouterr().out
-    assert "over 4 draws" in text and "what to measure first" in text
+    assert f"over {MIN_RANKED_DRAWS} draws" in text and "what to measure first" in text
     assert json.loads((tmp_path / "r" / "summary.json").read_text()) == plain   # the point run unchanged
     iv = json.loads((tmp_path / "r" / "intervals.json").read_text())["figures"]["psd"]["throughput_tok_s"]
     assert iv["low"] <= iv["median"] <= iv["high"]
     csv = (tmp_path / "r" / "sensitivity.csv").read_text().splitlines()
-    assert csv[0].startswith("figure,input,spearman_rho") and len(csv) > 3
+    assert csv[0].startswith("figure,input,spearman_rho,rho_squared,draws") and len(csv) > 3
     assert (tmp_path / "r" / "sensitivity.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -241,8 +248,46 @@ def test_fewer_draws_than_a_ranking_needs_print_their_range_and_rank_nothing(cap
     assert ("intervals: median (the range of the draws; a 90% interval needs --intervals 16 or more) "
             "over 4 draws") in out
     assert "not ranked over 4 draws" in out and "by chance" not in out and "rho²" not in out
+    assert main(["run", *FAST, "--out", "few", "--intervals", "4"]) == 0
+    doc = json.loads(Path("few/intervals.json").read_text())["sensitivity"]
+    assert doc["ranked"] is False and doc["ranks"] == []   # the old code listed 4 draws' rho of chance
+    assert not Path("few/sensitivity.csv").exists() and not Path("few/sensitivity.png").exists()
     draws = np.array([3.0, 1.0, 2.0, 10.0])
     assert interval(draws) == Interval(2.5, 1.0, 10.0)
+
+
+def test_a_figure_no_draw_gives_is_not_ranked(capsys):
+    """One-token outputs have no decode throughput in any draw: the old code ranked every input
+    at rho +0.00 against it over "16 draws" and wrote that table and its tornado."""
+    assert main(["run", *FAST, "--set", "output_len=1", "--out", "r",
+                 "--intervals", str(MIN_RANKED_DRAWS)]) == 0
+    out = capsys.readouterr().out
+    assert (f"what to measure first, for psd throughput: not ranked over 0 draws (of {MIN_RANKED_DRAWS}, "
+            "the rest do not give it)") in out and "rho +0.00" not in out
+    assert not Path("r/sensitivity.csv").exists() and not Path("r/sensitivity.png").exists()
+    assert json.loads(Path("r/intervals.json").read_text())["sensitivity"]["ranks"] == []
+
+
+def test_no_draw_that_fits_is_said_so_and_the_point_run_is_kept(capsys, tmp_path):
+    """A catalog range of GPU memory most of which cannot hold the model: where no draw fit,
+    intervals.json ended in StopIteration, a traceback, and the point run's results were lost."""
+    base = load_catalog().gpus["l40s"]
+    (tmp_path / "mem.toml").write_text(
+        f'[gpus.l40s]\nname = "L40S"\nmemory_gb = 48.0\n'
+        f'memory_gb_range = {{ low = 1.0, high = 48.0, why = "test" }}\n'
+        f"memory_bandwidth_gbps = {base.memory_bandwidth_gbps}\nbf16_tflops = {base.bf16_tflops}\n"
+        f'nvlink = false\nhost_link = "pcie4"\nsource = "test"\n')
+    for seed in range(8):   # the Latin hypercube of two draws misses the top 30 % in some seeds
+        assert main(["run", *FAST, "--set", "catalog=mem.toml", "--set", f"seed={seed}",
+                     "--out", f"r{seed}", "--intervals", "2"]) == 0
+        doc = json.loads(Path(f"r{seed}/intervals.json").read_text())
+        assert Path(f"r{seed}/summary.json").is_file()
+        if doc["fits"]["psd"] == 0:
+            break
+    else:
+        pytest.fail("no seed drew two draws of which neither fits")
+    out = capsys.readouterr().out
+    assert "note: psd fits in 0 of 2 draws" in out and doc["figures"] == {"psd": {}}
 
 
 def test_plan_intervals_without_a_verdict_pair_print_no_empty_section(capsys, tmp_path):
@@ -309,8 +354,9 @@ def test_plan_with_intervals_counts_the_draws_in_which_psd_pays(capsys, tmp_path
     assert 0 <= verdict["pays_in"] <= 3 and f"pays in {verdict['pays_in']} of 3 draws" in out
     gain = verdict["per_gpu_gain"]
     assert gain["low"] <= gain["median"] <= gain["high"]
-    assert (tmp_path / "b" / "sensitivity.csv").is_file()
-    assert (tmp_path / "b" / "figures" / "sensitivity.png").is_file()
+    # three draws rank nothing: no table or tornado of chance correlations beside that line
+    assert not (tmp_path / "b" / "sensitivity.csv").exists()
+    assert not (tmp_path / "b" / "figures" / "sensitivity.png").exists()
 
 
 def _complete_profile(path) -> str:
@@ -428,3 +474,32 @@ def test_a_plan_verdict_is_ranked_on_its_own_configuration_s_inputs(tmp_path):
         if rank.input.field == "acceptance":
             draft = rank.figure.split("draft=")[1].split()[0]
             assert rank.input.name.startswith(f"acceptance {draft} ->")
+
+
+def test_a_draw_outside_what_the_scenario_takes_is_said_to_be_a_draw(capsys, tmp_path):
+    """A dataset whose mu range runs past the prompt window: the point run is fine, a draw near
+    the range's top end is refused, and the refusal said nothing of a draw (the user's mu is 5)."""
+    (tmp_path / "ds.toml").write_text(
+        '[datasets.mine]\nmax_requests = 0\nmin_prompt = 16\nmax_prompt = 1792\n'
+        'components = [{ weight = 1.0, mu = 5.0, sigma = 0.3, mu_range = { low = 5.0, high = 12.0, '
+        'why = "test" } }]\nsource = "test"\n')
+    argv = ["run", "--set", "requests=8", "--set", "output_len=8", "--set", "catalog=ds.toml",
+            "--set", "dataset=mine", "--no-write"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "--intervals", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("psdsim: error: dataset: in a draw of --intervals: mine: component 1")
+    assert "\n" not in err
+    assert err.endswith("narrow the range that value is drawn from, or run without --intervals")
+
+
+def test_a_draw_s_refusal_names_each_temporary_file_by_its_source_in_one_pass():
+    from psdsim.sim.errors import ScenarioError
+    from psdsim.sim.uncertainty import drawn_refusal
+
+    exc = ScenarioError("catalog", "/tmp/d/catalog.toml: GPU 'x' (in catalog.toml)", "correct it")
+    drawn = {"/tmp/d/catalog.toml": "my/catalog.toml with values drawn from its ranges"}
+    assert drawn_refusal(exc, drawn).problem == ("in a draw of --intervals: my/catalog.toml with values "
+                                                 "drawn from its ranges: GPU 'x' (in my/catalog.toml with "
+                                                 "values drawn from its ranges)")

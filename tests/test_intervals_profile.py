@@ -101,3 +101,29 @@ def test_a_plan_configuration_runs_on_its_draw_s_resampled_profile(profiles, tmp
     drawn = _drawn(c, inputs, np.zeros(len(inputs)), str(tmp_path / "draw.toml"), tmp_path / "draw.json")
     assert drawn.profile == str(tmp_path / "draw.json")
     assert load_profile(drawn.profile).terms["verify"].coef == load_profile(boot).bootstrap.terms["verify"][0]
+
+
+def test_a_draw_s_refusal_names_the_user_s_profile_not_a_temporary_file(profiles, tmp_path, capsys) -> None:
+    """Bootstrap vectors of zeros price a verify pass at 0 ms: the draw that picks one was refused
+    naming /tmp/psdsim-draw-XXXX/profile.json (plan: draw-0-config-0.json), a file the user never
+    wrote and which was gone by the time they read it."""
+    from psdsim.cli import main
+    from tests.test_intervals import PLAN
+
+    doc = json.loads(Path(profiles[0]).read_text())
+    vectors = doc["bootstrap"]["terms"]["verify"]
+    for i in range(len(vectors)):
+        vectors[i] = [0.0] * len(vectors[i])
+    zeros = tmp_path / "zeros.json"
+    write_file(zeros, json.dumps(doc))
+    (tmp_path / "plan.toml").write_text(PLAN.replace("[base]\n", f'[base]\nprofile = "{zeros}"\n'))
+    for argv in (["run", "--set", "requests=8", "--set", "output_len=8",
+                  "--profile", str(tmp_path / "zeros.json"), "--no-write", "--intervals", "2"],
+                 ["plan", str(tmp_path / "plan.toml"), "--intervals", "2", "--workers", "1", "--no-figures",
+                  "--out", str(tmp_path / "p")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"psdsim: error: profile: in a draw of --intervals: {tmp_path / 'zeros.json'} "
+                              "with bootstrap vectors drawn from it: prices a verify pass at 0 ms"), err
+        assert "psdsim-draw" not in err and "draw-0" not in err and "\n" not in err
+        assert "narrow the range that value is drawn from, or run without --intervals" in err

@@ -301,6 +301,20 @@ def test_a_pipe_at_a_lock_s_name_is_refused_and_kept(tmp_path, lock):
     assert where.exists() and not (tmp_path / "A" / "sub").exists()
 
 
+def test_a_lock_whose_folder_takes_no_file_is_one_line_not_a_loop(tmp_path):
+    """Creating the lock in a folder that is gone (or in /proc, which takes no new file) fails
+    with ENOENT, which the lock's open read as "removed meanwhile, make it again": psdsim spun
+    for ever on `--out /proc/x` (run, compare, engine run --trace-dir ...)."""
+    with pytest.raises(FileNotFoundError):
+        own_files.open_own_file(tmp_path / "gone" / ".x.psdsim-lock", own_files.LOCK_CAP,
+                                os.O_RDWR | os.O_CREAT)
+    assert own_files.open_own_file(tmp_path / "absent", own_files.LOCK_CAP) is None   # reading: nothing there
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system to write into")
+    err = _one_line(_psdsim("run", *FAST, "--out", "/proc/psdsim-out"))
+    assert err.startswith("psdsim: error: --out: cannot write '/proc/psdsim-out' (No such file or directory)")
+
+
 def test_a_pipe_or_a_link_to_dev_zero_as_a_single_file_s_record_is_refused(tmp_path):
     write_file(Path("p.json"), "{}\n")
     record = own_files.record_file(tmp_path / "p.json")

@@ -50,6 +50,12 @@ def _plan(tmp_path: Path, text: str = PLAN) -> Path:
     ("[base]\nkk = 3\n[slo]\nlatency_p99_ms = 5\n", r"^kk: unknown field"),
     ('[slo]\nlatency_p99_ms = 5\n[search]\ntolerance = "abc"\n', r"^search.tolerance: must be a finite"),
     ("[slo]\nlatency_p99_ms = 5\n[search]\nrate_min = [1]\n", r"^search.rate_min: must be a finite number"),
+    # bounds past what a run takes: the search failed midway naming `rate`, a field the plan forbids
+    ("[slo]\nlatency_p99_ms = 5\n[search]\nrate_max = 1e300\n", r"^search.rate_max: 1e\+300 is past 1e\+09"),
+    ("[base]\nrequests = 30\n[slo]\nlatency_p99_ms = 5\n[search]\nrate_min = 1e-300\n",
+     r"^search.rate_min: 30 requests at 1e-300 .* fix: set rate_min to at least 3.01e-08$"),
+    ("[base]\nrequests = 30\n[space]\nrequests = [30, 60]\n[slo]\nlatency_p99_ms = 5\n[search]\n"
+     "rate_min = 3.01e-8\n", r"^search.rate_min: 60 requests at 3.01e-08"),
 ])
 def test_bad_plans_are_one_line_errors(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(ScenarioError, match=match) as exc:
@@ -241,3 +247,16 @@ def test_a_run_that_took_no_time_starts_the_search_at_the_top() -> None:
     summary = {"fits": True, "requests": 4, "makespan_s": 0.0, "latency_ms": {"p99": 1.0}}
     found = max_rate(s, {"latency_p99_ms": 10.0}, rate_max=64.0, run=lambda sc: summary)
     assert found.rate == 64.0 and found.failing_rate is None
+
+
+def test_a_refusal_of_too_slow_a_rate_suggests_a_rate_that_is_taken() -> None:
+    """30 requests: 30 / 1e9 printed as 3e-08, and 30 / 3e-08 is a hair past 1e9 s, so the fix
+    the refusal gave was itself refused."""
+    from psdsim.sim.scenario import MAX_SPAN_S, Scenario, least_rate, validate
+
+    for requests in (1, 7, 30, 999, 12345):
+        text = least_rate(requests)
+        assert requests / float(text) <= MAX_SPAN_S
+        validate(Scenario(requests=requests, rate=float(text)))
+    with pytest.raises(ScenarioError, match=r"fix: raise rate to at least 3.01e-08$"):
+        validate(Scenario(requests=30, rate=3e-08))

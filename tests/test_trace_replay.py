@@ -151,3 +151,19 @@ def test_a_column_given_twice_is_refused(tmp_path, name, body):
     f.write_text(body)
     with pytest.raises(ScenarioError, match=r"field 'prompt_tokens': .*given twice"):
         read_trace(f, 2048)
+
+
+@pytest.mark.parametrize("body, says", [
+    ("arrival_s,prompt_tokens,output_tokens\n0,10,4\n0,10,4,9\n", "line 3: 4 cells under a header of 3"),
+    # BurstGPT with an unquoted comma in Model: its tokens were read one column off, as 4 and 459
+    ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,GPT,4,459,74,533,API log\n",
+     "line 2: 7 cells under a header of 6 columns (a comma inside a cell not quoted?)")])
+def test_a_row_with_more_cells_than_the_header_is_refused_not_cut(tmp_path, body, says):
+    """csv.DictReader files the cells past the header under None, which nothing read: a row with
+    one too many was replayed without a word, its known columns possibly shifted."""
+    f = tmp_path / "t.csv"
+    f.write_text(body)
+    with pytest.raises(ScenarioError) as exc:
+        read_trace(f, 2048)
+    assert str(exc.value).startswith(f"trace: t.csv {says}")
+    assert str(exc.value).endswith("quote a cell holding a comma")

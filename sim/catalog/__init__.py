@@ -411,6 +411,12 @@ def _load_ranges(table: str, entries: dict[str, Any], tables: dict[str, Any], fi
             if name.endswith(RANGE_SUFFIX):
                 base, where = name[: -len(RANGE_SUFFIX)], f"{filename} [{key}] {name}"
                 rng = _range(spec, _point(entry, base, where), where)
+                if table == "gpus" and base == "fp8_tflops" and rng.low < MIN_RATE and rng.high > 0:
+                    # 0 (no FP8 tensor cores) and the rates from MIN_RATE up are allowed, the values
+                    # between are not: both ends may pass while draws between them are refused
+                    raise CatalogError(f"{where}: a range of fp8_tflops must lie at or above {MIN_RATE:g} "
+                                       f"TFLOPS (0 means no FP8 tensor cores, not a rate to draw "
+                                       f"towards), got [{rng.low:g}, {rng.high:g}]")
                 for end, value in (("low", rng.low), ("high", rng.high)):
                     at = f"{where}: its {end} end {value:g}"
                     _check_number(base, value, at)

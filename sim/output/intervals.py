@@ -59,9 +59,9 @@ def sensitivities(prop: Propagation, methods: Sequence[str],
 def intervals_json(prop: Propagation, methods: Sequence[str],
                    pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
     """Every numeric figure's interval per method, the ratios', the inputs and their ranks."""
-    first = next(sm for draw in prop.summaries for sm in draw.values() if sm["fits"])
-    figures = {m: {".".join(p): _json(interval(prop.figure(m, p))) for p in numeric_paths(first)}
-               for m in methods}
+    first = next((sm for draw in prop.summaries for sm in draw.values() if sm["fits"]), None)
+    paths = numeric_paths(first) if first is not None else []   # no draw fits: no figure to give
+    figures = {m: {".".join(p): _json(interval(prop.figure(m, p))) for p in paths} for m in methods}
     ratios = {f"{a}/{b}": {"_".join(p): _json(interval(prop.ratio(a, b, p))) for p in RATIO_KEYS}
               for a, b in pairs}
     return {
@@ -70,9 +70,7 @@ def intervals_json(prop: Propagation, methods: Sequence[str],
         "inputs": [{"name": i.name, "low": i.low, "high": i.high, "why": i.why} for i in prop.inputs],
         "figures": figures, "ratios": ratios,
         "sensitivity": {"method": METHOD, "noise_floor": noise_floor(prop.draws),
-                        "ranked": prop.draws >= MIN_RANKED_DRAWS,
-                        "ranks": [{"figure": r.figure, "input": r.input.name, "rho": r.rho}
-                                  for r in sensitivities(prop, methods, pairs)]},
+                        **ranks_json(sensitivities(prop, methods, pairs))},
     }
 
 
@@ -80,14 +78,33 @@ def _json(iv: Interval | None) -> dict[str, float] | None:
     return iv.as_json() if iv is not None else None
 
 
+def ranks_json(rows: Sequence[Sensitivity]) -> dict[str, Any]:
+    """The ranks of the figures ranked (given in MIN_RANKED_DRAWS draws or more), and whether
+    there are any: below that, the text ranks nothing, and neither does the JSON."""
+    ranks = [{"figure": r.figure, "input": r.input.name, "rho": r.rho, "draws": r.draws}
+             for r in rows if r.ranked]
+    return {"ranked": bool(ranks), "ranks": ranks}
+
+
+def sensitivity_files(rows: Sequence[Sensitivity], tornado: str | None) -> dict[str, str | bytes]:
+    """sensitivity.csv of the ranked rows and the tornado of the first figure (at `tornado`,
+    unless None) where it is ranked: none of either where nothing is, as the text ranks nothing."""
+    ranked = [r for r in rows if r.ranked]
+    if not ranked:
+        return {}
+    files: dict[str, str | bytes] = {"sensitivity.csv": sensitivity_csv(ranked)}
+    first = [r for r in rows if r.figure == rows[0].figure]
+    if tornado is not None and first[0].ranked:
+        files[tornado] = tornado_png(first, first[0].figure)
+    return files
+
+
 def interval_files(prop: Propagation, methods: Sequence[str],
                    pairs: Sequence[tuple[str, str]]) -> dict[str, str | bytes]:
-    """intervals.json, sensitivity.csv and the tornado figure of the first headline."""
-    rows = sensitivities(prop, methods, pairs)
-    first = rows[0].figure
+    """intervals.json, and sensitivity.csv and the tornado figure of the first headline where
+    they rank anything."""
     return {"intervals.json": json.dumps(intervals_json(prop, methods, pairs), indent=2) + "\n",
-            "sensitivity.csv": sensitivity_csv(rows),
-            "sensitivity.png": tornado_png([r for r in rows if r.figure == first], first, prop.draws)}
+            **sensitivity_files(sensitivities(prop, methods, pairs), "sensitivity.png")}
 
 
 def format_intervals(prop: Propagation, methods: Sequence[str], pairs: Sequence[tuple[str, str]]) -> str:
@@ -126,18 +143,23 @@ def _columns(cells: dict[str, list[str]]) -> list[str]:
 
 def measure_first(rows: Sequence[Sensitivity], draws: int) -> list[str]:
     """The inputs that explain most of the first headline's spread, largest first. The seed is not
-    one to measure: its rho, pure chance, is quoted as the yardstick of what chance gives."""
+    one to measure: its rho, pure chance, is quoted as the yardstick of what chance gives. A
+    figure some draws do not give (a method that does not fit them) is ranked over those it is in."""
     first = [r for r in rows if r.figure == rows[0].figure]
-    if draws < MIN_RANKED_DRAWS:
-        return [f"  what to measure first, for {first[0].figure}: not ranked over {draws} draws",
-                f"  (chance alone gives |rho| near 1 at this N; rank with --intervals {MIN_RANKED_DRAWS} "
-                "or more)"]
-    floor = noise_floor(draws)
+    given = first[0].draws
+    head = f"  what to measure first, for {first[0].figure}"
+    if not first[0].ranked:
+        if given < draws:
+            return [f"{head}: not ranked over {given} draws (of {draws}, the rest do not give it)",
+                    f"  (a ranking needs the figure in {MIN_RANKED_DRAWS} draws or more)"]
+        return [f"{head}: not ranked over {given} draws", "  (chance alone gives |rho| near 1 at "
+                f"this N; rank with --intervals {MIN_RANKED_DRAWS} or more)"]
     seed = next((r for r in first if r.input.field == "seed"), None)
     chance = f"; the seed's own, chance alone: {seed.rho:+.2f}" if seed is not None else ""
-    lines = [f"  what to measure first, for {first[0].figure}: {METHOD} rho over {draws} draws",
+    over = f"{given} draws" + (f" (of {draws}, the rest do not give it)" if given < draws else "")
+    lines = [f"{head}: {METHOD} rho over {over}",
              "  (rho² = the share of its spread an input explains alone; one input in ten passes "
-             f"|rho| = {floor:.2f}", f"  by chance at this N{chance})"]
+             f"|rho| = {noise_floor(given):.2f}", f"  by chance at this N{chance})"]
     measurable = [r for r in first if r.input.field != "seed"]
     for i, r in enumerate(measurable[:SHOWN_INPUTS], 1):
         lines += [f"    {i}. {r.input.name:<48} rho {r.rho:+.2f}  rho² {r.share:4.0%}  "

@@ -217,8 +217,7 @@ def _locked_fd(path: Path, given: Path, option: str) -> int:
         except OSError as exc:
             raise ScenarioError(option, f"cannot write {str(given)!r} ({exc.strerror or exc})",
                                 f"choose a writable place with {option}") from None
-        if fd is None:   # removed between its lstat and its opening: make it again
-            continue
+        assert fd is not None   # O_CREAT: made if it is gone, or an OSError above
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

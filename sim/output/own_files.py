@@ -58,6 +58,8 @@ def open_own_file(path: Path, cap: int, flags: int = os.O_RDONLY) -> int | None:
     try:
         fd = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o666)
     except FileNotFoundError:
+        if flags & os.O_CREAT:   # not a file gone meanwhile: its folder is, or (/proc) takes none
+            raise
         return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
