@@ -15,9 +15,9 @@ the ranges are only read by `--intervals` (sim/uncertainty.py), which draws inpu
 both ends of a range are held to its field's own bounds, and a range only sits where a draw reads
 it (DRAWN): anywhere else it is refused, not dropped.
 
-The package: schema.py (the dataclasses), entries.py (one entry held to its bounds), ranges.py
-(the ranges), loader.py (the files read and merged); hf_config.py derives a model from a Hugging
-Face config.json. The names other modules use are re-exported here.
+The package: schema.py (the dataclasses), entries.py (a table's entries read, each held to its
+bounds), ranges.py (the ranges), loader.py (the files read, checked and merged); hf_config.py
+derives a model from a Hugging Face config.json. The names other modules use are re-exported here.
 """
 
 from __future__ import annotations
@@ -26,21 +26,16 @@ from psdsim.sim.catalog.entries import MAX_NUMBER
 from psdsim.sim.catalog.loader import CATALOG_FILE, builtin_catalog, load_catalog
 from psdsim.sim.catalog.schema import (
     GPU,
-    AcceptancePrior,
     Catalog,
     CatalogError,
     Dataset,
     EngineProfile,
     Link,
     Model,
-    PromptComponent,
-    Range,
-    RangeKey,
     vocabulary_mismatch,
 )
 
 __all__ = [
-    "CATALOG_FILE", "GPU", "MAX_NUMBER", "AcceptancePrior", "Catalog", "CatalogError", "Dataset",
-    "EngineProfile", "Link", "Model", "PromptComponent", "Range", "RangeKey", "builtin_catalog",
-    "load_catalog", "vocabulary_mismatch",
+    "CATALOG_FILE", "GPU", "MAX_NUMBER", "Catalog", "CatalogError", "Dataset", "EngineProfile", "Link",
+    "Model", "builtin_catalog", "load_catalog", "vocabulary_mismatch",
 ]

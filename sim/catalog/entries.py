@@ -1,6 +1,6 @@
-"""One catalog entry held to its bounds: each field of its table present and of its type, every
-number within what any real machine or model has, and the rules of a GPU, link, model, engine or
-acceptance prior that the arithmetic downstream divides or scales by.
+"""A catalog table's entries read and each held to its bounds: each field present and of its
+type, every number within what any real machine or model has, and the rules of a GPU, link, model,
+engine or acceptance prior that the arithmetic downstream divides or scales by.
 
 The loader (sim/catalog/loader.py) holds each entry's point values to these, and the ranges
 (sim/catalog/ranges.py) both ends of each range an entry carries, so a draw meets only values the
@@ -17,6 +17,7 @@ from psdsim.sim.catalog.schema import (
     GPU,
     AcceptancePrior,
     CatalogError,
+    Dataset,
     EngineProfile,
     Link,
     Model,
@@ -83,6 +84,47 @@ def check_number(name: str, value: float, where: str) -> None:
         raise CatalogError(f"{where}: field {name!r} must be >= 0, got {value!r}")
     if value > MAX_NUMBER:
         raise CatalogError(f"{where}: field {name!r} must be at most {MAX_NUMBER:g}, got {value!r}")
+
+
+def load_group(cls: type, tables: dict[str, Any], filename: str) -> dict[str, Any]:
+    """The entries of a table whose fields are all checked by their types (gpus, links, models,
+    engines), keyed by name."""
+    return {key: cls(key=key, **check_entry(cls, key, without_ranges(raw), filename))
+            for key, raw in tables.items()}
+
+
+def load_datasets(tables: dict[str, Any], filename: str) -> dict[str, Dataset]:
+    """Dataset profiles: their fields, each prompt-length component, and min_prompt <= max_prompt."""
+    out = {}
+    for key, raw in tables.items():
+        raw = dict(raw)
+        comps = raw.pop("components", None)
+        if not comps:
+            raise CatalogError(f"{filename} [{key}]: missing field 'components'")
+        raw["components"] = tuple(checked_component(c, f"{filename} [{key}]") for c in
+                                  (comps if isinstance(comps, list) else [comps]))
+        checked = check_entry(Dataset, key, raw, filename)
+        if checked["min_prompt"] > checked["max_prompt"]:
+            raise CatalogError(f"{filename} [{key}]: min_prompt exceeds max_prompt")
+        out[key] = Dataset(key=key, **checked)
+    return out
+
+
+def load_acceptance(tables: dict[str, Any], models: dict[str, Model],
+                    filename: str) -> dict[tuple[str, str], AcceptancePrior]:
+    """Acceptance priors keyed by (draft, target), both models the catalog holds."""
+    out = {}
+    for pair, raw in tables.items():
+        draft, sep, target = (part.strip() for part in pair.partition("->"))
+        if not sep or draft not in models or target not in models:
+            raise CatalogError(f"{filename} [{pair!r}]: expected 'draft -> target' of known models")
+        checked = check_entry(AcceptancePrior, pair,
+                              {"draft": draft, "target": target, **without_ranges(raw)}, filename)
+        if "per_position" in checked:
+            checked["per_position"] = position_factors(checked["per_position"], f"{filename} [{pair!r}]")
+        out[(draft, target)] = AcceptancePrior(**checked)
+        check_alpha(out[(draft, target)], f"{filename} [{pair!r}]")
+    return out
 
 
 def without_ranges(raw: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Reading the catalog: the built-in TOML files beside this package, and a user's file merged over
-them, each entry checked (sim/catalog/entries.py) and its ranges read (sim/catalog/ranges.py).
+them, each table's entries read and checked (sim/catalog/entries.py), the entries checked against
+one another, and their ranges read (sim/catalog/ranges.py).
 """
 
 from __future__ import annotations
@@ -11,24 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.catalog.entries import (
-    check_alpha,
     check_engine,
-    check_entry,
     check_gpu,
     check_link,
     check_model_sizes,
-    checked_component,
-    position_factors,
-    without_ranges,
+    load_acceptance,
+    load_datasets,
+    load_group,
 )
 from psdsim.sim.catalog.ranges import RANGED_TABLES, merged_ranges, ranges_of, refuse_undrawn_ranges
 from psdsim.sim.catalog.schema import (
     GPU,
     USER_TABLES,
-    AcceptancePrior,
     Catalog,
     CatalogError,
-    Dataset,
     EngineProfile,
     Link,
     Model,
@@ -41,43 +38,6 @@ from psdsim.sim.user_input import did_you_mean
 
 # What a user's catalog path must name, and how to fix one that does not
 CATALOG_FILE = ("a catalog file", "give the path of a TOML catalog file (sim/catalog/*.toml show the form)")
-
-
-def _load_group(cls: type, tables: dict[str, Any], filename: str) -> dict[str, Any]:
-    return {key: cls(key=key, **check_entry(cls, key, without_ranges(raw), filename))
-            for key, raw in tables.items()}
-
-
-def _load_datasets(tables: dict[str, Any], filename: str) -> dict[str, Dataset]:
-    out = {}
-    for key, raw in tables.items():
-        raw = dict(raw)
-        comps = raw.pop("components", None)
-        if not comps:
-            raise CatalogError(f"{filename} [{key}]: missing field 'components'")
-        raw["components"] = tuple(checked_component(c, f"{filename} [{key}]") for c in
-                                  (comps if isinstance(comps, list) else [comps]))
-        checked = check_entry(Dataset, key, raw, filename)
-        if checked["min_prompt"] > checked["max_prompt"]:
-            raise CatalogError(f"{filename} [{key}]: min_prompt exceeds max_prompt")
-        out[key] = Dataset(key=key, **checked)
-    return out
-
-
-def _load_acceptance(tables: dict[str, Any], models: dict[str, Model],
-                     filename: str) -> dict[tuple[str, str], AcceptancePrior]:
-    out = {}
-    for pair, raw in tables.items():
-        draft, sep, target = (part.strip() for part in pair.partition("->"))
-        if not sep or draft not in models or target not in models:
-            raise CatalogError(f"{filename} [{pair!r}]: expected 'draft -> target' of known models")
-        checked = check_entry(AcceptancePrior, pair,
-                              {"draft": draft, "target": target, **without_ranges(raw)}, filename)
-        if "per_position" in checked:
-            checked["per_position"] = position_factors(checked["per_position"], f"{filename} [{pair!r}]")
-        out[(draft, target)] = AcceptancePrior(**checked)
-        check_alpha(out[(draft, target)], f"{filename} [{pair!r}]")
-    return out
 
 
 def _builtin(name: str) -> dict[str, Any]:
@@ -113,14 +73,14 @@ def builtin_catalog() -> Catalog:
     doc = {table: _builtin(f"{table}.toml") for table in USER_TABLES}
     for table in USER_TABLES:
         refuse_undrawn_ranges({table: doc[table]}, f"{table}.toml")
-    models = _load_group(Model, doc["models"], "models.toml")
+    models = load_group(Model, doc["models"], "models.toml")
     cat = _assemble(
-        _load_group(GPU, doc["gpus"], "gpus.toml"),
-        _load_group(Link, doc["links"], "links.toml"),
+        load_group(GPU, doc["gpus"], "gpus.toml"),
+        load_group(Link, doc["links"], "links.toml"),
         models,
-        _load_datasets(doc["datasets"], "datasets.toml"),
-        _load_acceptance(doc["acceptance"], models, "acceptance.toml"),
-        _load_group(EngineProfile, doc["engines"], "engines.toml"),
+        load_datasets(doc["datasets"], "datasets.toml"),
+        load_acceptance(doc["acceptance"], models, "acceptance.toml"),
+        load_group(EngineProfile, doc["engines"], "engines.toml"),
         "built-in catalog",
     )
     ranges: dict[RangeKey, Range] = {}
@@ -155,14 +115,14 @@ def _user_catalog(path: str, mtime: float) -> Catalog:
                 raise CatalogError(f"{name} [{table}.{key}]: must be a table of fields, got {entry!r}")
     refuse_undrawn_ranges(doc, name)
     base = builtin_catalog()
-    models = {**base.models, **_load_group(Model, doc.get("models", {}), name)}
+    models = {**base.models, **load_group(Model, doc.get("models", {}), name)}
     cat = _assemble(
-        {**base.gpus, **_load_group(GPU, doc.get("gpus", {}), name)},
-        {**base.links, **_load_group(Link, doc.get("links", {}), name)},
+        {**base.gpus, **load_group(GPU, doc.get("gpus", {}), name)},
+        {**base.links, **load_group(Link, doc.get("links", {}), name)},
         models,
-        {**base.datasets, **_load_datasets(doc.get("datasets", {}), name)},
-        {**base.acceptance, **_load_acceptance(doc.get("acceptance", {}), models, name)},
-        {**base.engines, **_load_group(EngineProfile, doc.get("engines", {}), name)},
+        {**base.datasets, **load_datasets(doc.get("datasets", {}), name)},
+        {**base.acceptance, **load_acceptance(doc.get("acceptance", {}), models, name)},
+        {**base.engines, **load_group(EngineProfile, doc.get("engines", {}), name)},
         name,
     )
     return replace(cat, ranges=merged_ranges(base.ranges, doc, ranges_of(doc, cat, name)))
