@@ -1,7 +1,8 @@
 """What every reader of a user's names and values shares: the scenario, sweep and plan files,
 `--set`, the catalog and the engine commands' namespaces.
 
-- `did_you_mean`: the fix for an unknown name, naming the known ones it is nearest to.
+- `did_you_mean`: the fix for an unknown name, naming the known ones it is nearest to
+  (`unknown_table`: the refusal of a table a file may not hold).
 - `FieldTables`: a document whose fields may be written flat or grouped in tables (`k = 4` or
   `[run] k = 4`), flattened into its fields, with every unknown, misplaced or twice-given name
   refused in one line.
@@ -28,14 +29,16 @@ from psdsim.sim.numbers import integer, number
 KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
+MOST_NAMED = 3   # near names a fix suggests: more would read as a list to choose from
 
 
-def close_names(name: str, known: Iterable[str], most: int = 3) -> list[str]:
-    """The known names a misspelt one may mean, at most `most`: those it begins (a name typed
+def close_names(name: str, known: Iterable[str]) -> list[str]:
+    """The known names a misspelt one may mean, at most MOST_NAMED: those it begins (a name typed
     short), then difflib's nearest (a typo)."""
     known = list(known)
     begun = [k for k in known if k.startswith(name)]
-    return list(dict.fromkeys(begun + difflib.get_close_matches(name, known, n=most, cutoff=0.6)))[:most]
+    near = difflib.get_close_matches(name, known, n=MOST_NAMED, cutoff=0.6)
+    return list(dict.fromkeys(begun + near))[:MOST_NAMED]
 
 
 def did_you_mean(name: str, known: Iterable[str], otherwise: str,
@@ -46,14 +49,15 @@ def did_you_mean(name: str, known: Iterable[str], otherwise: str,
     return f"did you mean {' or '.join(map(spell, close))}?" if close else otherwise
 
 
-def _table(name: str) -> str:
-    return f"[{name}]"
+def bracketed(table: str) -> str:
+    """A table's name as a TOML file writes its header: [table]."""
+    return f"[{table}]"
 
 
 def unknown_table(key: str, tables: Iterable[str], source: str, otherwise: str) -> ScenarioError:
     """The refusal of a table `[key]` that the file `source` may not hold."""
     return ScenarioError(f"[{key}]", f"unknown table in {source}",
-                         did_you_mean(key, tables, otherwise, _table))
+                         did_you_mean(key, tables, otherwise, bracketed))
 
 
 @dataclass(frozen=True)

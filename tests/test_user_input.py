@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.user_input import FieldTables, close_names, did_you_mean, parsed, typed, unknown_table
+from psdsim.sim.user_input import (
+    FieldTables,
+    bracketed,
+    close_names,
+    did_you_mean,
+    parsed,
+    typed,
+    unknown_table,
+)
 
 TABLES = FieldTables({"k": "run", "m": "run", "rate": "workload", "requests": "workload"},
                      ("run", "workload"), "see the list")
@@ -28,7 +36,7 @@ def test_close_names_take_names_begun_then_typos_at_most_three() -> None:
 
 def test_did_you_mean_spells_each_name_or_says_otherwise() -> None:
     assert did_you_mean("gird", ["base", "grid"], "use [base]") == "did you mean 'grid'?"
-    assert did_you_mean("gird", ["base", "grid"], "x", lambda t: f"[{t}]") == "did you mean [grid]?"
+    assert did_you_mean("gird", ["base", "grid"], "x", bracketed) == "did you mean [grid]?"
     assert did_you_mean("zzz", ["base", "grid"], "use [base]") == "use [base]"
     assert str(unknown_table("gird", ["grid"], "s.toml", "x")) == (
         "[gird]: unknown table in s.toml; fix: did you mean [grid]?")

@@ -34,7 +34,7 @@ from psdsim.sim.catalog.schema import (
 )
 from psdsim.sim.documents import parse_document
 from psdsim.sim.input_paths import input_file
-from psdsim.sim.user_input import did_you_mean
+from psdsim.sim.user_input import bracketed, did_you_mean
 
 # What a user's catalog path must name, and how to fix one that does not
 CATALOG_FILE = ("a catalog file", "give the path of a TOML catalog file (sim/catalog/*.toml show the form)")
@@ -103,7 +103,7 @@ def _user_catalog(path: str, mtime: float) -> Catalog:
     unknown = set(doc) - set(USER_TABLES)
     if unknown:
         table = sorted(unknown)[0]
-        fix = did_you_mean(table, USER_TABLES, f"use {', '.join(USER_TABLES)}", lambda t: f"[{t}]")
+        fix = did_you_mean(table, USER_TABLES, f"use {', '.join(USER_TABLES)}", bracketed)
         raise CatalogError(f"{name}: unknown table [{table}]; {fix}")
     for table in USER_TABLES:
         entries = doc.get(table, {})
