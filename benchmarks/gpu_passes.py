@@ -33,7 +33,7 @@ from psdsim.sim.catalog import EngineProfile, builtin_catalog
 from psdsim.sim.execution import PassModel
 
 RECORDED = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "h200_passes.jsonl"
-MEM_EFF, COMPUTE_EFF = 0.81, 0.77        # the scenario defaults (sim/scenario.py [costs])
+MEM_EFF, COMPUTE_EFF = 0.81, 0.77        # the scenario defaults (sim/scenario_fields.py [costs])
 KERNEL_US = 1.5 + 1.34                    # rows 4.6 (elementwise floor) and 2.4 (per-kernel gap)
 GRAPH_BOUND, EAGER_BOUND = 0.15, 0.25     # the targets
 

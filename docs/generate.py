@@ -6,7 +6,7 @@
 - README.md's compare block (between `<!-- BEGIN compare -->` and `<!-- END compare -->`): what
   `psdsim compare --no-write` prints now, on the default scenario.
 - docs/scenario.md: every scenario field by table, with its type, default and meaning, from the
-  fields' own metadata (sim/scenario.py).
+  fields' own metadata (sim/scenario_fields.py).
 - docs/summary.md: every summary key with its meaning, from sim/metrics.py's SUMMARY_KEYS.
 
 tests/test_docs.py compares each with what this script would write, so whoever changes a default,
@@ -78,7 +78,7 @@ def scenario_md() -> str:
     from psdsim.sim.scenario import FIELDS, SECTIONS
 
     kinds = {int: "integer", float: "number", str: "string", bool: "boolean"}
-    lines = [NOTICE.format(source="sim/scenario.py"), "", "# Scenario reference", "", textwrap.fill(
+    lines = [NOTICE.format(source="sim/scenario_fields.py"), "", "# Scenario reference", "", textwrap.fill(
              "A scenario is one TOML file, flat (`k = 4`) or grouped into the tables below; every field "
              "has a default, so a file lists only what differs. `--set FIELD=VALUE` sets any field by "
              "its flat name, whatever the file's layout; `psdsim scenario` prints the resolved scenario "

@@ -9,15 +9,21 @@ file Python can parse still reads, and psdsim's own files need only a few levels
 
 A JSON object may name a key twice, and json keeps the last value silently; `load_json` refuses
 it instead, so that a file never says two things and psdsim picks one without a word.
+
+`read_toml` reads the TOML files a user names by a flag or argument (scenario, sweep spec, plan)
+with every way one can be unreadable (a folder, a pipe, bad bytes, bad syntax) as one line.
 """
 
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.input_paths import input_file
 
 T = TypeVar("T")
 
@@ -60,3 +66,18 @@ def duplicate_key_error(field: str, name: str, exc: DuplicateKey) -> ScenarioErr
     """The one-line refusal of the file `name` for the key `exc` found twice."""
     return ScenarioError(field, f"{name}: key {exc.key!r} given twice (which value is meant?)",
                          "keep one of the two")
+
+
+def read_toml(p: Path, field_name: str, what: str) -> tuple[str, dict[str, Any]]:
+    """(text, document) of a TOML file the user named in `field_name` (scenario, sweep spec,
+    plan); every way it can be unreadable is a one-line ScenarioError."""
+    input_file(p, field_name, "a TOML file", f"give the path of {what}")  # a pipe would be read forever
+    try:
+        text = p.read_text(encoding="utf-8")
+        return text, parse_document(tomllib.loads, text, field_name, p.name)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(field_name, f"{p.name} is not valid TOML ({exc})",
+                            "fix the TOML syntax at the position given") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(field_name, f"cannot read {str(p)!r} ({exc.__class__.__name__})",
+                            "give a readable UTF-8 TOML file") from None

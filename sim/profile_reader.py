@@ -49,7 +49,7 @@ FACTOR_BOUNDS = (0.1, 100.0)
 # Range variables are sizes of a step (batch, k, tokens, cached tokens, bytes, positions): no
 # step comes near a thousand trillion of any, and a bound keeps the range warnings' figures finite.
 MAX_RANGE = 1e15
-# The longest idle time an after-idle point may name: the simulated clock's span (sim/scenario.py).
+# The longest idle time an after-idle point may name: the simulated clock's span (sim/scenario_values.py).
 MAX_IDLE_S = MAX_SPAN_S
 
 

@@ -2,9 +2,9 @@
 own CSV or JSONL or a public format recognised by its columns (sim/trace_formats.py).
 
 psdsim's own columns (extra columns are ignored): `arrival_s` (seconds, in [0, 1e9]: the
-simulated clock starts at 0 and resolves a tenth of a microsecond up to 1e9 s, sim/scenario.py
-MAX_SPAN_S), `prompt_tokens` (>= 1), `output_tokens` (>= 1), prompt + output at most
-max_model_len, and optionally `acceptance` (per-token acceptance in (0, 1 - 1e-9], the highest
+simulated clock starts at 0 and resolves a tenth of a microsecond up to 1e9 s,
+sim/scenario_values.py MAX_SPAN_S), `prompt_tokens` (>= 1), `output_tokens` (>= 1), prompt +
+output at most max_model_len, and optionally `acceptance` (per-token acceptance in (0, 1 - 1e-9], the highest
 rate the acceptance model takes as given; rows without it draw from the scenario's distribution).
 A public format's arrivals count from its earliest request. A Replay then keeps a window of the
 trace's clock and replays it faster or slower. A malformed row is reported with its line (or

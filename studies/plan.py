@@ -28,18 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.sim.catalog import load_catalog
+from psdsim.sim.documents import read_toml
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import (
-    FIELDS,
-    MAX_RATE,
-    MAX_SPAN_S,
-    Scenario,
-    least_rate,
-    load_scenario,
-    read_toml,
-)
+from psdsim.sim.scenario import FIELDS, Scenario, load_scenario
+from psdsim.sim.scenario_parse import SEE_FIELDS
+from psdsim.sim.scenario_values import MAX_RATE, MAX_SPAN_S, field_example, least_rate
+from psdsim.sim.user_input import did_you_mean, unknown_table
 from psdsim.studies.parallel import map_in_order
 from psdsim.studies.sweep_design import MAX_POINTS, field_value
 
@@ -56,6 +52,7 @@ DEFAULT_WHY = {"queue_p99_ms": "it fails a rate whose queue grows without limit,
 # Fields a method without a draft model ignores: AR runs once whatever their values.
 DRAFT_FIELDS = ("draft", "drafter_gpu", "link", "k", "extra")
 SEARCH_KEYS = ("rate_min", "rate_max", "tolerance", "requests")
+TABLES = ("base", "space", "slo", "search", "price")
 
 
 @dataclass(frozen=True)
@@ -80,9 +77,8 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
     p = Path(path)
     doc = read_toml(p, "plan", "a plan TOML file")[1]
     for key in doc:
-        if key not in ("base", "space", "slo", "search", "price"):
-            raise _bad(f"[{key}]", f"unknown table in {p.name}",
-                       "use [base], [space], [slo], [search] and [price]")
+        if key not in TABLES:
+            raise unknown_table(key, TABLES, p.name, "use [base], [space], [slo], [search] and [price]")
         if not isinstance(doc[key], dict):
             raise _bad(key, f"must be a table, got {doc[key]!r}",
                        f"write [{key}] and its keys on the lines below")
@@ -90,7 +86,8 @@ def load_plan(path: str | Path, overrides: Sequence[str] = ()) -> PlanSpec:
     search = dict(doc.get("search", {}))
     for key in search:
         if key not in SEARCH_KEYS:
-            raise _bad(f"search.{key}", "unknown key", f"use {', '.join(SEARCH_KEYS)}")
+            raise _bad(f"search.{key}", "unknown key",
+                       did_you_mean(key, SEARCH_KEYS, f"use {', '.join(SEARCH_KEYS)}"))
     if "requests" in search:
         base_fields["requests"] = search.pop("requests")
     base = _base_scenario(p, base_fields, overrides)
@@ -145,23 +142,18 @@ def _space(table: Mapping[str, Any], spec_dir: Path) -> dict[str, list[Any]]:
     space = {}
     for name, values in table.items():
         if name not in FIELDS:
-            raise _bad(f"space.{name}", "unknown scenario field", f"use one of: {', '.join(FIELDS)}")
+            raise _bad(f"space.{name}", "unknown scenario field", did_you_mean(name, FIELDS, SEE_FIELDS))
         if name == "rate":
             raise _bad("space.rate", "the plan searches the rate", "remove rate from [space]")
         if not isinstance(values, list) or not values:
             raise _bad(f"space.{name}", "must be a non-empty list of candidates",
-                       f"write e.g. {name} = [{_example(name)}]")
+                       f"write e.g. {name} = [{field_example(FIELDS[name])}]")
         space[name] = [field_value(name, v, "space", spec_dir) for v in values]
     size = math.prod(len(v) for v in space.values())
     if size > MAX_POINTS:   # each configuration is a search of several runs: refuse, do not grind
         raise _bad("space", f"{size:,} combinations, more than {MAX_POINTS:,}",
                    "narrow the [space] lists, or split the plan into several files")
     return space
-
-
-def _example(name: str) -> str:
-    default = FIELDS[name].default
-    return f'"{default}"' if isinstance(default, str) else str(default)
 
 
 def _prices(table: Mapping[str, Any], gpus: Mapping[str, Any]) -> dict[str, float]:
@@ -182,7 +174,8 @@ def _objectives(table: Mapping[str, Any]) -> dict[str, float]:
     out = {}
     for key, value in table.items():
         if key not in OBJECTIVES:
-            raise _bad(f"slo.{key}", "unknown objective", f"use {', '.join(OBJECTIVES)}")
+            raise _bad(f"slo.{key}", "unknown objective",
+                       did_you_mean(key, OBJECTIVES, f"use {', '.join(OBJECTIVES)}"))
         number = finite(value)
         if number is None or number <= 0:
             raise _bad(f"slo.{key}", f"must be a positive number of ms, got {value!r}", f"write {key} = 2000")

@@ -21,18 +21,18 @@ scenario is validated before anything runs; the first bad one ends with a one-li
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import itertools
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from psdsim.sim.documents import read_toml
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.presets import PRESETS
 from psdsim.sim.scenario import (
@@ -40,15 +40,15 @@ from psdsim.sim.scenario import (
     PATH_FIELDS,
     SECTIONS,
     Scenario,
-    _coerce,
-    field_section,
     load_scenario,
-    read_toml,
     resolved_path_field,
     scenario_from_mapping,
     scenario_to_toml,
     toml_value,
+    typed_field,
 )
+from psdsim.sim.scenario_parse import SCENARIO_TABLES
+from psdsim.sim.user_input import unknown_table
 
 TABLES = ("base", "grid", "sample")
 BASE_KEYS = ("scenario", "preset")
@@ -56,6 +56,9 @@ SAMPLE_KEYS = ("method", "n", "seed", "log")
 SAMPLE_METHODS = ("random", "lhs")
 MAX_POINTS = 1_000_000
 NONE_WORDS = ("none", "null")
+# The scenario's fields in a spec's tables: flat or in the scenario's tables, except one named as a
+# field too ([engine]), since a [sample] field's value may itself be an inline table
+SPEC_TABLES = replace(SCENARIO_TABLES, tables=tuple(t for t in SECTIONS if t not in FIELDS))
 
 
 @dataclass(frozen=True)
@@ -179,32 +182,6 @@ def _bad(name: str, problem: str, fix: str) -> ScenarioError:
     return ScenarioError(name, problem, fix)
 
 
-def _unknown(where: str, key: str, allowed: list[str]) -> ScenarioError:
-    close = difflib.get_close_matches(key, allowed, n=1)
-    fix = f"did you mean {close[0]!r}?" if close else f"use one of: {', '.join(allowed)}"
-    return _bad(f"{where}.{key}", f"unknown key in [{where}]", fix)
-
-
-def _fields(table: Mapping[str, Any], where: str,
-            reserved: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
-    """(field, value) of a table holding flat field names or the scenario's sub-tables."""
-    for key, value in table.items():
-        if key in reserved:
-            continue
-        if key in SECTIONS and isinstance(value, dict) and key not in FIELDS:
-            for sub, subvalue in value.items():
-                if sub not in FIELDS:
-                    raise _unknown(f"{where}.{key}", sub, [n for n in FIELDS if field_section(n) == key])
-                if field_section(sub) != key:
-                    raise _bad(f"{where}.{key}.{sub}", f"belongs in [{field_section(sub)}]",
-                               f"move {sub} to [{where}.{field_section(sub)}] or write it flat")
-                yield sub, subvalue
-        elif key in FIELDS:
-            yield key, value
-        else:
-            raise _unknown(where, key, [*reserved, *FIELDS])
-
-
 def field_value(name: str, value: Any, where: str, spec_dir: Path) -> Any:
     """One field value of a spec file (`where`: its table), type-checked as the scenario's field
     is typed ("3" is no integer); "none" for an optional field; paths resolved against spec_dir.
@@ -213,7 +190,7 @@ def field_value(name: str, value: Any, where: str, spec_dir: Path) -> Any:
     if meta["optional"] and isinstance(value, str) and value.lower() in NONE_WORDS:
         return None
     try:
-        value = _coerce(name, value)
+        value = typed_field(FIELDS[name], value)
         if name in PATH_FIELDS and value:
             value = str(resolved_path_field(name, spec_dir / value))
     except ScenarioError as exc:
@@ -232,7 +209,8 @@ def _base(doc: Any, spec: Path) -> dict[str, Any]:
         raise _bad("base.scenario", f"must be a file name, got {file!r}", 'write scenario = "my.toml"')
     if preset is not None and (not isinstance(preset, str) or preset not in PRESETS):
         raise _bad("base.preset", f"unknown preset {preset!r}", f"use one of: {', '.join(PRESETS)}")
-    fields = {n: field_value(n, v, "base", spec.parent) for n, v in _fields(doc, "base", BASE_KEYS)}
+    fields = {n: field_value(n, v, "base", spec.parent)
+              for n, v in SPEC_TABLES.flatten(doc, spec.name, "base", BASE_KEYS)}
     values = asdict(load_scenario(spec.parent / file if file else None, preset=preset))
     if not file and not preset:
         values["name"] = spec.stem
@@ -240,18 +218,16 @@ def _base(doc: Any, spec: Path) -> dict[str, Any]:
     return values
 
 
-def _grid(doc: Any, spec_dir: Path) -> dict[str, list[Any]]:
+def _grid(doc: Any, spec: Path) -> dict[str, list[Any]]:
     if not isinstance(doc, dict):
         raise _bad("grid", "must be a table of field = [values]", "write [grid] then e.g. k = [2, 3, 4]")
     grid: dict[str, list[Any]] = {}
-    for name, values in _fields(doc, "grid"):
+    for name, values in SPEC_TABLES.flatten(doc, spec.name, "grid"):
         if not isinstance(values, list) or not values:
             listed = "the values to sweep" if isinstance(values, list | dict) else toml_value(values)
             raise _bad(f"grid.{name}", f"must be a non-empty list of values, got {values!r}",
                        f"write {name} = [{listed}] or move {name} to [base]")
-        if name in grid:
-            raise _bad(f"grid.{name}", "given twice", "give each field once")
-        grid[name] = [field_value(name, v, "grid", spec_dir) for v in values]
+        grid[name] = [field_value(name, v, "grid", spec.parent) for v in values]
     return grid
 
 
@@ -310,7 +286,7 @@ def _choices(name: str, values: Any, log: bool, spec_dir: Path) -> Dimension:
     return Dimension(name, choices=tuple(field_value(name, v, "sample", spec_dir) for v in values))
 
 
-def _sample(doc: Any, spec_dir: Path) -> Sample | None:
+def _sample(doc: Any, spec: Path) -> Sample | None:
     if doc is None:
         return None
     if not isinstance(doc, dict):
@@ -327,10 +303,8 @@ def _sample(doc: Any, spec_dir: Path) -> Sample | None:
     if not isinstance(log, list) or not all(isinstance(x, str) for x in log):
         raise _bad("sample.log", f"must be a list of field names, got {log!r}", 'write log = ["rate"]')
     dims: dict[str, Dimension] = {}
-    for name, value in _fields(doc, "sample", SAMPLE_KEYS):
-        if name in dims:
-            raise _bad(f"sample.{name}", "given twice", "give each field once")
-        dims[name] = _dimension(name, value, name in log, spec_dir)
+    for name, value in SPEC_TABLES.flatten(doc, spec.name, "sample", SAMPLE_KEYS):
+        dims[name] = _dimension(name, value, name in log, spec.parent)
     for name in log:
         if name not in dims:
             raise _bad("sample.log", f"{name!r} is not a sampled field",
@@ -375,13 +349,10 @@ def load_design(path: str | Path, expand: bool = True) -> Design:
     text, doc = read_toml(p, "spec", "a sweep SPEC.toml")
     for key in doc:
         if key not in TABLES:
-            close = difflib.get_close_matches(key, TABLES, n=1)
-            raise _bad(f"[{key}]", f"unknown table in {p.name}",
-                       f"did you mean [{close[0]}]?" if close else "use [base], [grid] and [sample]")
-    spec_dir = p.parent
+            raise unknown_table(key, TABLES, p.name, "use [base], [grid] and [sample]")
     base_values = _base(doc.get("base", {}), p)
-    grid = _grid(doc.get("grid", {}), spec_dir)
-    sample = _sample(doc.get("sample"), spec_dir)
+    grid = _grid(doc.get("grid", {}), p)
+    sample = _sample(doc.get("sample"), p)
     if sample is not None:
         for d in sample.dims:
             if d.name in grid:

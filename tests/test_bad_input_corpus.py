@@ -27,6 +27,12 @@ FILES: dict[str, bytes | None] = {   # None: a folder
     "noheader.csv": b"0,100,10\n",
     "twice.toml": b"k = 3\n[run]\nk = 4\n",
     "typo.toml": b"reqests = 5\n",
+    # integers past a float's range where a float is wanted (TOML reads integers of any length)
+    "digits_rate.toml": b"rate = 1" + b"0" * 400 + b"\n",
+    "sweep_digits.toml": b"[grid]\nrate = [1" + b"0" * 400 + b"]\n",
+    "cat_digits.toml": (b'[gpus.big]\nname = "B"\nmemory_gb = 1' + b"0" * 400
+                        + b'\nmemory_bandwidth_gbps = 864.0\nbf16_tflops = 181.0\nnvlink = false\n'
+                        b'host_link = "pcie4"\nsource = "x"\n'),
     "list.json": b"[1, 2, 3]\n",
     "existing.txt": b"a user's file\n",
     "nothing_fits.toml": (b"[base]\nrequests = 10\noutput_len = 8\ngpu_memory_utilization = 0.1\n"
@@ -179,6 +185,8 @@ CASES = [
     ["run", "--set", "k=abc"],
     ["run", "--set", "k=0"], ["run", "--set", "gpu=h900"], ["run", "--set", "engine.k=2"],
     ["run", "twice.toml"], ["run", "typo.toml"], ["run", "random.toml"], ["run", "folder"],
+    ["run", "digits_rate.toml"], ["run", "--no-write", *FAST, "--set", "catalog=cat_digits.toml"],
+    ["sweep", "sweep_digits.toml"],
     ["run", "nope.toml"],
     ["run", "--profile", "random.json"], ["run", "--profile", "folder"], ["run", "--profile", "list.json"],
     ["run", *FAST, "--out", "existing.txt"], ["run", *FAST, "--out", "."],
@@ -363,6 +371,10 @@ def test_the_messages_name_the_field_and_a_fix_that_is_not_circular(workdir, cap
     assert "prompt_tokens" in lines["run --no-write --set trace=huge.csv"]
     assert "is a folder" in lines["run --no-write --set trace=folder"]
     assert "did you mean 'requests'" in lines["run --set reqests=5"]
+    assert lines["run digits_rate.toml"].startswith("psdsim: error: rate: must be a finite number")
+    assert lines["sweep sweep_digits.toml"].startswith("psdsim: error: grid.rate: must be a finite number")
+    assert "field 'memory_gb' must be float" in lines[" ".join(["run", "--no-write", *FAST, "--set",
+                                                                "catalog=cat_digits.toml"])]
     assert "not a Kineto trace" in lines["calibrate list.json"]
     assert lines["theory --plot existing.txt"].startswith("psdsim: error: --plot:")
     assert "does not fit: does not fit" not in lines["plan nothing_fits.toml --workers 1"]

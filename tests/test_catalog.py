@@ -119,7 +119,10 @@ source = "our traces"
 
 @pytest.mark.parametrize("text, words", [
     ("[gpus.x]\nname = 'x'\n", "missing field"),
-    ("[tpus.x]\nname = 'x'\n", "unknown table"),
+    ("[tpus.x]\nname = 'x'\n", "unknown table [tpus]; did you mean [gpus]?"),
+    ("[gpus.x]\nname = 'x'\nmemroy_gb = 48.0\n", "unknown field 'memroy_gb'; did you mean 'memory_gb'?"),
+    ("[links.x]\nzzz = 1\n", "unknown field 'zzz'; use name, nvlink, p2p_latency_us"),
+    ("[gpus.x]\nname = ' '\n", "field 'name' must be str, got ' '"),
     ("[models.m]\nhf_id='a'\nlayers=1\nhidden=8\nintermediate=8\nheads=1\nkv_heads=1\n"
      "head_dim=8\nvocab=10\ntie_embeddings=true\nqk_norm=false\nbytes_per_param=2.0\n"
      "source='s'\ncompute='fp4'\n", "compute"),

@@ -252,7 +252,8 @@ def test_a_run_that_took_no_time_starts_the_search_at_the_top() -> None:
 def test_a_refusal_of_too_slow_a_rate_suggests_a_rate_that_is_taken() -> None:
     """30 requests: 30 / 1e9 printed as 3e-08, and 30 / 3e-08 is a hair past 1e9 s, so the fix
     the refusal gave was itself refused."""
-    from psdsim.sim.scenario import MAX_SPAN_S, Scenario, least_rate, validate
+    from psdsim.sim.scenario import MAX_SPAN_S, Scenario, validate
+    from psdsim.sim.scenario_values import least_rate
 
     for requests in (1, 7, 30, 999, 12345):
         text = least_rate(requests)

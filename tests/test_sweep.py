@@ -137,6 +137,10 @@ BAD = [
     ("[grid]\nk = [2]\n[sample]\nn = 2\nk = [1, 3]\n", "sample.k", "also in [grid]"),
     ("[sample]\nn = 2\nbogus = [1, 3]\n", "sample.bogus", "unknown key"),
     ('[grid]\nrequests = [10]\n[base.run]\npreset = "x"\n', "base.run.preset", "unknown key"),
+    ("[base.run]\nm = 8\n", "base.m", "given twice in spec.toml, in [base] and in [base.run]"),
+    ("[grid]\nk = [2]\n[grid.run]\nk = [3]\n", "grid.k", "keep one k (in [grid.run] or in [grid]"),
+    ("[sample]\nn = 2\nsed = 3\n", "sample.sed", "did you mean 'seed'?"),
+    ("[sample]\nn = 2\nzzz = 3\n", "sample.zzz", "[sample] also takes method, n, seed, log"),
 ]
 
 

@@ -28,7 +28,7 @@ RANDN_MAX = math.sqrt(2 * 53 * math.log(2))
 # Seeds: torch.Generator.manual_seed takes an unsigned 64-bit integer (a larger one overflows, a
 # negative one wraps around onto a positive seed); numpy takes seeds >= 0 too.
 SEED_MAX = 2**64 - 1
-# The most draft tokens a step may propose: the scenario's bound (sim/scenario.py MAX_K, which this
+# The most draft tokens a step may propose: the scenario's bound (sim/scenario_values.py MAX_K, which this
 # module does not import: `psdsim engine run --help` loads no simulator; a test keeps them equal).
 MAX_K = 32
 # Sizes and lengths end up as torch sizes or int64 position tensors: none can exceed int64's maximum.

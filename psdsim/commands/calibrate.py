@@ -55,7 +55,7 @@ def _check_provenance(args: argparse.Namespace) -> None:
     """The provenance is stored in the profile and read back by `psdsim run`: a GPU or model that
     is no catalog key, or a tensor-parallel size below 1, is refused before any trace is read."""
     from psdsim.sim.catalog import load_catalog
-    from psdsim.sim.scenario import did_you_mean
+    from psdsim.sim.user_input import did_you_mean
 
     if args.tp is not None and args.tp < 1:
         raise user_error("--tp", f"must be >= 1, got {args.tp}", "write the target's tensor-parallel size, "
@@ -66,10 +66,8 @@ def _check_provenance(args: argparse.Namespace) -> None:
                                      ("--target", args.target, cat.models, "model"),
                                      ("--draft", args.draft, cat.models, "model")):
         if value is not None and value not in table:
-            hint = did_you_mean(value, table)
-            raise user_error(flag, f"unknown {what} {value!r}",
-                             hint if hint.startswith("did you mean") else
-                             f"use a catalog key ({', '.join(table)}; `psdsim catalog`)")
+            keys = f"use a catalog key ({', '.join(table)}; `psdsim catalog`)"
+            raise user_error(flag, f"unknown {what} {value!r}", did_you_mean(value, table, keys))
 
 
 def _check_floor(profile: Any, args: argparse.Namespace) -> None:

@@ -10,13 +10,13 @@ settings live in namespaces.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from psdsim.commands.common import user_error
+from psdsim.sim.user_input import did_you_mean
 
 SET_HELP = ("FIELD=VALUE: a scenario field (the engine runs its workload fields: k, m, requests, output_len, "
             "prompt_len, seed, max_num_batched_tokens); engine.FIELD=VALUE: the engine's configuration, e.g. "
@@ -68,9 +68,8 @@ def engine_error(exc: Exception, engine_fields: Iterable[str], model_fields: Ite
     spelled = f"{'model' if model else 'engine'}.{short}"
     if "no such" in text:
         known = list(model_fields if model else engine_fields)
-        close = difflib.get_close_matches(short, known, n=1)
-        fix = (f"did you mean {spelled.rsplit('.', 1)[0]}.{close[0]}?" if close
-               else f"use one of: {', '.join(known)}")
+        space = spelled.rsplit(".", 1)[0]
+        fix = did_you_mean(short, known, f"use one of: {', '.join(known)}", lambda name: f"{space}.{name}")
         return user_error(spelled, "no such field", fix)
     return user_error(spelled, text, f"give {spelled} a value the message allows (--set {spelled}=VALUE), "
                                      "or leave it at its default")
@@ -83,7 +82,8 @@ def scenario_workload(path: Path | None, overrides: Sequence[str],
     built-in scenario's 16-request batches). A scenario field the engine does not run is refused
     rather than silently ignored: with --set, or in the file at a value other than its default (a
     whole `psdsim scenario` file passes; its `rate = 5.0` does not; its `name` only labels)."""
-    from psdsim.sim.scenario import FIELDS, load_scenario, read_toml
+    from psdsim.sim.documents import read_toml
+    from psdsim.sim.scenario import FIELDS, load_scenario
 
     if path is None and not overrides:
         return {}

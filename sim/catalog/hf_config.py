@@ -19,7 +19,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from psdsim.sim.catalog import MAX_NUMBER, Model
+from psdsim.sim.catalog.entries import MAX_NUMBER
+from psdsim.sim.catalog.schema import Model
 from psdsim.sim.documents import DuplicateKey, load_json
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.input_paths import input_file, input_path
