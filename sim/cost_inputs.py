@@ -44,11 +44,16 @@ FALLBACKS: dict[str, tuple[str, ...]] = {
     "swap": (),                       # no profile term times KV swaps
 }
 
-# The roles a catalog entry plays in a run (entry_roles): the engine profile; the verifier group's
-# GPU; the GPU the draft model and the driver (rejection sampling) run on; the link between drafter
-# and verifier; the target's tensor-parallel fabric (only at TP > 1); a GPU's link to host memory
-# (only while preemption swaps KV out). A Scenario input has the role "" (table "" too).
-ROLES = ("engine", "target", "driver", "link", "tp", "host")
+# The roles a catalog entry plays in a run (entry_roles), as docs/summary.md names them. A
+# Scenario input has the role "" (and the table "").
+ROLES: dict[str, str] = {
+    "engine": "the engine's",
+    "target": "the verifier GPU's",
+    "driver": "the drafter GPU's",     # the verifier's GPU 0 where the method co-locates the draft
+    "link": "the drafter-verifier link's",
+    "tp": "the TP link's",             # only at TP > 1
+    "host": "the host link's",         # only while preemption swaps KV out
+}
 
 PASSES = frozenset({"draft", "verify", "draft_chunks"})   # a forward pass of either model
 _TARGET = frozenset({"verify"})                            # the target's passes (prefill chunks ride in them)
