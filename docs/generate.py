@@ -7,7 +7,8 @@
   `psdsim compare --no-write` prints now, on the default scenario.
 - docs/scenario.md: every scenario field by table, with its type, default and meaning, from the
   fields' own metadata (sim/scenario_fields.py).
-- docs/summary.md: every summary key with its meaning, from sim/metrics.py's SUMMARY_KEYS.
+- docs/summary.md: every summary key with its meaning, from sim/metrics.py's SUMMARY_KEYS; and
+  which cost inputs a fitted profile takes out of `--intervals`, from sim/cost_inputs.py's tables.
 
 tests/test_docs.py compares each with what this script would write, so whoever changes a default,
 a field or a summary key reruns this one command.
@@ -115,7 +116,28 @@ def summary_md() -> str:
              "parallelization rate) follow MineDraft's analysis scripts (docs/design.md §4).", 100), "",
              "| key | meaning |", "|---|---|"]
     lines += [f"| `{key}` | {_cell(meaning)} |" for key, meaning in SUMMARY_KEYS.items()]
-    lines += ["", INTERVALS_MD]
+    lines += ["", INTERVALS_MD, PROFILE_DROPS_MD, profile_drops_table(), "", INTERVALS_EXAMPLES_MD]
+    return "\n".join(lines)
+
+
+def profile_drops_table() -> str:
+    """Each set of fitted terms and the cost inputs it takes out of the draws (sim/cost_inputs.py)."""
+    from psdsim.sim.cost_inputs import FEEDS, ROLES, dropped_by
+
+    rows: dict[tuple[str, ...] | None, dict[str, list[str]]] = {}
+    for (table, role, name), calls in FEEDS.items():
+        who = ROLES[role] if table else ""
+        rows.setdefault(dropped_by(calls), {}).setdefault(who, []).append(f"`{name}`")
+
+    def order(terms: tuple[str, ...] | None) -> tuple[int, int]:
+        return (1, 0) if terms is None else (0, len(terms))
+
+    lines = ["| the profile fits | these inputs are no longer drawn |", "|---|---|"]
+    for terms in sorted(rows, key=order):
+        fits = ("any (they price no step)" if terms == () else "(none: always drawn)" if terms is None
+                else ", ".join(terms))
+        inputs = "; ".join(f"{who} {', '.join(names)}".strip() for who, names in rows[terms].items())
+        lines.append(f"| {fits} | {inputs} |")
     return "\n".join(lines)
 
 
@@ -129,10 +151,12 @@ draws), printed as `570.1 (520.3–610.0)`. The inputs are the catalog numbers t
 prior's mean, a dataset's prompt-length mu and sigma; in your catalog, a GPU's numbers too) of the
 entries the scenario runs on, the analytic efficiencies (`mem_efficiency`, `compute_efficiency`;
 drawn only while left at their defaults, ranges in sim/uncertainty.py) and the seed, whose own
-noise is one dimension. A fitted `profile` that prices every step replaces the engine, link, GPU
-and efficiency numbers, which are then not drawn (the dataset's prompt lengths still are); one
-written by `psdsim calibrate` carries its fit's bootstrap, drawn as one input per term (`profile
-verify`: one of its 64 refitted coefficient vectors, whole; docs/calibration.md). A value the
+noise is one dimension. A fitted `profile` takes the place of the catalog for the work its terms
+price, so an engine, link, GPU or efficiency number is drawn only while some step it prices still
+comes from the catalog (the table below; the dataset's prompt lengths are always drawn: a profile
+prices steps, it does not choose prompts); one written by `psdsim calibrate` carries its fit's
+bootstrap, drawn as one input per term (`profile verify`: one of its 64 refitted coefficient
+vectors, whole; docs/calibration.md). A value the
 scenario sets (`acceptance = 0.6`) is the user's and is not drawn. The
 draws are a Latin hypercube seeded by the scenario's seed, each input uniform over its range: the
 same scenario gives the same intervals bit for bit. Ratios (`psd/sd`) are taken draw by draw on
@@ -156,8 +180,26 @@ written. With `--json` the printed document gains an `intervals` key of the same
 intervals.json. A draw the scenario's checks refuse (a range whose far end the model or the prompt
 window cannot take) ends the command in one line that says it is a draw and names the catalog or
 profile the value was drawn from.
+"""
 
-An example of each command's output, and how to read it:
+PROFILE_DROPS_MD = """### Under a fitted profile: which inputs drop out
+
+A profile prices each kind of work it has a term for and leaves the rest to the catalog (the run's
+warnings name the terms it lacks). A cost input drops out of the draws, and so out of "what to
+measure first" and out of the interval's width, once the profile fits every term of its row; the
+rows are sim/cost_inputs.py's, which tests/test_cost_inputs.py holds to the cost model (perturbing
+an input changes only the steps listed for it). The rows name an entry by its role in the run: the
+drafter GPU is the verifier's GPU 0 where the method co-locates the draft (SD), the TP link counts
+only at TP > 1 and the host link only with `preemption_mode = "swap"`; an entry in two roles (one
+link for the drafter's messages and the TP group's all-reduces) drops once both rows are fitted.
+Fitting `verify` and `draft` alone takes out little: a prompt's pass is `prefill` (`draft_prefill`
+on the drafter) and rejection sampling `reject`, and they still run on the catalog's GPU numbers
+until those terms are fitted too; traces of SD in one process (no link between drafter and
+verifier) fit all five, and leave the link's and the framework's numbers drawn. A GPU's `memory_gb`
+sizes the KV cache, not a step, and is always drawn.
+"""
+
+INTERVALS_EXAMPLES_MD = """An example of each command's output, and how to read it:
 [studies.md](studies.md#intervals-how-sure-a-figure-is).
 """
 

@@ -9,7 +9,9 @@ ranges, uniformly, simulates each draw under every method asked for, and keeps t
 A fitted profile (`profile`) that carries its fit's bootstrap (sim/profile_schema.py Bootstrap) adds one
 input per resampled term: the draw's coordinate picks one of its coefficient vectors, whole, so
 the coefficients' correlations are kept; the vectors are stored cheapest first, so the index
-ranks as the term's cost does.
+ranks as the term's cost does. A fitted profile also takes out the cost inputs (efficiencies,
+engine, link and GPU numbers) that price only work its terms price (sim/cost_inputs.py): they no
+longer move the run.
 Ratios between methods are taken draw by draw on the same draws, so a ratio's interval is the
 ratio's own, not two intervals divided. A value a user gave in the scenario (an `acceptance`, an
 efficiency other than the default) is theirs and is not drawn.
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from psdsim.sim.catalog import Catalog
+from psdsim.sim.cost_inputs import entry_roles, still_drawn
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.scenario import FIELDS, Scenario, catalog_for, toml_value
 
@@ -77,7 +80,7 @@ SCENARIO_RANGES: dict[str, ScenarioRange] = {
 }
 
 
-# The catalog tables whose ranges price steps (a profile fitting every term replaces them) and
+# The catalog tables whose ranges price steps (a profile fitting their terms replaces them) and
 # the one that shapes the workload (no profile does). "datasets" sorts before "engines", "gpus"
 # and "links", so listing the workload's inputs first keeps the sorted order of the catalog ranges,
 # and with it each input's column of the Latin hypercube.
@@ -132,28 +135,30 @@ class Draw:
 
 
 def uncertain_inputs(s: Scenario, methods: Sequence[str]) -> list[UncertainInput]:
-    """Every input of `s` (run under `methods`) that has a range, the seed last."""
+    """Every input of `s` (run under `methods`) that has a range and can move the run, the seed last."""
     cat = catalog_for(s)
-    analytic = not profile_prices_everything(s)
-    inputs = [*(_scenario_inputs(s) if analytic else ()), *_catalog_inputs(s, cat, WORKLOAD_TABLES),
-              *(_catalog_inputs(s, cat, COST_TABLES) if analytic else ()), *_profile_inputs(s),
+    moves = _moves_the_run(s, methods, cat)
+    inputs = [*filter(moves, _scenario_inputs(s)), *_catalog_inputs(s, cat, WORKLOAD_TABLES),
+              *filter(moves, _catalog_inputs(s, cat, COST_TABLES)), *_profile_inputs(s),
               *_acceptance_input(s, cat, methods)]
     return [*inputs, UncertainInput(SEED_INPUT, 0.0, float(SEED_SPAN - 1),
                                     "the simulation's own noise: requests, arrivals, acceptances",
                                     field="seed")]
 
 
-def profile_prices_everything(s: Scenario) -> bool:
-    """Whether the scenario's fitted profile has every term (sim/profile_schema.py TERMS): then no step
-    cost comes from the catalog's engine, link or efficiency numbers, and they are not drawn (the
-    workload's, prompt lengths, still are: a profile prices steps, it does not choose prompts). A
-    profile that lacks a term leaves that part to the catalog, so all of them are drawn still."""
+def _moves_the_run(s: Scenario, methods: Sequence[str], cat: Catalog) -> Callable[[UncertainInput], bool]:
+    """Whether a cost input (an efficiency, an engine, link or GPU number) is still priced by the
+    catalog: always without a profile; under a fitted profile, only while a StepCost call it feeds
+    reaches the catalog's cost model because the profile lacks its term (sim/cost_inputs.py says
+    which inputs feed which calls and which terms replace them). The workload's inputs, prompt
+    lengths, are not cost inputs: a profile prices steps, it does not choose prompts."""
     if not s.profile:
-        return False
+        return lambda inp: True
     from psdsim.sim.profile_reader import load_profile
-    from psdsim.sim.profile_schema import TERMS
 
-    return all(term in load_profile(s.profile).terms for term in TERMS)
+    fitted = frozenset(load_profile(s.profile).terms)
+    roles = entry_roles(s, methods, cat)
+    return lambda inp: still_drawn(roles, fitted, inp.table, inp.key, inp.field)
 
 
 def _profile_inputs(s: Scenario) -> Iterable[UncertainInput]:

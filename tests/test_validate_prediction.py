@@ -34,15 +34,21 @@ ARGS = ["validate", "--k", "1,2", "--m", "2", "--requests", "6", "--output-len",
         "--set", "engine.prompt_len_max=16", "--set", "engine.warmup_passes=1"]
 
 
-def predictions(out: Path) -> dict[str, Any]:
-    """Each run's predicted cells (and the fitted acceptance) from the stored measurements."""
+def stored_report(out: Path) -> dict[str, Any]:
+    """The validation's report from the stored measurements, its profiles and scenarios written
+    to `out` (benchmarks/interval_coverage.py draws them)."""
     shutil.copytree(DATA / "traces", out / "traces")
     measured = json.loads((DATA / "measured.json").read_text(encoding="utf-8"))
     for runs in measured["repeats"].values():
         for run in runs:
             run["trace"] = str(out / run["trace"])
     args = build_parser(ARGS).parse_args([*ARGS, "--out", str(out)])
-    report = predict(validate_config(args), measured)
+    return predict(validate_config(args), measured)
+
+
+def predictions(out: Path) -> dict[str, Any]:
+    """Each run's predicted cells (and the fitted acceptance) from the stored measurements."""
+    report = stored_report(out)
     doc = {"predicted": report["predicted"], "acceptance": report["acceptance"]}
     return json.loads(json.dumps(doc, allow_nan=True))  # the form the record holds
 
