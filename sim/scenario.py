@@ -34,7 +34,8 @@ from psdsim.sim.input_paths import input_file, input_path
 from psdsim.sim.numbers import integer, number, shown
 from psdsim.sim.presets import preset_fields
 
-METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
+METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris", "adaptive")
+ADAPTIVE_MODES = ("psd", "sd", "ar")   # the modes the adaptive method switches between
 SCHEDULERS = ("vllm-v0", "vllm-v1")
 SCHEDULER_ENGINES = {"vllm-v0": "vllm-0.9.2-v0-eager", "vllm-v1": "vllm-v1"}  # engine = "" resolves so
 PREEMPTION_MODES = ("recompute", "swap")
@@ -58,7 +59,8 @@ class Scenario:
 
     # [run]
     name: str = _field("default", "run", str, "label used in result folders and tables")
-    method: str = _field("psd", "run", str, "ar | sd | psd | sd-2m | sd-5gpu | pearl | psd+tetris")
+    method: str = _field("psd", "run", str,
+                         "ar | sd | psd | sd-2m | sd-5gpu | pearl | psd+tetris | adaptive")
     k: int = _field(3, "run", int, "draft tokens per request per step (num_speculative_tokens)")
     m: int = _field(16, "run", int, "requests per verification batch (max_num_seqs); PSD keeps 2m")
     seed: int = _field(0, "run", int, "seed of the one numpy Generator every random draw uses")
@@ -85,6 +87,12 @@ class Scenario:
     pearl_stale_acceptance: float = _field(0.0, "run", float,
                                            "pearl_stale = rate: per-token acceptance of a stale draft, "
                                            "in [0, 1], leading run as for fresh drafts (unpublished)")
+    adaptive_modes: str = _field("psd,sd,ar", "run", str,
+                                 "adaptive: the modes its policy may run, comma-separated, psd among "
+                                 "them (psd,sd never turns speculation off)")
+    adaptive_margin: float = _field(0.05, "run", float,
+                                    "adaptive: hysteresis; a switch needs the other mode's priced tokens/s "
+                                    "above the current one's by this fraction, in [0, 1]")
     confidence_spread: float = _field(4.0, "run", float,
                                       "psd+tetris: Beta concentration of per-token draft confidence")
     sampler_output: str = _field("full", "run", str,
@@ -192,8 +200,16 @@ class Scenario:
     @property
     def batch_managed(self) -> bool:
         """MineDraft's two sub-batches with one drafter, refilled by its Batch Manager (whose
-        imbalance the summary reports); other N and D run the round-robin ring."""
-        return self.method in ("psd", "psd+tetris") and self.sub_batches == 2 and self.drafters == 1
+        imbalance the summary reports; the adaptive method's PSD mode too); other N and D run
+        the round-robin ring."""
+        pipelined = self.method in ("psd", "psd+tetris", "adaptive")
+        return pipelined and self.sub_batches == 2 and self.drafters == 1
+
+    @property
+    def allowed_modes(self) -> tuple[str, ...]:
+        """The adaptive method's modes (adaptive_modes), in ADAPTIVE_MODES' order."""
+        named = {m.strip() for m in self.adaptive_modes.split(",")}
+        return tuple(m for m in ADAPTIVE_MODES if m in named)
 
     @property
     def drafter_gpu_key(self) -> str:
@@ -538,6 +554,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _in_range(s, "drafters", 1, 16)
     _need(s.drafters < s.sub_batches, "drafters", "more drafter GPUs than sub-batches to draft",
           f"set drafters to at most {s.sub_batches - 1}")
+    _check_adaptive(s)
     _one_of(s, "sd_5gpu_layout", ("drafter", "tp"))
     _one_of(s, "pearl_variant", PEARL_VARIANTS)
     _one_of(s, "pearl_stale", PEARL_STALE)
@@ -546,8 +563,8 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           f'applies only with pearl_stale = "rate", not "{s.pearl_stale}"',
           "set pearl_stale=rate, or remove pearl_stale_acceptance")
     _one_of(s, "balance_by", ("requests", "kv"))
-    _need(s.balance_by == "requests" or (s.method == "psd" and s.batch_managed), "balance_by",
-          f"balancing by KV is built for two-sub-batch psd, not {s.method}"
+    _need(s.balance_by == "requests" or (s.method in ("psd", "adaptive") and s.batch_managed), "balance_by",
+          f"balancing by KV is built for two-sub-batch psd and adaptive, not {s.method}"
           + (" as a ring" if s.method == "psd" else ""), "set balance_by=requests")
     _one_of(s, "k_policy", ("fixed", "adaptive"))
     _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu")
@@ -560,6 +577,27 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _at_most(s, "confidence_spread", MAX_CONCENTRATION, CONCENTRATION_WHY)
     _need(s.seed >= 0, "seed", f"must be >= 0, got {shown(s.seed)}", "use a non-negative integer seed")
     _at_most(s, "seed", MAX_SEED, "the largest integer TOML holds (scenario.toml records the seed)")
+
+
+def _check_adaptive(s: Scenario) -> None:
+    """The adaptive method switches MineDraft's two-sub-batch PSD, its fallback SD and AR."""
+    named = [m.strip() for m in s.adaptive_modes.split(",")]
+    unknown = [m for m in named if m not in ADAPTIVE_MODES]
+    _need(not unknown, "adaptive_modes", f"unknown mode {unknown[0]!r}" if unknown else "",
+          f"use a comma-separated subset of {','.join(ADAPTIVE_MODES)} with psd, e.g. psd,sd")
+    _need(len(set(named)) == len(named), "adaptive_modes", f"names a mode twice in {s.adaptive_modes!r}",
+          "name each mode once, e.g. psd,sd,ar")
+    _need("psd" in named, "adaptive_modes", f"{s.adaptive_modes!r} leaves out psd, the deployment's own mode",
+          "include psd, e.g. psd,sd")
+    _in_range(s, "adaptive_margin", 0.0, 1.0)
+    if s.method != "adaptive":
+        return
+    _need(s.sub_batches == 2 and s.drafters == 1, "sub_batches",
+          "adaptive switches MineDraft's PSD of two sub-batches and one drafter",
+          "use sub_batches=2 and drafters=1")
+    _need(s.kv_patch != "intended", "kv_patch",
+          "kv_patch = intended grows only the verified sub-batch's KV, which SD and AR steps do not have",
+          "use kv_patch=has_deferred (MineDraft's) or default")
 
 
 def _model_name(value: str) -> str:
@@ -748,7 +786,7 @@ def warnings(s: Scenario) -> list[str]:
         out.append(f"beyond the paper: PSD with {s.sub_batches} sub-batches and {s.drafters} drafters")
     if s.sampler_output == "compact":
         out.append("hypothetical: compact sampler output (MineDraft sends full-vocabulary rows)")
-    if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl"):
+    if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl", "adaptive"):
         out.append(f"hypothetical: {s.method} on vllm-v1 (MineDraft runs on vLLM 0.9.2, V0)")
     changed = [name for name in ROOFLINE_ONLY if getattr(s, name) != FIELDS[name].default]
     if changed and s.engine_key != "roofline" and not s.profile:
