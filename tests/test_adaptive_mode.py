@@ -234,3 +234,50 @@ def test_the_rule_prices_the_steps_it_then_runs(monkeypatch, fields, mode):
             errors.append(tokens / took[i] / rate - 1)
     assert len(errors) > 20
     assert np.abs(errors).max() < (0.01 if mode == PSD else 1e-9)
+
+
+def test_run_compare_sweep_and_plan_take_the_adaptive_method(tmp_path, capsys):
+    import csv
+    import json
+
+    from psdsim.cli import main
+
+    small_run = ["--set", "requests=12", "--set", "output_len=24", "--set", "m=4"]
+    assert main(["run", "--method", "adaptive", *small_run, "--out", str(tmp_path / "run")]) == 0
+    with open(tmp_path / "run" / "steps.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["mode"] for r in rows} <= {PSD, SD, AR} and {r["switch"] for r in rows} <= {"true", "false"}
+    assert main(["compare", "--methods", "psd,adaptive", *small_run, "--no-write"]) == 0
+    assert "adaptive/psd" in capsys.readouterr().out
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('[base]\nrequests = 12\noutput_len = 24\nm = 4\n'
+                     '[grid]\nmethod = ["psd", "adaptive"]\nadaptive_margin = [0.0, 0.2]\n')
+    assert main(["sweep", str(sweep), "--out", str(tmp_path / "s"), "--workers", "1", "--no-figures"]) == 0
+    with open(tmp_path / "s" / "results.csv", newline="", encoding="utf-8") as f:
+        swept = list(csv.DictReader(f))
+    assert [r["status"] for r in swept] == ["ok"] * 4
+    assert {r["summary_method"] for r in swept} == {"psd", "adaptive"}
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[base]\nrequests = 24\noutput_len = 24\nm = 4\n[space]\nmethod = ["sd", "adaptive"]\n'
+                    '[slo]\nlatency_p99_ms = 20000\n')
+    capsys.readouterr()
+    assert main(["plan", str(plan), "--out", str(tmp_path / "p"), "--json", "--no-figures",
+                 "--workers", "1"]) == 0
+    doc = json.loads((tmp_path / "p" / "plan.json").read_text())
+    rates = {r["method"]: r for r in doc["rows"]}
+    assert rates["adaptive"]["gpus"] == 5 and rates["adaptive"]["max_rate_req_s"]
+
+
+def test_ar_steps_keep_learning_the_acceptance(tmp_path):
+    """The scenario's acceptance (the prior, 0.3, weighing 20 positions) says AR (t = 4 ms, V = 10,
+    k = 1: SD pays above 0.4, and by the 5% margin above 0.47), but the requests accept 0.9: after
+    one AR step of 8 requests the estimate is (20 x 0.3 + 8 x 0.9) / 28 = 0.471, and the second
+    decode step is SD's."""
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens,acceptance\n" + "0,8,40,0.9\n" * 8,
+                    encoding="utf-8")
+    r = _run(str(path), 8, LinearCost(10.0, 0.0, 4.0, 0.0), m=4, k=1, acceptance=0.3)
+    st = r.steps
+    d = decode_rows(st)
+    assert st["mode"][d[0]] == AR and st["mode"][d[1]] == SD and st["switch"][d[:2]].all()
+    assert (st["mode"][d[1:]] == SD).all()

@@ -9,7 +9,10 @@ is a policy over the existing steps, not a step of its own:
   beside it, so that its KV keeps up with the tokens the target emits and speculation may resume
   at any step (vLLM V0's `SpecDecodeWorker._run_no_spec` sends a step without speculation to the
   proposer too, "so that the KV cache is consistent between the two"). A verification without
-  drafts there is no wasted one.
+  drafts there is no wasted one. That pass also gives the draft model's distribution q at the
+  position the target fills, so the engine knows the probability sum(min(p, q)) that a draft
+  would have been accepted there (Leviathan et al. 2023): the rule's acceptance estimate keeps
+  learning from each request's rate, taken at its expectation, while nothing is drafted.
 
 What a switch does:
 
@@ -176,6 +179,8 @@ class AdaptiveMode(EngineMethod):
         self.switches.append(self.switched)
         self.switched = False
         yield from (self.psd if self.mode == PSD else self.sd).step(plan)
+        if self.mode == AR and len(plan.decode):   # the estimate keeps learning without drafts
+            self.length.estimate.expect(self.sim.table.acceptance[plan.decode])
 
     def step_columns(self) -> dict[str, np.ndarray]:
         codes = np.frombuffer(bytes(self.modes), dtype=np.uint8)
