@@ -154,7 +154,7 @@ def test_the_tail_is_split_again_where_two_halves_still_pay(tmp_path):
 
 
 def test_the_mode_columns_reach_steps_csv_and_the_timeline(tmp_path):
-    from psdsim.sim.output.results import table_csv
+    from psdsim.sim.output.csv_table import table_csv
     from psdsim.sim.output.timeline import trace_document
 
     s = small(method="adaptive", requests=12, acceptance=0.2, acceptance_spread=1e9)

@@ -12,12 +12,14 @@ steps then measure. For n requests holding C tokens of context, k drafts each, a
 E = 1 + a + ... + a^k tokens per verification:
 
     PSD  two steps, halves of n0 and n1:  per half  prep + max(t(other half), V(half) + c(half))
-                                          + rejection + framework;         n·E tokens
-    SD   one step:  t(n) + prep + V(n) + c(n) + rejection + framework;      n·E tokens
-    AR   one step:  prep + max(t1(n), V1(n) + c1(n)) + framework;           n tokens
+                                          + c'(half) + rejection + framework;   n·E tokens
+    SD   one step:  t(n) + prep + V(n) + c(n) + c'(n) + rejection + framework;   n·E tokens
+    AR   one step:  prep + max(t1(n), V1(n) + c1(n)) + c1'(n) + framework;       n tokens
 
-t is k draft passes, V the target's pass over n(k+1) positions (V1 over n), c the link both
-ways, t1 the draft model's one pass that keeps its KV current (sim/methods/adaptive_mode.py).
+t is k draft passes, V the target's pass over n(k+1) positions (V1 over n), c the link's time
+beside the pass and c' after it and the drafting (MineDraft's driver receives the sampler output
+once it has drafted: sim/methods/passes.link_seconds; with one message each way c' is 0 and c
+both ways), t1 the draft model's one pass that keeps its KV current (sim/methods/adaptive_mode.py).
 This is the theory's step model (theory/model.py: PSD max(t, V + c), SD t + V + c; its
 optimum t* = V is where a half's drafting exactly hides behind the other half's verification)
 with V and t growing with the batch. Two thresholds follow, which the rule applies through the
@@ -94,11 +96,13 @@ class ModePrices:
     def _step_s(self, batch: int, ctx: int, drafts: int, beside_s: float) -> float:
         """A step verifying `drafts` drafts for each of `batch` requests, `beside_s` of drafting
         beside its pass: the driver's input prep, the longer of that drafting and the pass with
-        its messages, rejection sampling where drafts are scored, the framework's work."""
+        its messages beside it, the messages after both (an output the driver receives once it
+        has drafted), rejection sampling where drafts are scored, the framework's work."""
         sim, cost = self.sim, self.sim.cost
         scored = batch * (drafts + 1)
-        verify = cost.verify(batch, scored, ctx) + link_seconds(sim, batch, ctx, NO_CHUNKS)(scored)
-        return (cost.driver_prep(batch, scored) + max(beside_s, verify)
+        link_beside, link_after = link_seconds(sim, batch, ctx, NO_CHUNKS)(scored)
+        verify = cost.verify(batch, scored, ctx) + link_beside
+        return (cost.driver_prep(batch, scored) + max(beside_s, verify) + link_after
                 + (cost.reject(scored) if drafts else 0.0)
                 + cost.framework(len(sim.scheduler.running), batch))
 
