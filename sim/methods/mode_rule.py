@@ -28,7 +28,8 @@ prices rather than as constants:
 - PSD against SD, in the load. E cancels: PSD pays where 2 max(t(n/2), V(n/2) + c) < t(n) + V(n) + c
   (serial terms aside). With V = V0 + v·n and t = t0 + d·n that is n > max((V0 - t0)/d, (t0 - V0)/v):
   below it the verifier's fixed cost, paid twice by PSD's two passes, outweighs the drafting it
-  hides; a memory-bound target (V0 large, v small) needs a deep batch before PSD pays.
+  hides; a memory-bound target (V0 large against the drafting's cost per request d) needs a
+  deep batch before PSD pays.
 - SD against AR, in the acceptance: SD pays where E_k(a)·(V1 + c1) > t + V + c, i.e. above the
   acceptance a*(k) at which k drafts earn back their drafting and the longer pass.
 
