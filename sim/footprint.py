@@ -54,6 +54,9 @@ BYTES_PER_STEP = 1024
 BYTES_PER_SPILLED_STEP = 16
 DISK_BYTES_PER_STEP = 288   # the step table's columns: 35 of 8 bytes or fewer, the kind (28)
 BYTES_PER_TRACED_STEP = 16 * 1024   # timeline slices and the trace document (2.4 + 8.8 KB, rounded up)
+# The adaptive mode's own step columns, never spilled: a byte each while it runs, then `mode` as
+# 3-character strings (12 bytes) and `switch` (1)
+BYTES_PER_MODE_STEP = 16
 # What a run allocates whatever its size (the workload's draws, the scheduler, the first packed
 # chunk): small runs measured ~10 MB above the per-request and per-step terms.
 BYTES_PER_RUN = 32 * 2**20
@@ -144,6 +147,7 @@ def estimate_bytes(s: Scenario, requests: int | None = None, traced: bool = Fals
     return (BYTES_PER_RUN + sequences * BYTES_PER_REQUEST
             + min(sequences, request_rows.SPILL_ROWS) * BYTES_PER_HELD_REQUEST
             + held * BYTES_PER_STEP + (steps - held) * BYTES_PER_SPILLED_STEP
+            + (steps * BYTES_PER_MODE_STEP if s.method == "adaptive" else 0)
             + (steps * BYTES_PER_TRACED_STEP if traced else 0))
 
 

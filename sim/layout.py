@@ -5,6 +5,7 @@
     sd-5gpu (drafter)    the draft on a GPU of its own, steps still sequential (GPU-fair SD)
     sd-5gpu (tp)         the target on one more GPU of TP, the draft co-located (GPU-fair SD)
     psd, psd+tetris      the draft on `drafters` GPUs of its own (MineDraft: one)
+    adaptive             PSD's, one drafter GPU, whichever mode a step runs
     pearl                the draft on one GPU of its own
 """
 
@@ -45,4 +46,4 @@ def layout_for(s: Scenario) -> Layout:
         return Layout(tp, DEDICATED, 1)
     if s.method == "pearl":
         return Layout(tp, DEDICATED, 1)
-    return Layout(tp, DEDICATED, s.drafters)  # psd, psd+tetris
+    return Layout(tp, DEDICATED, s.drafters)  # psd, psd+tetris, adaptive

@@ -82,8 +82,9 @@ SUMMARY_KEYS = {
     "rejected": "requests the KV pool can never hold: a prompt too long for it, or a swapped-out "
                 "request too long to swap back in (vLLM: FINISHED_IGNORED)",
     "wasted_verifications": "verifications of requests that had no drafts (flag drift, rebalance, "
-                            "chunked prefill)",
-    "imbalance_mean": "two-sub-batch PSD: mean |B1 - B0| of the decoding sub-batches over decode steps",
+                            "chunked prefill; not the adaptive mode's AR steps, which mean none)",
+    "imbalance_mean": "two-sub-batch PSD: mean |B1 - B0| of the decoding sub-batches over decode steps "
+                      "(adaptive: its PSD steps)",
     "imbalance_max": "two-sub-batch PSD: largest |B1 - B0|",
     "imbalance_final": "two-sub-batch PSD: |B1 - B0| at the last decode step",
     "kv_pool_blocks": "blocks of each KV pool (verifier group; drafter GPU where it has its own)",
@@ -193,8 +194,12 @@ def _generated_num(block: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _imbalance(st: _StepReader, batch_managed: bool) -> dict[str, float | int | None]:
-    """|B1 - B0| over decode steps: mean, max, at the last one (None unless two sub-batches)."""
-    values = (st.gather(st.decode, "batch0", "batch1", value=lambda b: np.abs(b["batch1"] - b["batch0"]))
+    """|B1 - B0| over decode steps: mean, max, at the last one (None unless two sub-batches). The
+    adaptive mode's step table says which steps ran PSD's two sub-batches (`mode`): only those."""
+    decode = st.decode
+    if "mode" in st.steps:
+        decode = decode & (st.steps["mode"] == "psd")
+    values = (st.gather(decode, "batch0", "batch1", value=lambda b: np.abs(b["batch1"] - b["batch0"]))
               if batch_managed else [])
     if not len(values):
         return dict.fromkeys(("imbalance_mean", "imbalance_max", "imbalance_final"))

@@ -157,7 +157,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
     else:
         env.run(until=env.process(loop))
 
-    steps = step_table(sim.steps)
+    steps = {**step_table(sim.steps), **method.step_columns()}
     requests = table.columns()
     # Figures that overflow or come out NaN (from absurd inputs) are refused by name in
     # summarize (metrics.valid_figures), not left to numpy's warnings.

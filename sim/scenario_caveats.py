@@ -24,7 +24,7 @@ def warnings(s: Scenario) -> list[str]:
         out.append(f"beyond the paper: PSD with {s.sub_batches} sub-batches and {s.drafters} drafters")
     if s.sampler_output == "compact":
         out.append("hypothetical: compact sampler output (MineDraft sends full-vocabulary rows)")
-    if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl"):
+    if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl", "adaptive"):
         out.append(f"hypothetical: {s.method} on vllm-v1 (MineDraft runs on vLLM 0.9.2, V0)")
     changed = [name for name in ROOFLINE_ONLY if getattr(s, name) != FIELDS[name].default]
     if changed and s.engine_key != "roofline" and not s.profile:

@@ -26,6 +26,7 @@ from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import shown
 from psdsim.sim.scenario_paths import MODEL_FIELDS, path_field_file
 from psdsim.sim.scenario_values import (
+    ADAPTIVE_MODES,
     CONCENTRATION_WHY,
     KV_PATCHES,
     MAX_CONCENTRATION,
@@ -161,6 +162,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _in_range(s, "drafters", 1, 16)
     _need(s.drafters < s.sub_batches, "drafters", "more drafter GPUs than sub-batches to draft",
           f"set drafters to at most {s.sub_batches - 1}")
+    _check_adaptive(s)
     _one_of(s, "sd_5gpu_layout", ("drafter", "tp"))
     _one_of(s, "pearl_variant", PEARL_VARIANTS)
     _one_of(s, "pearl_stale", PEARL_STALE)
@@ -169,8 +171,8 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           f'applies only with pearl_stale = "rate", not "{s.pearl_stale}"',
           "set pearl_stale=rate, or remove pearl_stale_acceptance")
     _one_of(s, "balance_by", ("requests", "kv"))
-    _need(s.balance_by == "requests" or (s.method == "psd" and s.batch_managed), "balance_by",
-          f"balancing by KV is built for two-sub-batch psd, not {s.method}"
+    _need(s.balance_by == "requests" or (s.method in ("psd", "adaptive") and s.batch_managed), "balance_by",
+          f"balancing by KV is built for two-sub-batch psd and adaptive, not {s.method}"
           + (" as a ring" if s.method == "psd" else ""), "set balance_by=requests")
     _one_of(s, "k_policy", ("fixed", "adaptive"))
     _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu")
@@ -183,6 +185,27 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _at_most(s, "confidence_spread", MAX_CONCENTRATION, CONCENTRATION_WHY)
     _need(s.seed >= 0, "seed", f"must be >= 0, got {shown(s.seed)}", "use a non-negative integer seed")
     _at_most(s, "seed", MAX_SEED, "the largest integer TOML holds (scenario.toml records the seed)")
+
+
+def _check_adaptive(s: Scenario) -> None:
+    """The adaptive method switches MineDraft's two-sub-batch PSD, its fallback SD and AR."""
+    named = [m.strip() for m in s.adaptive_modes.split(",")]
+    unknown = [m for m in named if m not in ADAPTIVE_MODES]
+    _need(not unknown, "adaptive_modes", f"unknown mode {unknown[0]!r}" if unknown else "",
+          f"use a comma-separated subset of {','.join(ADAPTIVE_MODES)} with psd, e.g. psd,sd")
+    _need(len(set(named)) == len(named), "adaptive_modes", f"names a mode twice in {s.adaptive_modes!r}",
+          "name each mode once, e.g. psd,sd,ar")
+    _need("psd" in named, "adaptive_modes", f"{s.adaptive_modes!r} leaves out psd, the deployment's own mode",
+          "include psd, e.g. psd,sd")
+    _in_range(s, "adaptive_margin", 0.0, 1.0)
+    if s.method != "adaptive":
+        return
+    _need(s.sub_batches == 2 and s.drafters == 1, "sub_batches",
+          "adaptive switches MineDraft's PSD of two sub-batches and one drafter",
+          "use sub_batches=2 and drafters=1")
+    _need(s.kv_patch != "intended", "kv_patch",
+          "kv_patch = intended grows only the verified sub-batch's KV, which SD and AR steps do not have",
+          "use kv_patch=has_deferred (MineDraft's) or default")
 
 
 def _model_name(value: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from psdsim.sim.scenario_checks import validate
+from psdsim.sim.scenario_values import ADAPTIVE_MODES
 
 SCHEDULER_ENGINES = {"vllm-v0": "vllm-0.9.2-v0-eager", "vllm-v1": "vllm-v1"}  # engine = "" resolves so
 SECTIONS = ("run", "models", "hardware", "engine", "workload", "slo", "costs")
@@ -31,7 +32,8 @@ class Scenario:
 
     # [run]
     name: str = _field("default", "run", str, "label used in result folders and tables")
-    method: str = _field("psd", "run", str, "ar | sd | psd | sd-2m | sd-5gpu | pearl | psd+tetris")
+    method: str = _field("psd", "run", str,
+                         "ar | sd | psd | sd-2m | sd-5gpu | pearl | psd+tetris | adaptive")
     k: int = _field(3, "run", int, "draft tokens per request per step (num_speculative_tokens)")
     m: int = _field(16, "run", int, "requests per verification batch (max_num_seqs); PSD keeps 2m")
     seed: int = _field(0, "run", int, "seed of the one numpy Generator every random draw uses")
@@ -58,6 +60,12 @@ class Scenario:
     pearl_stale_acceptance: float = _field(0.0, "run", float,
                                            "pearl_stale = rate: per-token acceptance of a stale draft, "
                                            "in [0, 1], leading run as for fresh drafts (unpublished)")
+    adaptive_modes: str = _field("psd,sd,ar", "run", str,
+                                 "adaptive: the modes its policy may run, comma-separated, psd among "
+                                 "them (psd,sd never turns speculation off)")
+    adaptive_margin: float = _field(0.05, "run", float,
+                                    "adaptive: hysteresis; a switch needs the other mode's priced tokens/s "
+                                    "above the current one's by this fraction, in [0, 1]")
     confidence_spread: float = _field(4.0, "run", float,
                                       "psd+tetris: Beta concentration of per-token draft confidence")
     sampler_output: str = _field("full", "run", str,
@@ -165,8 +173,16 @@ class Scenario:
     @property
     def batch_managed(self) -> bool:
         """MineDraft's two sub-batches with one drafter, refilled by its Batch Manager (whose
-        imbalance the summary reports); other N and D run the round-robin ring."""
-        return self.method in ("psd", "psd+tetris") and self.sub_batches == 2 and self.drafters == 1
+        imbalance the summary reports; the adaptive method's PSD mode too); other N and D run
+        the round-robin ring."""
+        pipelined = self.method in ("psd", "psd+tetris", "adaptive")
+        return pipelined and self.sub_batches == 2 and self.drafters == 1
+
+    @property
+    def allowed_modes(self) -> tuple[str, ...]:
+        """The adaptive method's modes (adaptive_modes), in ADAPTIVE_MODES' order."""
+        named = {m.strip() for m in self.adaptive_modes.split(",")}
+        return tuple(m for m in ADAPTIVE_MODES if m in named)
 
     @property
     def drafter_gpu_key(self) -> str:

@@ -13,7 +13,8 @@ from psdsim.sim.numbers import shown
 from psdsim.sim.scenario_paths import MODEL_FIELDS, PATH_FIELDS
 from psdsim.sim.user_input import KIND_NAMES, typed
 
-METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
+METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris", "adaptive")
+ADAPTIVE_MODES = ("psd", "sd", "ar")   # the modes the adaptive method switches between
 SCHEDULERS = ("vllm-v0", "vllm-v1")
 PREEMPTION_MODES = ("recompute", "swap")
 KV_PATCHES = ("has_deferred", "default", "intended")

@@ -160,6 +160,7 @@ class Scheduler:
         0.9.2's engine, whose `Scheduler._schedule_running` sends the request back to waiting or
         swapped and whose next step schedules it again, psdsim plans once more at once, the
         empty plans' preemptions and swapped blocks carried into the one that runs."""
+        method.planning()
         plan = self._plan_once(method, now)
         preempted = swap_blocks = 0
         while plan.empty and plan.preempted:
@@ -509,6 +510,10 @@ class EngineHooks:
     per-request state of their own (AR, SD). PSD overrides them (sim/methods/sub_batching.py)."""
 
     lookahead: int = 0  # KV slots beyond the context a decode needs (k when drafts are scored)
+
+    def planning(self) -> None:
+        """A step is about to be planned: a method that chooses how it runs each step (the
+        adaptive mode) chooses here, so that the hooks the plan asks answer for that choice."""
 
     def allocating(self, decode: np.ndarray) -> np.ndarray | None:
         """The decoding requests that grow their KV this step (None = all of `decode`)."""

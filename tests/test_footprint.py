@@ -114,7 +114,7 @@ def test_psdsim_run_refuses_a_trace_the_machine_cannot_hold(monkeypatch, tmp_pat
     assert not trace.exists()
 
 
-METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris")
+METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris", "adaptive")
 
 
 @st.composite

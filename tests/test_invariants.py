@@ -11,15 +11,17 @@ from hypothesis import strategies as st
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 
+METHODS = ["ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris", "adaptive"]
+
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> Scenario:
+def scenarios(draw: st.DrawFn, methods: list[str] = METHODS) -> Scenario:
     scheduler = draw(st.sampled_from(["vllm-v0", "vllm-v1"]))
     chunked = True if scheduler == "vllm-v1" else draw(st.booleans())
     output_len = draw(st.integers(1, 48))
     max_model_len = draw(st.sampled_from([128, 256, 2048]))
     prompt_cap = max_model_len - output_len
-    method = draw(st.sampled_from(["ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris"]))
+    method = draw(st.sampled_from(methods))
     ring = method == "psd" and draw(st.booleans())
     sub_batches = draw(st.integers(2, 4)) if ring else 2
     return Scenario(
@@ -49,13 +51,16 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         preemption_mode=("recompute" if scheduler == "vllm-v1"
                          else draw(st.sampled_from(["recompute", "swap"]))),
         swap_space_gb=draw(st.sampled_from([0.0, 0.01, 4.0])),
-        kv_patch=draw(st.sampled_from(["has_deferred", "default", "intended"])),
+        kv_patch=draw(st.sampled_from(["has_deferred", "default"] + ["intended"] * (method != "adaptive"))),
+        adaptive_modes=draw(st.sampled_from(["psd,sd,ar", "psd,sd", "psd,ar", "psd"])),
+        adaptive_margin=draw(st.sampled_from([0.0, 0.05, 0.5])),
         swap_in_batch=draw(st.sampled_from(["verified", "drafted"])),
         psd_prefill_chunks=draw(st.sampled_from(["verified-only", "every-pass"])),
         pearl_stale=(stale := draw(st.sampled_from(["rejected", "as-fresh", "rate"]))),
         pearl_stale_acceptance=draw(st.floats(0.0, 1.0)) if stale == "rate" else 0.0,
         rebalance=draw(st.booleans()),
-        balance_by=draw(st.sampled_from(["requests", "kv"])) if method == "psd" and not ring else "requests",
+        balance_by=(draw(st.sampled_from(["requests", "kv"])) if method in ("psd", "adaptive") and not ring
+                    else "requests"),
         abort_fraction=draw(st.sampled_from([0.0, 0.3])),
         abort_window_s=draw(st.sampled_from([0.05, 5.0])),
         # tiny pools force preemption; None keeps the GPU-sized pool
@@ -68,6 +73,17 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_invariants_hold(s: Scenario):
+    _check_invariants(s)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(["adaptive"]))
+def test_invariants_hold_while_the_adaptive_mode_switches(s: Scenario):
+    """The adaptive mode has more paths than one run takes (drains, splits, AR steps): more draws."""
+    _check_invariants(s)
+
+
+def _check_invariants(s: Scenario) -> None:
     r = simulate(s)
     assert r.fits
     req, steps = r.requests, r.steps
@@ -97,11 +113,18 @@ def test_invariants_hold(s: Scenario):
     assert (req["finish_s"][finished] >= req["first_token_s"][finished]).all()
     # Batch sizes add up: decoding sub-batches plus prefilling requests make the running set.
     assert (steps["batch0"] + steps["batch1"] + steps["prefilling"] == steps["running"]).all()
-    cap = {"psd": s.sub_batches * s.m, "psd+tetris": 2 * s.m, "sd-2m": 2 * s.m}.get(s.method, s.m)
-    assert (steps["running"] <= cap).all()
+    cap = {"psd": s.sub_batches * s.m, "psd+tetris": 2 * s.m, "sd-2m": 2 * s.m, "adaptive": 2 * s.m}
+    assert (steps["running"] <= cap.get(s.method, s.m)).all()
     if s.batch_managed:
-        decoding = steps["batch0"][decode] + steps["batch1"][decode]
-        assert (steps["verified"][decode] + steps["drafted"][decode] == decoding).all()
+        # every decoding request is verified or drafted, but in the adaptive mode's step that
+        # drains PSD's drafts in flight (a switch drafting nothing), where the other sub-batch waits
+        both = decode & ~(steps["switch"] & (steps["drafted"] == 0)) if "switch" in steps else decode
+        decoding = steps["batch0"][both] + steps["batch1"][both]
+        assert (steps["verified"][both] + steps["drafted"][both] == decoding).all()
+    if s.method == "adaptive":   # no draft is lost to a switch: PSD's last step before SD or AR drafts none
+        modes, drafted = steps["mode"][decode], steps["drafted"][decode]
+        leaving = (modes[:-1] == "psd") & (modes[1:] != "psd")
+        assert (drafted[:-1][leaving] == 0).all()
     # Simulated time never goes backwards and steps do not overlap.
     assert (steps["end_s"] >= steps["start_s"]).all()
     assert (steps["start_s"][1:] >= steps["end_s"][:-1]).all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from psdsim.sim.methods.adaptive_mode import AdaptiveMode
 from psdsim.sim.methods.ar import AutoRegressive
 from psdsim.sim.methods.common import EngineMethod
 from psdsim.sim.methods.pearl import PEARL
@@ -11,7 +12,7 @@ from psdsim.sim.scenario import Scenario
 
 METHODS: dict[str, type[EngineMethod]] = {
     "ar": AutoRegressive, "sd": StandardSD, "sd-2m": MemoryFairSD, "sd-5gpu": StandardSD,
-    "psd": PipelinedSD, "psd+tetris": PipelinedSD, "pearl": PEARL,
+    "psd": PipelinedSD, "psd+tetris": PipelinedSD, "pearl": PEARL, "adaptive": AdaptiveMode,
 }
 
 

@@ -42,6 +42,15 @@ class AcceptanceEstimate:
         self.accepted += float(accepted.sum())
         self.rejected += float(np.count_nonzero(accepted < proposed))
 
+    def expect(self, rates: np.ndarray) -> None:
+        """One position of each request at its acceptance probability, known without drafting it:
+        where the draft model's distribution q sits beside the target's p, the probability that a
+        draft would be accepted is sum(min(p, q)) (Leviathan et al. 2023), here the request's rate
+        (the adaptive mode's AR steps, whose draft pass keeps the draft model's KV current)."""
+        expected = float(rates.sum())
+        self.accepted += expected
+        self.rejected += len(rates) - expected
+
     @property
     def rate(self) -> float:
         return self.accepted / (self.accepted + self.rejected)

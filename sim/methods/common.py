@@ -49,6 +49,9 @@ class SimContext:
     # per request, whether its drafts were all accepted at its last verification: vLLM V0's
     # MultiStepWorker drafts one extra row for it (None: the engine does not, sim/execution.py)
     all_accepted: np.ndarray | None = None
+    # whether the steps now mean to score drafts: a verification without any is a wasted one
+    # only then (False while the adaptive mode runs AR steps)
+    speculating: bool = True
 
 
 class EngineMethod(EngineHooks):
@@ -76,6 +79,11 @@ class EngineMethod(EngineHooks):
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         """Execute one planned engine step in simulated time (each method its own)."""
         raise NotImplementedError
+
+    def step_columns(self) -> dict[str, np.ndarray]:
+        """Step-table columns of the method's own, a value per step, beside the StepRecord's
+        (none here: only the adaptive mode says which mode ran each step)."""
+        return {}
 
     def quiet_steps(self, plan: StepPlan) -> int:
         """Run `plan` and the steps after it at once where nothing but decoding happens (a
@@ -129,7 +137,7 @@ def emit_outcome(sim: SimContext, st: StepRecord, slots: np.ndarray, proposed: n
         unproposed = n - np.count_nonzero(proposed)
     else:   # nothing proposed, nothing accepted
         total_accepted = 0
-        unproposed = n if sim.scenario.method != "ar" else 0
+        unproposed = n if sim.speculating and sim.scenario.method != "ar" else 0
     kept = t.emit(slots, accepted + ONE)
     t.log_verification(slots, proposed, accepted)
     st.proposed, st.accepted, st.unproposed = total_proposed, total_accepted, unproposed

@@ -69,11 +69,17 @@ class StandardSD(EngineMethod):
         else:
             target.label("prefill")
         # rejection sampling runs on the driver, not the drafter (drafter_busy)
-        yield from booked_step(sim, plan, st, target, t, bool(batch) and k > 0, reject_on=DRIVER)
+        yield from booked_step(sim, plan, st, target, t, bool(batch) and k > 0,
+                               beside=self._beside(st, slots, k, context), reject_on=DRIVER)
         verify_outcome(sim, st, slots, proposed, total)
         self.draft_length.seen(proposed, total)
         st.verified, st.scored = batch, tokens if batch else 0
         record(sim, plan, start, st)
+
+    def _beside(self, st: StepRecord, slots: np.ndarray, k: int, context: int) -> Drafting | None:
+        """Drafter work beside the target pass: none, SD drafts before it (the adaptive mode's
+        AR steps run the draft model's pass there)."""
+        return None
 
 
 class MemoryFairSD(StandardSD):

@@ -99,6 +99,7 @@ class BatchManagerSubBatching(SubBatching):
         self.swapped_in = EMPTY     # requests swapped in while the coming step was planned
         self.rebalance = s.rebalance
         self.lookahead = lookahead
+        self.draining = False       # draft nothing beside the pass (the adaptive mode leaving PSD)
 
     def _verified_flag(self) -> bool | None:
         """The flag of the sub-batch the coming decode step verifies (None: nothing decodes)."""
@@ -195,7 +196,9 @@ class BatchManagerSubBatching(SubBatching):
     # -- the worker -------------------------------------------------------------------------
 
     def turn(self, plan: StepPlan, st: StepRecord) -> tuple[int | None, int | None]:
-        """(the sub-batch this step verifies, the one it drafts ahead); None: none."""
+        """(the sub-batch this step verifies, the one it drafts ahead); None: none. While
+        `draining`, nothing is drafted ahead: the step verifies the drafts in flight, as the step
+        after one sub-batch empties does."""
         sizes = st.batch0, st.batch1 = len(self.members[0]), len(self.members[1])
         if not len(plan.decode):  # a prefill-only step: the decoding requests wait
             return None, None
@@ -206,7 +209,21 @@ class BatchManagerSubBatching(SubBatching):
                 return None, None
         self.batches.decode_scheduled()
         self.fresh.clear()
-        return v, 1 - v if sizes[1 - v] else None
+        return v, 1 - v if sizes[1 - v] and not self.draining else None
+
+    def regroup(self, running: np.ndarray, state: np.ndarray) -> None:
+        """Split the running requests into two sub-batches afresh by the balance rule, as before
+        decoding starts, with no drafts held: the adaptive mode's switch into PSD (from SD or AR,
+        or PSD's own tail once one sub-batch emptied). The next decode step drafts the sub-batch
+        it verifies first (the init step)."""
+        self.batches.reset()
+        self.flag[running] = self._assign(running, True)
+        decoding = running[state[running] == DECODING]
+        for b in (0, 1):
+            self._set_members(b, decoding[self.flag[decoding] == b])
+        self.fresh.clear()
+        self.swapped_in = EMPTY
+        self.have_previous, self.send, self.draining = False, True, False
 
     def drafted(self, verified: int) -> bool:
         """Whether the verified sub-batch's drafts were drafted in an earlier step."""

@@ -76,6 +76,8 @@ def occupancy_figure(result: Any) -> Any:
     if s.batch_managed:
         imbalance, queue = middle
         decode = st["kind"] == DECODE
+        if "mode" in st:   # the adaptive mode: the steps that ran two sub-batches
+            decode &= st["mode"] == "psd"
         gap = np.abs(st["batch1"] - st["batch0"])
         imbalance.plot(t[decode], gap[decode], ".", ms=1.5, color="k")
         imbalance.set_ylabel("|sub-batch 1 − 0|\n(requests)")
@@ -94,10 +96,15 @@ def _running_set(ax: Any, st: Any, s: Any) -> None:
     """The running requests stacked by what they are doing, so that each sub-batch is a band of
     its own colour rather than a line drawn over the other. Under MineDraft's Batch Manager the
     step table's `batch0`/`batch1` are sub-batch 0 and 1 (flag False and True); in the ring they
-    are the sub-batch verified in the step and the rest; SD and AR have one decoding batch."""
+    are the sub-batch verified in the step and the rest; SD and AR have one decoding batch, as
+    have the adaptive mode's SD and AR steps."""
     b0, b1 = st["batch0"], st["batch1"]
     if s.batch_managed:
         layers = [("sub-batch 0", b0), ("sub-batch 1", b1)]
+        if "mode" in st:
+            one = st["mode"] != "psd"
+            layers = [("sub-batch 0", np.where(one, 0, b0)), ("sub-batch 1", np.where(one, 0, b1)),
+                      ("one batch (SD, AR steps)", np.where(one, b0 + b1, 0))]
     elif s.method in ("psd", "psd+tetris"):
         layers = [("sub-batch verified", b0), ("other sub-batches", b1)]
     else:
@@ -107,7 +114,7 @@ def _running_set(ax: Any, st: Any, s: Any) -> None:
         if not count.any():
             continue
         high = low + count
-        colour = "C2" if name == "prefilling" else f"C{n}"   # prefilling is green in every run
+        colour = "C2" if name == "prefilling" else f"C{n + (n >= 2)}"   # prefilling is green in every run
         ax.fill_between(st["start_s"], low, high, step="post", lw=0, color=colour, label=name)
         low = high
     ax.set_ylabel("running requests")

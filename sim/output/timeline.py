@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER
 from psdsim.sim.layout import COLOCATED, layout_for
 from psdsim.sim.output.atomic_writes import write_file
-from psdsim.sim.records import STEP_COLUMNS
 from psdsim.sim.timeline import DRAFTER, DRIVER, ON_VERIFIER, STEP, STEPS, VERIFIER, drafter_track
 
 if TYPE_CHECKING:
@@ -87,8 +86,9 @@ def trace_document(result: Result) -> dict[str, Any]:
     if timeline is None:
         raise ValueError("the run was simulated without a timeline (simulate(s, timeline=True))")
     s = result.scenario
-    rows = [dict(zip(STEP_COLUMNS, row, strict=True))
-            for row in zip(*(result.steps[c].tolist() for c in STEP_COLUMNS), strict=True)]
+    columns = list(result.steps)   # the StepRecord's, then a method's own (the adaptive mode's)
+    rows = [dict(zip(columns, row, strict=True))
+            for row in zip(*(result.steps[c].tolist() for c in columns), strict=True)]
     used = {sl.track for sl in timeline.slices} | {STEPS}
     names = {key: name for key, name in _track_names(result).items() if key in used}
     tids = {key: tid for tid, key in enumerate(names, start=1)}
