@@ -1,13 +1,27 @@
 """Memory feasibility: does each GPU hold its weights, and how many KV blocks are left?
 
 vLLM sizes one KV pool for all workers: each GPU's free memory (total x utilisation - weights -
-activation reserve) divided by the KV bytes per token it stores, minimum over GPUs, in blocks.
-Where the draft model is co-located (SD), GPU 0 of the verifier group also holds the draft's
-weights and its KV. A scenario that does not fit is a result with a reason, not a crash.
+activation reserve) divided by the KV bytes per token it stores, minimum over GPUs, in blocks
+(vllm/executor/executor_base.py, `ExecutorBase.determine_num_available_blocks` takes the
+minimum of the workers' answers). Where the draft model is co-located (SD), GPU 0 of the
+verifier group also holds the draft's weights and its KV.
+
+vLLM 0.9.2's V0 engine (`scheduler = "vllm-v0"`) does not count those draft weights:
+`SpecDecodeWorker.determine_num_available_blocks` asks the scorer's `Worker` alone, whose
+`memory_profiling` counts the scorer's own weights (`model_memory_usage`), the rise of the
+allocator's peak during the scorer's profile run and the non-torch memory, while the draft's
+weights, loaded before the profile by the proposer's model runner, are none of these; the
+blocks are then split between target and draft KV by their block sizes
+(`split_num_cache_blocks_evenly`). So GPU 0's pool is sized as if the draft weighed nothing and
+its weights come on top of gpu_memory_utilization: the run fits only where the GPU's whole
+memory holds them too (the budget's `uncounted_bytes`), and says so when little is left there.
+vLLM V1 loads a draft inside the model runner's measured load and counts it.
+A scenario that does not fit is a result with a reason, not a crash.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from psdsim.sim.catalog import Catalog
@@ -27,10 +41,18 @@ class GPUBudget:
     weight_bytes: float
     reserve_bytes: float
     kv_bytes_per_token: float
+    memory_bytes: float = math.inf   # the GPU's whole memory
+    uncounted_bytes: float = 0.0     # weights it holds that the engine's KV sizing does not count
 
     @property
     def free_bytes(self) -> float:
         return self.usable_bytes - self.weight_bytes - self.reserve_bytes
+
+    def held_bytes(self, kv_tokens: int) -> float:
+        """What the GPU holds with a KV cache of `kv_tokens` slots: weights, counted or not,
+        the reserve and the cache."""
+        weights = self.weight_bytes + self.uncounted_bytes
+        return weights + self.reserve_bytes + kv_tokens * self.kv_bytes_per_token
 
     @property
     def kv_tokens(self) -> int:
@@ -70,6 +92,22 @@ class MemoryPlan:
     def kv_tokens(self) -> int:
         return self.kv_blocks * self.block_size
 
+    @property
+    def warnings(self) -> list[str]:
+        """Where weights the engine does not count leave a GPU less free memory than the reserve
+        psdsim keeps for one model's activations: what the engine's profile leaves out there
+        (the CUDA context, the co-located draft's own activations) may not fit."""
+        out = []
+        for b in self.budgets:
+            left = b.memory_bytes - b.held_bytes(self.kv_tokens)
+            if b.uncounted_bytes and left < b.reserve_bytes:
+                out.append(f"{b.role} ({b.gpu}) holds {b.held_bytes(self.kv_tokens) / GB:.1f} of its "
+                           f"{b.memory_bytes / GB:.1f} GB: vLLM V0 sizes the KV cache without the co-located "
+                           f"draft's {b.uncounted_bytes / GB:.1f} GB of weights, and the {left / GB:.2f} GB "
+                           "left must hold what its memory profile does not count (the CUDA context, the "
+                           "draft's activations); the run may run out of memory")
+        return out
+
 
 def gpu_layout(s: Scenario, cat: Catalog) -> list[GPUBudget]:
     """The GPUs a method uses and what each holds (verifier group first, then the drafter).
@@ -78,21 +116,26 @@ def gpu_layout(s: Scenario, cat: Catalog) -> list[GPUBudget]:
     layout = layout_for(s)
     tp = layout.verifier_tp
     target, draft = cat.models[s.target], cat.models[s.draft]
-    usable = cat.gpus[s.gpu].memory_gb * GB * s.gpu_memory_utilization
+    memory = cat.gpus[s.gpu].memory_gb * GB
+    usable = memory * s.gpu_memory_utilization
     reserve = s.activation_reserve_gb * GB
     target_w, target_kv = target.weight_bytes / tp, target.kv_bytes_per_token_per_gpu(tp)
     budgets = []
     for rank in range(tp):
-        weights, kv = target_w, target_kv
+        weights, kv, uncounted = target_w, target_kv, 0.0
         if layout.drafter == COLOCATED and rank == 0:  # draft on GPU 0 at TP=1
-            weights += draft.weight_bytes
             kv += draft.kv_bytes_per_token
-        budgets.append(GPUBudget(f"verifier GPU {rank}", s.gpu, usable, weights, reserve, kv))
+            if s.scheduler == "vllm-v0":   # outside the scorer's memory profile (module docstring)
+                uncounted = draft.weight_bytes
+            else:
+                weights += draft.weight_bytes
+        budgets.append(GPUBudget(f"verifier GPU {rank}", s.gpu, usable, weights, reserve, kv, memory,
+                                 uncounted))
     if layout.drafter == DEDICATED:
         dgpu = s.drafter_gpu_key
-        d_usable = cat.gpus[dgpu].memory_gb * GB * s.gpu_memory_utilization
-        budgets.append(GPUBudget("drafter GPU", dgpu, d_usable, draft.weight_bytes, reserve,
-                                 draft.kv_bytes_per_token))
+        d_memory = cat.gpus[dgpu].memory_gb * GB
+        budgets.append(GPUBudget("drafter GPU", dgpu, d_memory * s.gpu_memory_utilization, draft.weight_bytes,
+                                 reserve, draft.kv_bytes_per_token, d_memory))
     return budgets
 
 
@@ -123,4 +166,13 @@ def plan_memory(s: Scenario, cat: Catalog) -> MemoryPlan:
                   f"(bound by {tight.role}, {tight.gpu}), fewer than max_model_len="
                   f"{s.max_model_len}")
         return MemoryPlan(budgets, s.block_size, False, reason, "gpu_memory_utilization", cap)
+    for b in budgets:
+        held = b.held_bytes(plan.kv_tokens)
+        if held > b.memory_bytes:
+            reason = (f"does not fit: {b.role} ({b.gpu}) would hold {held / GB:.1f} GB, more than its "
+                      f"{b.memory_bytes / GB:.1f} GB: vLLM V0 sizes the KV cache without the co-located "
+                      f"draft's {b.uncounted_bytes / GB:.1f} GB of weights, which come on top of "
+                      f"gpu_memory_utilization={s.gpu_memory_utilization:g} "
+                      "(SpecDecodeWorker.determine_num_available_blocks profiles the target alone)")
+            return MemoryPlan(budgets, s.block_size, False, reason, "gpu_memory_utilization", cap)
     return plan

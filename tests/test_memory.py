@@ -24,18 +24,58 @@ def test_default_layout_fits_with_room_for_kv():
 def test_sd_colocates_the_draft_on_gpu_zero():
     plan = plan_memory(Scenario(method="sd"), CAT)
     gpu0, gpu1 = plan.budgets[0], plan.budgets[1]
-    assert gpu0.weight_bytes - gpu1.weight_bytes == pytest.approx(CAT.models["qwen3-1.7b"].weight_bytes)
+    draft = CAT.models["qwen3-1.7b"]
+    assert gpu0.uncounted_bytes == pytest.approx(draft.weight_bytes)   # held, outside vLLM V0's profile
+    assert gpu0.weight_bytes == gpu1.weight_bytes
+    assert gpu0.kv_bytes_per_token - gpu1.kv_bytes_per_token == draft.kv_bytes_per_token
     assert len(plan.budgets) == 4
 
 
-def test_sd_with_an_8b_draft_does_not_fit_on_l40s():
-    """The paper's experiment_6 runs PSD only: co-located SD with Qwen3-8B OOMs (blog)."""
+def test_vllm_v0_sizes_colocated_kv_without_the_drafts_weights():
+    """vllm/spec_decode/spec_decode_worker.py, SpecDecodeWorker.determine_num_available_blocks
+    asks the scorer's Worker alone (vllm/worker/worker.py, Worker.determine_num_available_blocks:
+    total x gpu_memory_utilization - `memory_profiling`'s non_kv_cache_memory, vllm/utils, which
+    is the scorer's `model_memory_usage` + the rise of the allocator's peak during its profile run
+    + non-torch memory: the draft's weights, loaded before the profile, are none of them), then
+    splits the blocks by block size (split_num_cache_blocks_evenly). GPU 0's pool is sized as if
+    the draft weighed nothing; vLLM V1 counts it, as psdsim did for both before."""
+    s = Scenario(target="llama-3.3-70b-awq", draft="llama-3.1-8b", method="sd", m=64)
+    target, draft = CAT.models[s.target], CAT.models[s.draft]
+    usable = CAT.gpus[s.gpu].memory_gb * 1e9 * s.gpu_memory_utilization
+    free = usable - target.weight_bytes / 4 - s.activation_reserve_gb * 1e9
+    per_token = target.kv_bytes_per_token_per_gpu(4) + draft.kv_bytes_per_token
+    v0 = plan_memory(s, CAT)
+    assert v0.fits and v0.kv_blocks == int(free // per_token) // s.block_size
+    v1 = plan_memory(s.replace(scheduler="vllm-v1"), CAT)
+    assert v1.kv_blocks == int((free - draft.weight_bytes) // per_token) // s.block_size
+    assert v0.kv_blocks > 4 * v1.kv_blocks     # 16 GB of Llama-3.1-8B weights out of ~20 GB
+    held = v0.budgets[0].held_bytes(v0.kv_tokens)
+    assert held > usable and held <= 48e9      # beyond gpu_memory_utilization, within the L40S
+    r = simulate(s.replace(requests=300))
+    assert r.summary["preemptions"] == 0 and r.steps["running"].max() == s.m   # no longer KV-bound
+    assert any("without the co-located draft's 16.1 GB" in w for w in r.summary["warnings"])
+
+
+def test_sd_with_an_8b_draft_on_l40s_fits_by_less_than_a_gb_under_vllm_v0():
+    """The paper's experiment_6 runs PSD only: co-located SD with Qwen3-8B OOMs (blog). Under
+    vLLM V0's accounting (previous test) the L40S holds its weights, reserve and KV with 0.42 GB
+    to spare, less than what the engine's profile leaves out (the CUDA context, the draft's
+    activations), so the run warns that it may run out of memory; at a utilisation where the KV
+    it sizes no longer fits the GPU's whole memory it does not fit, naming the field. vLLM V1,
+    which counts the draft, refuses it for its weights."""
     s = Scenario(method="sd", draft="qwen3-8b")
-    r = simulate(s)
-    assert not r.fits
-    assert "verifier GPU 0" in r.summary["infeasible_reason"]
-    assert "short by" in r.summary["infeasible_reason"]
+    plan = plan_memory(s, CAT)
+    assert plan.fits
+    left = plan.budgets[0].memory_bytes - plan.budgets[0].held_bytes(plan.kv_tokens)
+    assert 0.3e9 < left < s.activation_reserve_gb * 1e9
+    assert any("may run out of memory" in w and "verifier GPU 0" in w for w in plan.warnings)
+    over = simulate(s.replace(gpu_memory_utilization=0.70))
+    assert not over.fits and "more than its 48.0 GB" in over.summary["infeasible_reason"]
+    assert plan_memory(s.replace(gpu_memory_utilization=0.70), CAT).field == "gpu_memory_utilization"
+    v1 = simulate(s.replace(scheduler="vllm-v1"))
+    assert not v1.fits and "short by" in v1.summary["infeasible_reason"]
     assert simulate(s.replace(method="psd", requests=20)).fits
+    assert not plan_memory(s.replace(method="psd"), CAT).warnings   # the drafter's own GPU counts it
 
 
 def test_llama_70b_bf16_does_not_fit_on_four_l40s():
