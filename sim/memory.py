@@ -16,6 +16,16 @@ blocks are then split between target and draft KV by their block sizes
 its weights come on top of gpu_memory_utilization: the run fits only where the GPU's whole
 memory holds them too (the budget's `uncounted_bytes`), and says so when little is left there.
 vLLM V1 loads a draft inside the model runner's measured load and counts it.
+
+MineDraft's plugin (PSD, PEARL) runs the verifier group as ranks 1..TP of a TP + 1 world whose
+rank 0 is the drafter (`--tensor-parallel-size 5`). It shrinks the scorer's
+`tensor_parallel_size` to TP around `initialize_cache`, which allocates the blocks
+(`ParallelSpecDecodeWorker.initialize_cache`), but not around `determine_num_available_blocks`,
+which counts them: there the scorer's `Worker.get_cache_block_size_bytes` divides the KV heads
+by TP + 1 (vllm/config.py, `ModelConfig.get_num_kv_heads`: max(1, heads // tp)), so a verifier
+GPU reports more blocks than its budget holds (8 KV heads at TP = 4: 1 head counted, 2 held,
+twice the blocks) and allocates as many as the minimum over all GPUs, usually the drafter's, past
+gpu_memory_utilization (the budget's `counted_kv_bytes_per_token`).
 A scenario that does not fit is a result with a reason, not a crash.
 """
 
@@ -43,10 +53,30 @@ class GPUBudget:
     kv_bytes_per_token: float
     memory_bytes: float = math.inf   # the GPU's whole memory
     uncounted_bytes: float = 0.0     # weights it holds that the engine's KV sizing does not count
+    # KV bytes per token the engine divides by when it counts this GPU's blocks, where they differ
+    # from those it allocates (0: the same)
+    counted_kv_bytes_per_token: float = 0.0
 
     @property
     def free_bytes(self) -> float:
         return self.usable_bytes - self.weight_bytes - self.reserve_bytes
+
+    @property
+    def counted_kv_bytes(self) -> float:
+        return self.counted_kv_bytes_per_token or self.kv_bytes_per_token
+
+    @property
+    def miscount(self) -> str:
+        """Why the engine's KV sizing leaves this GPU holding more than its budget ('': it does not)."""
+        if self.uncounted_bytes:
+            weights = self.uncounted_bytes / GB
+            return (f"vLLM V0 sizes the KV cache without the co-located draft's {weights:.1f} GB of weights "
+                    "(SpecDecodeWorker.determine_num_available_blocks profiles the target alone)")
+        if self.counted_kv_bytes_per_token:
+            counted, held = self.counted_kv_bytes_per_token, self.kv_bytes_per_token
+            return (f"MineDraft counts its KV blocks at {counted:,.0f} bytes a token, {held:,.0f} held "
+                    "(the scorer's KV heads divided by TP + 1)")
+        return ""
 
     def held_bytes(self, kv_tokens: int) -> float:
         """What the GPU holds with a KV cache of `kv_tokens` slots: weights, counted or not,
@@ -56,7 +86,8 @@ class GPUBudget:
 
     @property
     def kv_tokens(self) -> int:
-        return int(max(self.free_bytes, 0.0) // self.kv_bytes_per_token)
+        """The KV slots the engine counts in this GPU's free memory."""
+        return int(max(self.free_bytes, 0.0) // self.counted_kv_bytes)
 
 
 @dataclass(frozen=True)
@@ -74,7 +105,7 @@ class MemoryPlan:
 
     def swap_blocks(self, swap_space_gb: float) -> int:
         """KV blocks the CPU swap space holds (`--swap-space` per GPU; the tightest GPU binds)."""
-        return min(int(swap_space_gb * GB // (b.kv_bytes_per_token * self.block_size))
+        return min(int(swap_space_gb * GB // (b.counted_kv_bytes * self.block_size))
                    for b in self.budgets)
 
     def pools(self) -> dict[str, int]:
@@ -94,18 +125,18 @@ class MemoryPlan:
 
     @property
     def warnings(self) -> list[str]:
-        """Where weights the engine does not count leave a GPU less free memory than the reserve
-        psdsim keeps for one model's activations: what the engine's profile leaves out there
-        (the CUDA context, the co-located draft's own activations) may not fit."""
+        """Where the engine's KV sizing leaves a GPU less free memory than the reserve psdsim keeps
+        for one model's activations: what the engine's profile leaves out there (the CUDA
+        context, a co-located draft's own activations) may not fit."""
         out = []
         for b in self.budgets:
-            left = b.memory_bytes - b.held_bytes(self.kv_tokens)
-            if b.uncounted_bytes and left < b.reserve_bytes:
-                out.append(f"{b.role} ({b.gpu}) holds {b.held_bytes(self.kv_tokens) / GB:.1f} of its "
-                           f"{b.memory_bytes / GB:.1f} GB: vLLM V0 sizes the KV cache without the co-located "
-                           f"draft's {b.uncounted_bytes / GB:.1f} GB of weights, and the {left / GB:.2f} GB "
-                           "left must hold what its memory profile does not count (the CUDA context, the "
-                           "draft's activations); the run may run out of memory")
+            held = b.held_bytes(self.kv_tokens)
+            left = b.memory_bytes - held
+            if b.miscount and left < b.reserve_bytes:
+                out.append(f"{b.role} ({b.gpu}) holds {held / GB:.1f} of its {b.memory_bytes / GB:.1f} GB: "
+                           f"{b.miscount}, and the {left / GB:.2f} GB left must hold what its memory profile "
+                           "does not count (the CUDA context, the draft's activations); the run may run out "
+                           "of memory")
         return out
 
 
@@ -120,6 +151,9 @@ def gpu_layout(s: Scenario, cat: Catalog) -> list[GPUBudget]:
     usable = memory * s.gpu_memory_utilization
     reserve = s.activation_reserve_gb * GB
     target_w, target_kv = target.weight_bytes / tp, target.kv_bytes_per_token_per_gpu(tp)
+    counted = 0.0
+    if _counts_at_one_more_rank(s):   # max(1, heads // (tp + 1)) heads' worth (module docstring)
+        counted = target.kv_bytes_per_token * max(1, target.kv_heads // (tp + 1)) / target.kv_heads
     budgets = []
     for rank in range(tp):
         weights, kv, uncounted = target_w, target_kv, 0.0
@@ -130,13 +164,20 @@ def gpu_layout(s: Scenario, cat: Catalog) -> list[GPUBudget]:
             else:
                 weights += draft.weight_bytes
         budgets.append(GPUBudget(f"verifier GPU {rank}", s.gpu, usable, weights, reserve, kv, memory,
-                                 uncounted))
+                                 uncounted, counted))
     if layout.drafter == DEDICATED:
         dgpu = s.drafter_gpu_key
         d_memory = cat.gpus[dgpu].memory_gb * GB
         budgets.append(GPUBudget("drafter GPU", dgpu, d_memory * s.gpu_memory_utilization, draft.weight_bytes,
                                  reserve, draft.kv_bytes_per_token, d_memory))
     return budgets
+
+
+def _counts_at_one_more_rank(s: Scenario) -> bool:
+    """Whether the verifier group's blocks are counted as MineDraft's plugin counts them, at TP + 1
+    ranks: its parallel worker sizes the cache for PSD's two sub-batches and for PEARL (vLLM V0;
+    the ring and V1 are beyond the plugin)."""
+    return s.scheduler == "vllm-v0" and (s.batch_managed or s.method == "pearl")
 
 
 def plan_memory(s: Scenario, cat: Catalog) -> MemoryPlan:
@@ -170,9 +211,7 @@ def plan_memory(s: Scenario, cat: Catalog) -> MemoryPlan:
         held = b.held_bytes(plan.kv_tokens)
         if held > b.memory_bytes:
             reason = (f"does not fit: {b.role} ({b.gpu}) would hold {held / GB:.1f} GB, more than its "
-                      f"{b.memory_bytes / GB:.1f} GB: vLLM V0 sizes the KV cache without the co-located "
-                      f"draft's {b.uncounted_bytes / GB:.1f} GB of weights, which come on top of "
-                      f"gpu_memory_utilization={s.gpu_memory_utilization:g} "
-                      "(SpecDecodeWorker.determine_num_available_blocks profiles the target alone)")
+                      f"{b.memory_bytes / GB:.1f} GB: {b.miscount}, past gpu_memory_utilization="
+                      f"{s.gpu_memory_utilization:g}")
             return MemoryPlan(budgets, s.block_size, False, reason, "gpu_memory_utilization", cap)
     return plan

@@ -7,7 +7,7 @@ import pytest
 from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.memory import plan_memory
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import Scenario
+from psdsim.sim.scenario import Scenario, load_scenario
 
 CAT = builtin_catalog()
 
@@ -78,6 +78,33 @@ def test_sd_with_an_8b_draft_on_l40s_fits_by_less_than_a_gb_under_vllm_v0():
     assert not plan_memory(s.replace(method="psd"), CAT).warnings   # the drafter's own GPU counts it
 
 
+def test_minedraft_counts_the_verifier_groups_blocks_at_one_more_tp_rank():
+    """minedraft/plugin/config.py, VllmConfigPatch.__post_init__ restores tensor_parallel_size to
+    TP + 1 (5: the drafter is rank 0) after verifying the model at TP;
+    spec_decode/spec_decode_worker.py, ParallelSpecDecodeWorker.initialize_cache lowers it to TP
+    around the allocation, determine_num_available_blocks does not: the scorer ranks' Worker
+    counts blocks with CacheEngine.get_cache_block_size at ModelConfig.get_num_kv_heads =
+    max(1, 8 // 5) = 1 KV head of Qwen3-32B's 8, while each holds 2 (vllm/config.py,
+    vllm/worker/cache_engine.py). The executor's minimum is then the drafter's, and each verifier
+    GPU allocates that many blocks of 2 heads past gpu_memory_utilization; plain vLLM (AR, SD)
+    and vLLM V1 count what they hold."""
+    s = Scenario()                                   # setting2: Qwen3-32B + Qwen3-1.7B
+    target = CAT.models[s.target]
+    psd, ar = plan_memory(s, CAT), plan_memory(s.replace(method="ar"), CAT)
+    v0 = psd.budgets[0]
+    assert v0.counted_kv_bytes * 2 == v0.kv_bytes_per_token == target.kv_bytes_per_token_per_gpu(4)
+    assert psd.pools()["verifier"] in (2 * ar.kv_blocks, 2 * ar.kv_blocks + 1)   # floors of one division
+    assert psd.kv_blocks == psd.pools()["drafter"] > ar.kv_blocks    # the drafter binds now, 12.7% more
+    held = v0.held_bytes(psd.kv_tokens)
+    assert v0.usable_bytes < held < v0.memory_bytes and not psd.warnings
+    assert plan_memory(s.replace(scheduler="vllm-v1"), CAT).pools()["verifier"] == ar.kv_blocks
+    assert plan_memory(s.replace(sub_batches=3), CAT).pools()["verifier"] == ar.kv_blocks   # the ring
+    pearl = plan_memory(s.replace(method="pearl"), CAT)
+    assert pearl.pools()["verifier"] == psd.pools()["verifier"]
+    c10 = plan_memory(load_scenario(preset="c10"), CAT).budgets[0]   # 4 KV heads: 1 at 4 ranks and at 5
+    assert c10.counted_kv_bytes == c10.kv_bytes_per_token
+
+
 def test_llama_70b_bf16_does_not_fit_on_four_l40s():
     s = Scenario(target="llama-3.3-70b", draft="llama-3.1-8b")
     plan = plan_memory(s, CAT)
@@ -85,14 +112,15 @@ def test_llama_70b_bf16_does_not_fit_on_four_l40s():
 
 
 def test_kv_pool_smaller_than_one_sequence_is_reported():
-    s = Scenario(gpu_memory_utilization=0.374)
+    s = Scenario(method="ar", gpu_memory_utilization=0.374)
     plan = plan_memory(s, CAT)
     assert not plan.fits and "KV cache" in plan.reason
 
 
 def test_kv_pool_limits_concurrency_without_oversubscription():
-    # A pool for only a few full-length sequences: fewer than 2m requests may run at once.
-    s = Scenario(requests=64, output_len=1000, prompt_len=1000, gpu_memory_utilization=0.3965)
+    # A pool for only a few full-length sequences: fewer than 2m requests may run at once (24k
+    # slots as MineDraft counts them, half a head's worth each: below).
+    s = Scenario(requests=64, output_len=1000, prompt_len=1000, gpu_memory_utilization=0.389)
     r = simulate(s)
     assert r.fits
     assert r.kv.peak_blocks <= r.kv.total_blocks
