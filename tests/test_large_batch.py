@@ -1,8 +1,9 @@
 """The large-batch regime of the m = 64 presets, mechanism by mechanism, each pinned to the code
 it follows (vLLM 0.9.2's V0 engine, MineDraft's plugin; docs/methods.md, "The large-batch
 regime"). Where psdsim departed from the code the change has its own test beside the code's
-rule (tests/test_memory.py: co-located SD's KV; tests/test_minedraft_fidelity.py §7: a request
-lost from the sub-batch holding drafts); these pin what already matched."""
+rule (tests/test_memory.py: co-located SD's KV and the verifier's blocks counted at TP + 1;
+tests/test_minedraft_fidelity.py §10: a request lost from the sub-batch holding drafts); these
+pin what already matched."""
 
 from __future__ import annotations
 

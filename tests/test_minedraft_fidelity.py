@@ -100,7 +100,7 @@ def test_an_uncomputed_earlier_chunk_is_marked_computed_and_a_last_chunk_is_resc
     assert t2.state[0] == DECODING
 
 
-# -- 7. a request lost from the sub-batch holding drafts: where MineDraft's worker raises -------
+# -- 10. a request lost from the sub-batch holding drafts: where MineDraft's worker raises ------
 
 def test_a_request_lost_after_its_sub_batch_was_drafted_is_where_minedrafts_worker_raises():
     """spec_decode_worker.py, ParallelSpecDecodeWorker._track_preempted_requests masks the
