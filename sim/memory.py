@@ -26,7 +26,8 @@ by TP + 1 (vllm/config.py, `ModelConfig.get_num_kv_heads`: max(1, heads // tp)),
 GPU reports more blocks than its budget holds (8 KV heads at TP = 4: 1 head counted, 2 held,
 twice the blocks) and allocates as many as the minimum over all GPUs, usually the drafter's, past
 gpu_memory_utilization (the budget's `counted_kv_bytes_per_token`).
-A scenario that does not fit is a result with a reason, not a crash.
+`kv_sizing = "exact"` counts what each GPU holds instead (psdsim's reference engine; the what-if
+of both counts corrected). A scenario that does not fit is a result with a reason, not a crash.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def gpu_layout(s: Scenario, cat: Catalog) -> list[GPUBudget]:
         weights, kv, uncounted = target_w, target_kv, 0.0
         if layout.drafter == COLOCATED and rank == 0:  # draft on GPU 0 at TP=1
             kv += draft.kv_bytes_per_token
-            if s.scheduler == "vllm-v0":   # outside the scorer's memory profile (module docstring)
+            if _vllm_v0_sizing(s):   # outside the scorer's memory profile (module docstring)
                 uncounted = draft.weight_bytes
             else:
                 weights += draft.weight_bytes
@@ -173,11 +174,18 @@ def gpu_layout(s: Scenario, cat: Catalog) -> list[GPUBudget]:
     return budgets
 
 
+def _vllm_v0_sizing(s: Scenario) -> bool:
+    """Whether KV blocks are counted as vLLM 0.9.2's V0 workers count them (`kv_sizing = "vllm"`
+    under vllm-v0); `exact` counts what each GPU holds (an engine that sizes its cache so, like
+    psdsim's reference engine, or the what-if of correct counting)."""
+    return s.scheduler == "vllm-v0" and s.kv_sizing == "vllm"
+
+
 def _counts_at_one_more_rank(s: Scenario) -> bool:
     """Whether the verifier group's blocks are counted as MineDraft's plugin counts them, at TP + 1
     ranks: its parallel worker sizes the cache for PSD's two sub-batches and for PEARL (vLLM V0;
     the ring and V1 are beyond the plugin)."""
-    return s.scheduler == "vllm-v0" and (s.batch_managed or s.method == "pearl")
+    return _vllm_v0_sizing(s) and (s.batch_managed or s.method == "pearl")
 
 
 def plan_memory(s: Scenario, cat: Catalog) -> MemoryPlan:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from psdsim.cli import main
 from psdsim.sim.catalog import builtin_catalog
 from psdsim.sim.memory import plan_memory
 from psdsim.sim.run import simulate
@@ -49,6 +50,7 @@ def test_vllm_v0_sizes_colocated_kv_without_the_drafts_weights():
     v1 = plan_memory(s.replace(scheduler="vllm-v1"), CAT)
     assert v1.kv_blocks == int((free - draft.weight_bytes) // per_token) // s.block_size
     assert v0.kv_blocks > 4 * v1.kv_blocks     # 16 GB of Llama-3.1-8B weights out of ~20 GB
+    assert plan_memory(s.replace(kv_sizing="exact"), CAT).kv_blocks == v1.kv_blocks   # the what-if
     held = v0.budgets[0].held_bytes(v0.kv_tokens)
     assert held > usable and held <= 48e9      # beyond gpu_memory_utilization, within the L40S
     r = simulate(s.replace(requests=300))
@@ -98,6 +100,7 @@ def test_minedraft_counts_the_verifier_groups_blocks_at_one_more_tp_rank():
     held = v0.held_bytes(psd.kv_tokens)
     assert v0.usable_bytes < held < v0.memory_bytes and not psd.warnings
     assert plan_memory(s.replace(scheduler="vllm-v1"), CAT).pools()["verifier"] == ar.kv_blocks
+    assert plan_memory(s.replace(kv_sizing="exact"), CAT).pools()["verifier"] == ar.kv_blocks
     assert plan_memory(s.replace(sub_batches=3), CAT).pools()["verifier"] == ar.kv_blocks   # the ring
     pearl = plan_memory(s.replace(method="pearl"), CAT)
     assert pearl.pools()["verifier"] == psd.pools()["verifier"]
@@ -132,3 +135,9 @@ def test_qwen3_235b_fp8_does_not_fit_on_l40s_but_does_on_h200():
     plan = plan_memory(s, CAT)
     assert not plan.fits and "verifier GPU 0 (l40s)" in plan.reason and "short by" in plan.reason
     assert plan_memory(s.replace(gpu="h200"), CAT).fits
+
+
+def test_a_bad_kv_sizing_is_one_line_naming_the_field(capsys):
+    assert main(["run", "--no-write", "--set", "kv_sizing=precise"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "kv_sizing" in err and "vllm, exact" in err
