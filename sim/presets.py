@@ -7,8 +7,9 @@ settings and the GPU it ran on were *not* recovered: `setting2` is the pairing t
 (Qwen3-32B with a Qwen3-1.7B drafter), the other numbers follow the experiment scripts' order
 [INFERRED], and the GPU is the L40S of the default scenario (the README recommends "A100 80GB /
 H100 / L40"), except `c10`, whose FP8 235B target fits only an H200-class GPU at 0.65.
-Multi-sample runs (n > 1, temperature 0.8) are not modelled: acceptance priors are for n = 1 at
-temperature 1.0.
+Multi-sample runs (n = 2) fan out as vLLM 0.9.2 does; their temperature 0.8 is not modelled, since
+no public source gives its effect on these pairs' acceptance (docs/methods.md, "The large-batch
+regime"): acceptance priors are those at temperature 1.0.
 """
 
 from __future__ import annotations
@@ -49,14 +50,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            dict(target="vicuna-13b", draft="eagle-vicuna-13b")),
     Preset("setting6", "Llama-3.3-70B-AWQ-INT4 + Llama-3.1-8B (experiment_2_llama)",
            dict(target="llama-3.3-70b-awq", draft="llama-3.1-8b", m=64)),
-    Preset("setting7", "Qwen3-32B + Qwen3-8B (experiment_6; SD does not fit, parallel only)",
+    Preset("setting7", "Qwen3-32B + Qwen3-8B (experiment_6; parallel only: the blog reports SD OOMs)",
            dict(target="qwen3-32b", draft="qwen3-8b", m=64, n=2),
-           note="n = 2 as the scripts run it; their temperature 0.8 is not modelled (acceptance "
-                "from the catalog's prior)"),
+           note="n = 2 as the scripts run it; their temperature 0.8 is not modelled (no source gives "
+                "its effect on acceptance: the catalog's prior at 1.0)"),
     Preset("c10", "Qwen3-235B-A22B-FP8 + Qwen3-14B (experiment_7, likely §C.10)",
            dict(target="qwen3-235b-a22b-fp8", draft="qwen3-14b", m=64, n=2, gpu="h200", link="nvlink4"),
            note="GPU not recovered: an H200 (FP8 weights are 59 GB per GPU at TP=4); n = 2 as the "
-                "scripts run it, their temperature 0.8 not modelled"),
+                "scripts run it, their temperature 0.8 not modelled (no source gives its effect)"),
 )}
 
 

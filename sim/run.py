@@ -166,7 +166,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         summary = summarize(s, steps, requests, gpus=layout.gpus, speculates=s.speculates,
                             drafter_busy_s=drafter.busy_s if drafter is not None else 0.0,
                             verifier_busy_s=sim.verifier.busy_s, kv=kv)
-    summary["warnings"] = scenario_warnings(s) + stream.warnings
+    summary["warnings"] = scenario_warnings(s) + memory.warnings + method.run_warnings() + stream.warnings
     if isinstance(cost, FittedCost):
         summary["warnings"] += source_warnings(cost.profile, s) + cost.warnings()
     if progress is not None:

@@ -181,6 +181,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
           + (" as a ring" if s.method == "psd" else ""), "set k_policy=fixed")
     _one_of(s, "sampler_output", ("full", "compact"))
     _one_of(s, "transfers", ("per-tensor", "one-message"))
+    _one_of(s, "kv_sizing", ("vllm", "exact"))
     _positive(s, "confidence_spread")
     _at_most(s, "confidence_spread", MAX_CONCENTRATION, CONCENTRATION_WHY)
     _need(s.seed >= 0, "seed", f"must be >= 0, got {shown(s.seed)}", "use a non-negative integer seed")

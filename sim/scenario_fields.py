@@ -93,6 +93,9 @@ class Scenario:
     tensor_parallel_size: int = _field(4, "hardware", int, "verifier TP degree")
     # [engine]
     gpu_memory_utilization: float = _field(0.65, "engine", float, "fraction of GPU memory vLLM may use")
+    kv_sizing: str = _field("vllm", "engine", str,
+                            "KV blocks counted as vllm-v0 counts them (a co-located draft's weights left "
+                            "out; MineDraft's KV heads over TP + 1) | exact: as each GPU holds them")
     block_size: int = _field(16, "engine", int, "KV block size in tokens")
     max_model_len: int = _field(2048, "engine", int, "prompt + output limit per request")
     max_num_batched_tokens: int = _field(2048, "engine", int, "token budget of one engine step")

@@ -15,10 +15,10 @@ from psdsim.sim.kv import KVPools
 from psdsim.sim.methods.pearl import PEARL
 from psdsim.sim.methods.sub_batching import BatchManagerSubBatching
 from psdsim.sim.records import StepRecord
-from psdsim.sim.requests import DECODING, PREFILLING, RequestTable
+from psdsim.sim.requests import ABORTED, DECODING, PREFILLING, WAITING, RequestTable
 from psdsim.sim.run import simulate
-from psdsim.sim.scenario import Scenario
-from psdsim.sim.scheduler import EngineHooks, Scheduler
+from psdsim.sim.scenario import Scenario, load_scenario
+from psdsim.sim.scheduler import EngineHooks, Scheduler, StepPlan
 from psdsim.sim.workload import Workload
 
 
@@ -98,6 +98,57 @@ def test_an_uncomputed_earlier_chunk_is_marked_computed_and_a_last_chunk_is_resc
     assert plan.chunk.tolist() == [20] and plan.completes.tolist() == [True]
     s2.close_step(plan, 3.0, EngineHooks())
     assert t2.state[0] == DECODING
+
+
+# -- 10. a request lost from the sub-batch holding drafts: where MineDraft's worker raises ------
+
+def test_a_request_lost_after_its_sub_batch_was_drafted_is_where_minedrafts_worker_raises():
+    """spec_decode_worker.py, ParallelSpecDecodeWorker._track_preempted_requests masks the
+    proposals of a preempted request of the sub-batch drafted in the last step, but
+    _prepare_previous_proposals compares the batch with len(mask), not its count: a shorter
+    batch takes the chunked-prefill branch with non_spec_len < 0 and `new_mask[non_spec_len:] =
+    mask` raises (MineDraft's own function, called on CPU with 8 requests drafted and one
+    preempted or aborted: "The expanded size of the tensor (1) must match the existing size (8)";
+    an aborted request is not even masked). vLLM's victim is the last running request, whichever
+    sub-batch holds it (vllm/core/scheduler.py, Scheduler._schedule_running): a request of the
+    sub-batch about to be drafted leaves nothing behind, one of the sub-batch holding drafts
+    stops the engine. psdsim counts such a verification and goes on with the others' drafts."""
+    sb = BatchManagerSubBatching(8, Scenario(), lookahead=3)
+    sb.flag[:] = [True, False] * 4
+    sb.graduated(np.arange(8))                # True: 0, 2, 4, 6; False: 1, 3, 5, 7
+    plan, state = StepPlan(), np.full(8, DECODING)
+    plan.decode = np.arange(8)
+    v, ahead = sb.turn(plan, StepRecord())    # the first decode: True drafted and verified now
+    assert (v, ahead, sb.lost_drafted) == (1, 0, 0)
+    sb.verified(v, ahead)                     # False drafted beside the pass: its drafts wait
+    state[4] = WAITING                        # preempted from True, about to be drafted
+    sb.left(np.array([4]), state)
+    v, ahead = sb.turn(plan, StepRecord())
+    assert (v, ahead, sb.lost_drafted) == (0, 1, 0)
+    sb.verified(v, ahead)                     # True (0, 2, 6) drafted beside the pass
+    state[6] = WAITING                        # preempted from True, which holds drafts
+    state[2] = ABORTED                        # aborted from it as well
+    sb.left(np.array([2, 6]), state)
+    v, ahead = sb.turn(plan, StepRecord())
+    assert (v, ahead, sb.lost_drafted) == (1, 0, 2)   # verifies 0 alone: the code raises here
+    sb.verified(v, ahead)
+    v, ahead = sb.turn(plan, StepRecord())
+    assert (v, sb.lost_drafted) == (0, 0)
+
+
+def test_a_run_says_where_minedrafts_worker_would_have_stopped_it():
+    """The previous rule over whole runs: setting7 (Qwen3-8B's KV binds on its drafter GPU)
+    preempts twice on ShareGPT, once from the sub-batch holding drafts; aborts take requests
+    from it too; a run that loses none from it says nothing."""
+    stops = "MineDraft's code stops this run"
+    tight = simulate(load_scenario(preset="setting7"))
+    assert tight.summary["preemptions"] == 2
+    assert [w for w in tight.summary["warnings"] if stops in w and "1 decode step(s)" in w]
+    aborts = simulate(Scenario(requests=200, rate=20.0, abort_fraction=0.3, abort_window_s=2.0, seed=1))
+    assert aborts.summary["aborted"] > 0 and any(stops in w for w in aborts.summary["warnings"])
+    loose = simulate(load_scenario(preset="setting7", overrides=["dataset=arena"]))
+    assert loose.summary["preemptions"] == 0 and not any(stops in w for w in loose.summary["warnings"])
+    assert not any(stops in w for w in simulate(Scenario(requests=100)).summary["warnings"])
 
 
 # -- whole runs ------------------------------------------------------------------------------

@@ -23,10 +23,14 @@ def test_every_preset_is_a_valid_scenario(name):
     assert s.gpu_memory_utilization == 0.65 and not s.chunked_prefill
 
 
-def test_setting7_runs_parallel_only_because_sd_does_not_fit():
+def test_setting7_runs_parallel_only_because_sd_may_not_fit():
+    """The scripts run experiment_6 in parallel only (the blog: SD OOMs). Under vLLM V0's KV
+    sizing (tests/test_memory.py) co-located SD leaves GPU 0 under half a GB: the run warns."""
     s = load_scenario(preset="setting7")
-    assert not plan_memory(s.replace(method="sd"), catalog_for(s)).fits
-    assert plan_memory(s, catalog_for(s)).fits
+    sd = plan_memory(s.replace(method="sd"), catalog_for(s))
+    assert any("may run out of memory" in w for w in sd.warnings)
+    psd = plan_memory(s, catalog_for(s))
+    assert psd.fits and not psd.warnings
 
 
 def test_c10_needs_an_h200_class_gpu():

@@ -151,6 +151,8 @@ def scenario_values(run: EngineRun, cfg: EngineConfig, requests: int, folder: Pa
         # one pickled call each way; the verifier writes its output into shared memory when its
         # pass ends, whatever the driver is doing (engine/reference/workers.py)
         "transfers": "one-message",
+        # every GPU counts the KV it holds (the engine gives each running request its cache slot)
+        "kv_sizing": "exact",
         # prompt_len only satisfies the checks: the trace gives every request's prompt length.
         "requests": requests, "output_len": cfg.output_len, "prompt_len": cfg.longest_prompt,
         "trace": str(folder / "requests.jsonl"),

@@ -91,6 +91,10 @@ class EngineMethod(EngineHooks):
         (then `step` runs `plan`)."""
         return 0
 
+    def run_warnings(self) -> list[str]:
+        """What the run met that the emulated code would not have survived (none here)."""
+        return []
+
 
 def draft_rows(sim: SimContext, slots: np.ndarray, st: StepRecord | None) -> int:
     """Rows a drafting of `slots` runs: one each, and one more for every request whose drafts were

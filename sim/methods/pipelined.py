@@ -83,6 +83,9 @@ class PipelinedSD(EngineMethod):
         assert sim.drafter is not None
         self.drafter: Drafter = sim.drafter
         self.pipeline = pipeline_class(s)(self, s)
+        # steps verifying a sub-batch that lost requests since it was drafted, and the first one's
+        # start: where MineDraft's worker raises (sub_batching.BatchManagerSubBatching)
+        self.lost_drafted_steps, self.first_lost_s = 0, 0.0
 
     # -- scheduler hooks --------------------------------------------------------------------
 
@@ -111,6 +114,15 @@ class PipelinedSD(EngineMethod):
         self.sub_batching.left(slots, self.sim.table.state)
         self.proposals[slots] = 0
 
+    def run_warnings(self) -> list[str]:
+        if not self.lost_drafted_steps:
+            return []
+        at, steps = self.first_lost_s, self.lost_drafted_steps
+        return [f"MineDraft's code stops this run at t = {at:,.1f} s: {steps:,} "
+                "decode step(s) verify a sub-batch that lost requests (preempted or aborted) after it was "
+                "drafted, and ParallelSpecDecodeWorker._prepare_previous_proposals raises on the shorter "
+                "batch; psdsim goes on as its _track_preempted_requests meant (the others keep their drafts)"]
+
     # -- a step -----------------------------------------------------------------------------
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
@@ -119,6 +131,10 @@ class PipelinedSD(EngineMethod):
         sim, sub_batching, pipeline = self.sim, self.sub_batching, self.pipeline
         st, start = StepRecord(), sim.env.now
         v, ahead = sub_batching.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
+        if sub_batching.lost_drafted:
+            self.lost_drafted_steps += 1
+            if self.lost_drafted_steps == 1:
+                self.first_lost_s = start
         slots = sub_batching.members[v] if v is not None else EMPTY
         batch = len(slots)
         context = self._context(v) if v is not None else 0

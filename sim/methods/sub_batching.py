@@ -23,6 +23,12 @@ what-if (docs/minedraft-fidelity.md):
 - swap-in (`swap_in_batch`): `verified` puts a swapped-in request in the sub-batch verified in
   its step (MineDraft's `_schedule_swapped` runs after the flag flipped), where it has no drafts
   and shifts the proposals of the others (`misaligned`); `drafted` puts it where newcomers go.
+- a request lost from the sub-batch holding drafts (preempted, swapped out or aborted after it
+  was drafted and before it is verified): MineDraft's worker masks a preempted one's proposals
+  (`_track_preempted_requests`) but `_prepare_previous_proposals` compares the batch with the
+  mask's length, takes its chunked-prefill branch with a negative offset and raises. psdsim
+  goes on as the mask meant (the others keep their drafts) and counts the step (`lost_drafted`),
+  and the run says where the code stops.
 
 `RoundRobinSubBatching` is the ring's (N sub-batches, beyond the paper, docs/design.md §2): steps verify the
 non-empty sub-batches in turn; refills join the sub-batch verified last, which is drafted next
@@ -49,6 +55,8 @@ class SubBatching:
     (in graduation order; the verified set is always exactly one of them), and how many times
     each sub-batch's members have changed (`changes`), so that what is known of a sub-batch
     (its context) can say which members it was known for."""
+
+    lost_drafted = 0   # requests the sub-batch verified now lost since it was drafted (MineDraft's)
 
     def __init__(self, requests: int, sub_batches: int, dtype: type) -> None:
         self.flag = np.zeros(requests, dtype=dtype)
@@ -93,6 +101,8 @@ class BatchManagerSubBatching(SubBatching):
         self.fresh: list[int] = []  # decoding requests not yet scheduled for a decode step
         self.send = True            # worker: the sub-batch verified next
         self.have_previous = False  # worker: proposals drafted in the last step
+        self.drafted_members = EMPTY  # ... for these requests (its `_previous_request_ids`)
+        self.drafted_changes = 0      # ... when their sub-batch had changed this many times
         self.deferred = s.kv_patch == "intended"
         self.every_pass = s.psd_prefill_chunks == "every-pass"
         self.swap_in_verified = s.swap_in_batch == "verified"
@@ -209,6 +219,7 @@ class BatchManagerSubBatching(SubBatching):
                 return None, None
         self.batches.decode_scheduled()
         self.fresh.clear()
+        self.lost_drafted = self._lost_since_drafted(v)
         return v, 1 - v if sizes[1 - v] and not self.draining else None
 
     def regroup(self, running: np.ndarray, state: np.ndarray) -> None:
@@ -225,12 +236,25 @@ class BatchManagerSubBatching(SubBatching):
         self.swapped_in = EMPTY
         self.have_previous, self.send, self.draining = False, True, False
 
+    def _lost_since_drafted(self, v: int) -> int:
+        """How many of the requests sub-batch `v` was drafted for have left it before this, its
+        verification (0 where its drafts are not a step old). MineDraft's worker cannot verify
+        such a batch: `_track_preempted_requests` masks a preempted request's proposals, but
+        `_prepare_previous_proposals` compares the batch with the mask's length, not its count,
+        so a shorter batch takes the chunked-prefill branch with a negative offset, whose
+        `new_mask[non_spec_len:] = mask` raises (an aborted request is not even masked)."""
+        if not self.have_previous or v != int(self.send) or self.changes[v] == self.drafted_changes:
+            return 0
+        return int(np.count_nonzero(~np.isin(self.drafted_members, self.members[v])))
+
     def drafted(self, verified: int) -> bool:
         """Whether the verified sub-batch's drafts were drafted in an earlier step."""
         return self.have_previous
 
     def verified(self, verified: int, ahead: int | None) -> None:
         self.have_previous, self.send = (True, not self.send) if ahead is not None else (False, True)
+        if ahead is not None:
+            self.drafted_members, self.drafted_changes = self.members[ahead], self.changes[ahead]
 
 
 class RoundRobinSubBatching(SubBatching):
