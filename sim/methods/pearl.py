@@ -49,7 +49,7 @@ from psdsim.sim.methods.common import (
     record,
     verify_outcome,
 )
-from psdsim.sim.methods.passes import Drafting, TargetPass, booked_step, chunk_work, drafting_s
+from psdsim.sim.methods.passes import TargetPass, booked_step, chunk_work, drafting_of
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 
@@ -87,7 +87,7 @@ class PEARL(EngineMethod):
         # its drafts (the set the code passes when drafting ahead), where the engine does
         beside = None
         if batch:
-            beside = Drafting(drafting_s(sim, st, slots, k, context + batch * k), "draft ahead", batch, k)
+            beside = drafting_of(sim, st, slots, k, context + batch * k, "draft ahead")
             target.label("verify", k=k, drafts_used=use_drafts)
         else:
             target.label("prefill")
@@ -120,13 +120,27 @@ class PEARL(EngineMethod):
             emit_outcome(sim, st, slots, proposed, total, sim.acceptance.accepted(log_acceptance, proposed))
         else:
             verify_outcome(sim, st, slots, proposed, total)
-        first_match = sim.acceptance.bernoulli(table.log_acceptance[slots])
         if self.per_request:  # every proposal passed, then the first token drafted ahead
-            self.valid[slots] = (table.last_accepted == proposed) & first_match
+            all_accepted, first_match = accepted_all(sim, slots, proposed)
+            self.valid[slots] = all_accepted & first_match
         else:
-            all_accepted = table.last_accepted == proposed
-            self.valid[slots] = np.where(proposed > 0, all_accepted, first_match)
+            self.valid[slots] = has_accepted_all(sim, slots, proposed)
             self.drafted[slots] = True
+
+
+def accepted_all(sim: SimContext, slots: np.ndarray, drafted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """At the verification just back: whether each request accepted all the `drafted` drafts it
+    held, and whether a token drafted ahead for the position after them matched the target's
+    there (a trial at the request's acceptance, drawn for every request)."""
+    return sim.table.last_accepted == drafted, sim.acceptance.bernoulli(sim.table.log_acceptance[slots])
+
+
+def has_accepted_all(sim: SimContext, slots: np.ndarray, drafted: np.ndarray) -> np.ndarray:
+    """MineDraft's `has_accepted_all`: whose tokens drafted ahead during the verification just
+    back continue the request's real sequence, as the drafting assumed: all its `drafted` drafts
+    accepted, or, where it held none, the draft's first token matching the target's."""
+    all_accepted, first_match = accepted_all(sim, slots, drafted)
+    return np.where(drafted > 0, all_accepted, first_match)
 
 
 def stale_log_acceptance(model: str, rate: float) -> float | None:
