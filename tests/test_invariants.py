@@ -56,8 +56,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         pearl_stale_acceptance=draw(st.floats(0.0, 1.0)) if stale == "rate" else 0.0,
         rebalance=draw(st.booleans()),
         balance_by=draw(st.sampled_from(["requests", "kv"])) if method == "psd" and not ring else "requests",
-        tail=draw(st.sampled_from(["sd", "pre-draft"])) if method in ("psd", "psd+tetris") and not ring
-        else "sd",
+        tail=draw(st.sampled_from(["sd", "pre-draft", "pre-draft-pearl"]))
+        if method in ("psd", "psd+tetris") and not ring else "sd",
         abort_fraction=draw(st.sampled_from([0.0, 0.3])),
         abort_window_s=draw(st.sampled_from([0.05, 5.0])),
         # tiny pools force preemption; None keeps the GPU-sized pool
@@ -106,13 +106,13 @@ def test_invariants_hold(s: Scenario):
         # empty), it drafts the one it verifies
         b0, b1 = steps["batch0"][decode], steps["batch1"][decode]
         decoding = b0 + b1
-        pre_drafted = (s.tail == "pre-draft") & ((b0 == 0) | (b1 == 0))
+        pre_drafted = (s.tail != "sd") & ((b0 == 0) | (b1 == 0))
         drafted = np.where(pre_drafted, steps["verified"][decode], decoding - steps["verified"][decode])
         assert (steps["drafted"][decode] == drafted).all()
     # Pre-drafts thrown away are at most those drafted, and only the pre-drafting tail has any.
     wasted = steps["pre_drafts_wasted"]
     assert (wasted <= steps["drafted"] * width).all() and (wasted >= 0).all()
-    assert wasted.sum() == 0 or s.tail == "pre-draft"
+    assert wasted.sum() == 0 or s.tail != "sd"
     # Simulated time never goes backwards and steps do not overlap.
     assert (steps["end_s"] >= steps["start_s"]).all()
     assert (steps["start_s"][1:] >= steps["end_s"][:-1]).all()

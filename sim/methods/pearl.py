@@ -120,27 +120,25 @@ class PEARL(EngineMethod):
             emit_outcome(sim, st, slots, proposed, total, sim.acceptance.accepted(log_acceptance, proposed))
         else:
             verify_outcome(sim, st, slots, proposed, total)
+        first_match = first_token_matches(sim, slots)
         if self.per_request:  # every proposal passed, then the first token drafted ahead
-            all_accepted, first_match = accepted_all(sim, slots, proposed)
-            self.valid[slots] = all_accepted & first_match
+            self.valid[slots] = (table.last_accepted == proposed) & first_match
         else:
-            self.valid[slots] = has_accepted_all(sim, slots, proposed)
+            self.valid[slots] = has_accepted_all(sim, proposed, first_match)
             self.drafted[slots] = True
 
 
-def accepted_all(sim: SimContext, slots: np.ndarray, drafted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """At the verification just back: whether each request accepted all the `drafted` drafts it
-    held, and whether a token drafted ahead for the position after them matched the target's
-    there (a trial at the request's acceptance, drawn for every request)."""
-    return sim.table.last_accepted == drafted, sim.acceptance.bernoulli(sim.table.log_acceptance[slots])
+def first_token_matches(sim: SimContext, slots: np.ndarray) -> np.ndarray:
+    """Whether the first token drafted ahead during the verification just back matched the
+    token the target emitted there: a trial per request, at its acceptance."""
+    return sim.acceptance.bernoulli(sim.table.log_acceptance[slots])
 
 
-def has_accepted_all(sim: SimContext, slots: np.ndarray, drafted: np.ndarray) -> np.ndarray:
+def has_accepted_all(sim: SimContext, drafted: np.ndarray, first_match: np.ndarray) -> np.ndarray:
     """MineDraft's `has_accepted_all`: whose tokens drafted ahead during the verification just
-    back continue the request's real sequence, as the drafting assumed: all its `drafted` drafts
-    accepted, or, where it held none, the draft's first token matching the target's."""
-    all_accepted, first_match = accepted_all(sim, slots, drafted)
-    return np.where(drafted > 0, all_accepted, first_match)
+    back continue the request's real sequence, as the drafting assumed: all the `drafted` drafts
+    it held accepted, or, where it held none, `first_match` (first_token_matches)."""
+    return np.where(drafted > 0, sim.table.last_accepted == drafted, first_match)
 
 
 def stale_log_acceptance(model: str, rate: float) -> float | None:

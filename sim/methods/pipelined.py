@@ -84,7 +84,7 @@ class PipelinedSD(EngineMethod):
         assert sim.drafter is not None
         self.drafter: Drafter = sim.drafter
         self.pipeline = pipeline_class(s)(self, s)
-        self.tail = PreDraftTail(self) if s.tail == "pre-draft" else None   # None: MineDraft's SD fallback
+        self.tail = PreDraftTail(self, s.tail == "pre-draft") if s.tail != "sd" else None   # None: SD
 
     # -- scheduler hooks --------------------------------------------------------------------
 

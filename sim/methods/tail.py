@@ -1,5 +1,5 @@
-"""PSD's tail pre-drafted (`tail = "pre-draft"`): what two-sub-batch PSD does, beyond the paper,
-once one of its sub-batches is empty.
+"""PSD's tail pre-drafted (`tail = "pre-draft"`, `"pre-draft-pearl"`): what two-sub-batch PSD
+does, beyond the paper, once one of its sub-batches is empty.
 
 MineDraft's worker verifies the remaining sub-batch whole and drafts nothing beside the pass
 (docs/reference/paper.md §4.2, the corner case), so every later step drafts, then verifies:
@@ -22,16 +22,19 @@ reading, step by step:
   and the request is drafted again before its next verification, by the driver before that pass
   (`re-draft B<n>`, not parallelised). Before the pass, not beside it: in the tail no other pass
   runs to hide it behind, and the drafts must follow the token the last pass emitted.
-  MineDraft's PEARL mode verifies such a request with 0 proposals instead (one token, no
-  drafting); re-drafting spends drafter time on the critical path to keep every request
-  speculating.
+  `tail = "pre-draft-pearl"` answers a rejection as MineDraft's PEARL mode does instead: the
+  request is verified with 0 proposals (one token, a wasted verification, no drafting before
+  the pass), and its next pre-drafts are kept if their first token matches the target's. So
+  re-drafting spends drafter time on the critical path to keep every request speculating, and
+  PEARL's answer spends a verification on one token.
 
-So a tail step costs max(draft, link + verify) + ... when every request kept its pre-drafts, and
-draft + max(draft, link + verify) + ... when one did not: SD's draft + verify where drafting is
-the shorter, more where it is the longer. KV: the mock sequences write the draft KV of the k
-drafts and k - 1 pre-drafts, so a tail step's decodes hold context + 2k - 1 slots, as MineDraft's
-PEARL mode allocates. When refills fill the other sub-batch again, the next step verifies the
-pre-drafted one (it holds the drafts) and drafts the other beside it: the pipeline resumes.
+So a tail step costs max(draft, link + verify) + ... when every request kept its pre-drafts, and,
+re-drafting, draft + max(draft, link + verify) + ... when one did not: SD's draft + verify where
+drafting is the shorter, more where it is the longer. KV: the mock sequences write the draft KV
+of the k drafts and k - 1 pre-drafts, so a tail step's decodes hold context + 2k - 1 slots, as
+MineDraft's PEARL mode allocates. When refills fill the other sub-batch again, the next step
+verifies the pre-drafted one (it holds the drafts) and drafts the other beside it: the pipeline
+resumes.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import numpy as np
 
 from psdsim.sim.costs import NO_CHUNKS
 from psdsim.sim.methods.passes import Drafting, drafting_of
-from psdsim.sim.methods.pearl import has_accepted_all
+from psdsim.sim.methods.pearl import first_token_matches, has_accepted_all
 from psdsim.sim.methods.sub_batching import EMPTY
 from psdsim.sim.records import StepRecord
 
@@ -55,8 +58,9 @@ class PreDraftTail:
     pipeline: it drafts beside the tail's passes, judges the pre-drafts once a pass is back, and
     names the requests to draft again."""
 
-    def __init__(self, psd: PipelinedSD) -> None:
+    def __init__(self, psd: PipelinedSD, redraft: bool) -> None:
         self.psd = psd
+        self.redraft = redraft     # a request whose pre-drafts were thrown away is drafted again
         self.width = psd.draft_length.width
         self.pre_drafted = False   # the last decode step pre-drafted its verified sub-batch
         self.slots = EMPTY         # ... of the step under way: the requests pre-drafted,
@@ -72,9 +76,9 @@ class PreDraftTail:
 
     def undrafted(self, slots: np.ndarray) -> np.ndarray:
         """The verified `slots` to draft again before the pass: after a step that pre-drafted,
-        those without drafts (their pre-drafts were thrown away, or they joined since); none
-        otherwise (MineDraft's rule holds: a request without drafts is verified without)."""
-        if not self.pre_drafted:
+        those without drafts (their pre-drafts were thrown away, or they joined since), where
+        the policy re-drafts; none otherwise (a request without drafts is verified without)."""
+        if not (self.pre_drafted and self.redraft):
             return EMPTY
         return slots[self.psd.proposals[slots] == 0]
 
@@ -95,7 +99,11 @@ class PreDraftTail:
         self.pre_drafted = bool(len(slots))
         if not len(slots):
             return
-        psd, table, k = self.psd, self.psd.sim.table, self.k
-        keep = has_accepted_all(psd.sim, slots, self.held) & (table.kv_len[slots] < table.final_len[slots])
+        psd, table, k, held = self.psd, self.psd.sim.table, self.k, self.held
+        first_match = np.zeros(len(slots), dtype=bool)
+        none = held == 0
+        if none.any():   # a trial only where it decides, so the acceptance draws stay the fallback's
+            first_match[none] = first_token_matches(psd.sim, slots[none])
+        keep = has_accepted_all(psd.sim, held, first_match) & (table.kv_len[slots] < table.final_len[slots])
         psd.proposals[slots] = np.where(keep, k, 0)
         st.pre_drafts_wasted = k * (len(slots) - int(np.count_nonzero(keep)))
