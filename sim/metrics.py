@@ -83,6 +83,9 @@ SUMMARY_KEYS = {
                 "request too long to swap back in (vLLM: FINISHED_IGNORED)",
     "wasted_verifications": "verifications of requests that had no drafts (flag drift, rebalance, "
                             "chunked prefill; not the adaptive mode's AR steps, which mean none)",
+    "pre_drafts_wasted": "tail pre-drafted (pre-draft, pre-draft-pearl): draft tokens pre-drafted beside "
+                         "the tail's passes and thrown away unscored (a draft before them rejected, or the "
+                         "request finished; steps.csv pre_drafts_wasted); None with tail = sd",
     "imbalance_mean": "two-sub-batch PSD: mean |B1 - B0| of the decoding sub-batches over decode steps "
                       "(adaptive: its PSD steps)",
     "imbalance_max": "two-sub-batch PSD: largest |B1 - B0|",
@@ -363,6 +366,8 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "aborted": rq.count(ABORTED),
         "rejected": rq.count(REJECTED),
         "wasted_verifications": int(st.gather(None, "unproposed").sum()) if speculates else None,
+        "pre_drafts_wasted": (int(st.gather(None, "pre_drafts_wasted").sum()) if s.tail != "sd"
+                              else None),
         **_imbalance(st, s.batch_managed),
         "kv_pool_blocks": dict(kv.capacities),
         "kv_peak_usage": {side: kv.peak / cap for side, cap in kv.capacities.items()},

@@ -44,6 +44,7 @@ class StepRecord:
     accepted: int = 0           # draft tokens accepted
     generated: int = 0          # tokens emitted (kept) by this step, first tokens included
     unproposed: int = 0         # requests verified without drafts (a wasted speculation step)
+    pre_drafts_wasted: int = 0  # tail pre-drafted: tokens pre-drafted beside this pass, thrown away
     draft_s: float = 0.0        # drafter compute in this step
     verify_s: float = 0.0       # target compute in this step
     comm_s: float = 0.0         # drafter<->verifier transfer time in this step

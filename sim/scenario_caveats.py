@@ -22,6 +22,9 @@ def warnings(s: Scenario) -> list[str]:
             out.append(f"hypothetical: {link} on the {role}'s {gpu}, which has no NVLink")
     if s.method == "psd" and not s.batch_managed:
         out.append(f"beyond the paper: PSD with {s.sub_batches} sub-batches and {s.drafters} drafters")
+    if s.tail != "sd":
+        out.append(f"beyond the paper: the tail pre-drafted (tail = {s.tail}), the mitigation its §A "
+                   "proposes")
     if s.sampler_output == "compact":
         out.append("hypothetical: compact sampler output (MineDraft sends full-vocabulary rows)")
     if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl", "adaptive"):

@@ -51,6 +51,7 @@ from psdsim.sim.scenario_values import (
     SCHEDULERS,
     SPAN_WHY,
     SWAP_IN_BATCHES,
+    TAILS,
     least_rate,
     typed_field,
 )
@@ -174,6 +175,10 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _need(s.balance_by == "requests" or (s.method in ("psd", "adaptive") and s.batch_managed), "balance_by",
           f"balancing by KV is built for two-sub-batch psd and adaptive, not {s.method}"
           + (" as a ring" if s.method == "psd" else ""), "set balance_by=requests")
+    _one_of(s, "tail", TAILS)
+    _need(s.tail == "sd" or (s.method in ("psd", "psd+tetris") and s.batch_managed), "tail",
+          f"pre-drafting the tail is built for two-sub-batch psd and psd+tetris, not {s.method}"
+          + (" as a ring" if s.method == "psd" else ""), "set tail=sd")
     _one_of(s, "k_policy", ("fixed", "adaptive"))
     _need(s.k_policy == "fixed" or s.method in ("sd", "sd-2m", "sd-5gpu")
           or (s.method == "psd" and s.batch_managed), "k_policy",

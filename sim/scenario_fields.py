@@ -45,6 +45,11 @@ class Scenario:
     balance_by: str = _field("requests", "run", str,
                              "PSD: what assign() balances the two sub-batches by: requests (MineDraft) "
                              "| kv (the KV tokens their requests hold)")
+    tail: str = _field("sd", "run", str,
+                       "two-sub-batch PSD once one sub-batch is empty: sd (MineDraft: sequential SD) | "
+                       "pre-draft (draft the remaining sub-batch's next k beside its pass, PEARL style; "
+                       "a request that rejected a draft is drafted again) | pre-draft-pearl (... verified "
+                       "without drafts, as MineDraft's PEARL mode)")
     extra: int = _field(0, "run", int, "psd+tetris: extra draft tokens per request (e)")
     sub_batches: int = _field(2, "run", int, "PSD sub-batches in the ring (MineDraft: 2)")
     drafters: int = _field(1, "run", int, "PSD drafter GPUs (MineDraft: 1)")

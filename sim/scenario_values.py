@@ -19,6 +19,9 @@ SCHEDULERS = ("vllm-v0", "vllm-v1")
 PREEMPTION_MODES = ("recompute", "swap")
 KV_PATCHES = ("has_deferred", "default", "intended")
 PEARL_VARIANTS = ("minedraft", "per-request")
+# MineDraft's fallback; the paper's §A mitigation (beyond the paper); the same with MineDraft's PEARL
+# mode's answer to a rejection
+TAILS = ("sd", "pre-draft", "pre-draft-pearl")
 # MineDraft's code (the default, first) or the behaviour it meant (docs/minedraft-fidelity.md)
 PEARL_STALE = ("rejected", "as-fresh", "rate")
 SWAP_IN_BATCHES = ("verified", "drafted")

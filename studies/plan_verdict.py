@@ -1,6 +1,6 @@
 """What a plan's searches mean: a row per configuration, the Pareto front, and for each PSD
-configuration beside its SD twin (the same fields but the method) whether the extra GPU pays
-off, in which regime, and the metric that shows it.
+configuration beside its SD twin (the same fields but the method and PSD's own) whether the
+extra GPU pays off, in which regime, and the metric that shows it.
 
 Regimes, each with the evidence that puts a configuration in it (thresholds are stated in the
 verdict text so a reader can judge them):
@@ -32,7 +32,10 @@ KV_FULL = 0.95
 LINK_HEAVY = 0.15
 OVERLAP_LOW = 0.85
 COMPUTE_MARGIN = 1.1   # PSD pays more than GPUs (link, tail, 2m KV): a 10% margin on the ceiling
-CONFIG_KEYS = ("method", "gpu", "tensor_parallel_size", "drafter_gpu", "link", "target", "draft", "k", "m")
+CONFIG_KEYS = ("method", "gpu", "tensor_parallel_size", "drafter_gpu", "link", "target", "draft", "k", "m",
+               "tail")
+# PSD's own fields, at the values SD accepts in a PSD configuration's SD twin
+SD_TWIN = {"method": "sd", "extra": 0, "balance_by": "requests", "tail": "sd"}
 METRIC_KEYS = ("output_tok_s", "throughput_tok_s", "vsr", "parallelization_rate", "link_share",
                "comm_share", "preemptions", "mean_draft_ms", "mean_verify_ms")
 
@@ -130,7 +133,7 @@ def verdicts(configs: list[Scenario], rows: list[dict[str, Any]]) -> list[dict[s
     for s, psd in zip(configs, rows, strict=True):
         if s.method not in ("psd", "psd+tetris"):
             continue
-        j = by_digest.get(s.replace(method="sd", extra=0).digest())
+        j = by_digest.get(s.replace(**SD_TWIN).digest())
         if j is None:
             continue
         sd = rows[j]

@@ -193,11 +193,13 @@ CASES = [
     ["run", *FAST, "--trace", "no/dir/t.json"], ["run", *FAST, "--trace", "existing.txt"],
     ["run", "--preset", "setting99"], ["run", "--method", "nosuch"], ["run", "--frobnicate"],
     ["run", "--set", "k=4", "--set", "k_policy=sometimes"],
+    ["run", "--set", "tail=sometimes"], ["run", "--set", "method=sd", "--set", "tail=pre-draft"],
     # compare
     ["compare", *FAST, "--methods", "ar,nosuch"], ["compare", *FAST, "--methods", "sd,sd"],
     ["compare", *FAST, "--set", "gpu_memory_utilization=0.1"], ["compare", "--set", "requests=300000000"],
     ["compare", *FAST, "--out", "existing.txt"],
-    ["compare", *FAST, "--methods", ""], ["catalog", "--set", "catalog=cat_scalar.toml"],
+    ["compare", *FAST, "--methods", ""], ["compare", *FAST, "--set", "tail=pre-draft"],
+    ["catalog", "--set", "catalog=cat_scalar.toml"],
     # scenario, catalog, theory
     ["scenario", "--set", "bogus=1"], ["scenario", "twice.toml"], ["scenario", "random.toml"],
     ["catalog", "--catalog", "random.toml"], ["catalog", "--catalog", "missing.toml"],

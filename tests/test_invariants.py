@@ -61,6 +61,8 @@ def scenarios(draw: st.DrawFn, methods: list[str] = METHODS) -> Scenario:
         rebalance=draw(st.booleans()),
         balance_by=(draw(st.sampled_from(["requests", "kv"])) if method in ("psd", "adaptive") and not ring
                     else "requests"),
+        tail=draw(st.sampled_from(["sd", "pre-draft", "pre-draft-pearl"]))
+        if method in ("psd", "psd+tetris") and not ring else "sd",
         abort_fraction=draw(st.sampled_from([0.0, 0.3])),
         abort_window_s=draw(st.sampled_from([0.05, 5.0])),
         # tiny pools force preemption; None keeps the GPU-sized pool
@@ -116,15 +118,23 @@ def _check_invariants(s: Scenario) -> None:
     cap = {"psd": s.sub_batches * s.m, "psd+tetris": 2 * s.m, "sd-2m": 2 * s.m, "adaptive": 2 * s.m}
     assert (steps["running"] <= cap.get(s.method, s.m)).all()
     if s.batch_managed:
-        # every decoding request is verified or drafted, but in the adaptive mode's step that
-        # drains PSD's drafts in flight (a switch drafting nothing), where the other sub-batch waits
+        # a step drafts the sub-batch it does not verify; pre-drafting the tail (one sub-batch
+        # empty), it drafts the one it verifies; the adaptive mode's step that drains PSD's drafts
+        # in flight (a switch drafting nothing) drafts neither, while the other sub-batch waits
         both = decode & ~(steps["switch"] & (steps["drafted"] == 0)) if "switch" in steps else decode
-        decoding = steps["batch0"][both] + steps["batch1"][both]
-        assert (steps["verified"][both] + steps["drafted"][both] == decoding).all()
+        b0, b1 = steps["batch0"][both], steps["batch1"][both]
+        decoding = b0 + b1
+        pre_drafted = (s.tail != "sd") & ((b0 == 0) | (b1 == 0))
+        drafted = np.where(pre_drafted, steps["verified"][both], decoding - steps["verified"][both])
+        assert (steps["drafted"][both] == drafted).all()
     if s.method == "adaptive":   # no draft is lost to a switch: PSD's last step before SD or AR drafts none
-        modes, drafted = steps["mode"][decode], steps["drafted"][decode]
+        modes, drafted_now = steps["mode"][decode], steps["drafted"][decode]
         leaving = (modes[:-1] == "psd") & (modes[1:] != "psd")
-        assert (drafted[:-1][leaving] == 0).all()
+        assert (drafted_now[:-1][leaving] == 0).all()
+    # Pre-drafts thrown away are at most those drafted, and only the pre-drafting tail has any.
+    wasted = steps["pre_drafts_wasted"]
+    assert (wasted <= steps["drafted"] * width).all() and (wasted >= 0).all()
+    assert wasted.sum() == 0 or s.tail != "sd"
     # Simulated time never goes backwards and steps do not overlap.
     assert (steps["end_s"] >= steps["start_s"]).all()
     assert (steps["start_s"][1:] >= steps["end_s"][:-1]).all()

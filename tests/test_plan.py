@@ -14,7 +14,7 @@ from psdsim.sim.profile_schema import FEATURES
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 from psdsim.studies.plan import configurations, load_plan, max_rate, violations
-from psdsim.studies.plan_verdict import _regimes, pareto
+from psdsim.studies.plan_verdict import CONFIG_KEYS, _regimes, pareto, verdicts
 
 PLAN = """
 [base]
@@ -261,3 +261,18 @@ def test_a_refusal_of_too_slow_a_rate_suggests_a_rate_that_is_taken() -> None:
         validate(Scenario(requests=requests, rate=float(text)))
     with pytest.raises(ScenarioError, match=r"fix: raise rate to at least 3.01e-08$"):
         validate(Scenario(requests=30, rate=3e-08))
+
+
+def test_a_psd_configuration_with_psds_own_fields_is_judged_against_its_sd_twin(tmp_path: Path) -> None:
+    """SD refuses PSD's own fields (a pre-drafted tail, balancing by KV): the twin of every PSD
+    configuration is SD with them at SD's values, and the verdict names the tail it judged."""
+    text = PLAN.replace('method = ["ar", "sd", "psd"]\nk = [2, 3]',
+                        'method = ["sd", "psd"]\ntail = ["sd", "pre-draft"]\nbalance_by = ["requests", "kv"]')
+    configs, invalid = configurations(load_plan(_plan(tmp_path, text)))
+    assert sorted((s.method, s.tail, s.balance_by) for s in configs) == [
+        ("psd", t, b) for t in ("pre-draft", "sd") for b in ("kv", "requests")] + [("sd", "sd", "requests")]
+    assert len(invalid) == 3 and all(why.startswith(("tail", "balance_by")) for _, why in invalid)
+    rows = [{**{key: getattr(s, key) for key in CONFIG_KEYS}, "max_rate_req_s": None, "limit": "-"}
+            for s in configs]
+    judged = verdicts(configs, rows)
+    assert sorted(v["config"]["tail"] for v in judged) == ["pre-draft", "pre-draft", "sd", "sd"]

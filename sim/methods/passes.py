@@ -245,6 +245,13 @@ def drafting_s(sim: SimContext, st: StepRecord, slots: np.ndarray, k: int, conte
     return sim.cost.draft(draft_rows(sim, slots, st), k, context) * sim.drafter.slowdown[0]
 
 
+def drafting_of(sim: SimContext, st: StepRecord, slots: np.ndarray, k: int, context: int, name: str,
+                sub_batch: int | None = None) -> Drafting:
+    """The driver's drafting of `slots`, k tokens each over `context` cached tokens, priced
+    (`drafting_s`; nothing to draft at k = 0) and named for the timeline."""
+    return Drafting(drafting_s(sim, st, slots, k, context) if k else 0.0, name, len(slots), k, sub_batch)
+
+
 def book_drafting(sim: SimContext, st: StepRecord, at: float, drafting: Drafting) -> float:
     """Book `drafting` on drafter 0 from `at`, charged to the step's drafting; returns its end."""
     assert sim.drafter is not None

@@ -49,7 +49,7 @@ from psdsim.sim.methods.common import (
     record,
     verify_outcome,
 )
-from psdsim.sim.methods.passes import Drafting, TargetPass, booked_step, chunk_work, drafting_s
+from psdsim.sim.methods.passes import TargetPass, booked_step, chunk_work, drafting_of
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scheduler import StepPlan
 
@@ -87,7 +87,7 @@ class PEARL(EngineMethod):
         # its drafts (the set the code passes when drafting ahead), where the engine does
         beside = None
         if batch:
-            beside = Drafting(drafting_s(sim, st, slots, k, context + batch * k), "draft ahead", batch, k)
+            beside = drafting_of(sim, st, slots, k, context + batch * k, "draft ahead")
             target.label("verify", k=k, drafts_used=use_drafts)
         else:
             target.label("prefill")
@@ -120,13 +120,25 @@ class PEARL(EngineMethod):
             emit_outcome(sim, st, slots, proposed, total, sim.acceptance.accepted(log_acceptance, proposed))
         else:
             verify_outcome(sim, st, slots, proposed, total)
-        first_match = sim.acceptance.bernoulli(table.log_acceptance[slots])
+        first_match = first_token_matches(sim, slots)
         if self.per_request:  # every proposal passed, then the first token drafted ahead
             self.valid[slots] = (table.last_accepted == proposed) & first_match
         else:
-            all_accepted = table.last_accepted == proposed
-            self.valid[slots] = np.where(proposed > 0, all_accepted, first_match)
+            self.valid[slots] = has_accepted_all(sim, proposed, first_match)
             self.drafted[slots] = True
+
+
+def first_token_matches(sim: SimContext, slots: np.ndarray) -> np.ndarray:
+    """Whether the first token drafted ahead during the verification just back matched the
+    token the target emitted there: a trial per request, at its acceptance."""
+    return sim.acceptance.bernoulli(sim.table.log_acceptance[slots])
+
+
+def has_accepted_all(sim: SimContext, drafted: np.ndarray, first_match: np.ndarray) -> np.ndarray:
+    """MineDraft's `has_accepted_all`: whose tokens drafted ahead during the verification just
+    back continue the request's real sequence, as the drafting assumed: all the `drafted` drafts
+    it held accepted, or, where it held none, `first_match` (first_token_matches)."""
+    return np.where(drafted > 0, sim.table.last_accepted == drafted, first_match)
 
 
 def stale_log_acceptance(model: str, rate: float) -> float | None:

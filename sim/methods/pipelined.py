@@ -46,9 +46,10 @@ from psdsim.sim.methods.common import (
     verify_outcome,
 )
 from psdsim.sim.methods.draft_length import Selection, draft_length_policy
-from psdsim.sim.methods.passes import Drafting, TargetPass, chunk_work, drafting_s
+from psdsim.sim.methods.passes import Drafting, TargetPass, chunk_work, drafting_of
 from psdsim.sim.methods.pipelines import pipeline_class
 from psdsim.sim.methods.sub_batching import EMPTY, BatchManagerSubBatching, RoundRobinSubBatching
+from psdsim.sim.methods.tail import PreDraftTail
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
 from psdsim.sim.scenario import Scenario
@@ -86,10 +87,13 @@ class PipelinedSD(EngineMethod):
         # steps verifying a sub-batch that lost requests since it was drafted, and the first one's
         # start: where MineDraft's worker raises (sub_batching.BatchManagerSubBatching)
         self.lost_drafted_steps, self.first_lost_s = 0, 0.0
+        self.tail = PreDraftTail(self, s.tail == "pre-draft") if s.tail != "sd" else None   # None: SD
 
     # -- scheduler hooks --------------------------------------------------------------------
 
     def allocating(self, decode: np.ndarray) -> np.ndarray | None:
+        if self.tail is not None:   # the step being planned: its KV lookahead
+            self.lookahead = self.tail.lookahead()
         return self.sub_batching.allocating(decode)
 
     def target_tokens(self, slots: np.ndarray) -> np.ndarray:
@@ -151,14 +155,19 @@ class PipelinedSD(EngineMethod):
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks)
         beside = self._ahead(ahead, st)    # MineDraft: the other sub-batch, drafted during the pass
+        tail = self.tail
         if v is None:
             target.label("prefill")
         else:
             target.label("verify", v, int(proposed.max()) if sim.timeline else 0)
+            if ahead is None and tail is not None:   # the tail: its own next drafts, PEARL style
+                beside, ahead = tail.pre_draft(v, slots, context, total, st), v
         yield from pipeline.verify(plan, st, target, t, v, beside)
         self._verified(v, ahead, slots, proposed, total, selection, shift, st)
         if v is not None:   # st.generated is the verified requests' kept tokens until record()
             self._grew(v, st.generated)
+            if tail is not None:
+                tail.verified(st)
         st.verified, st.scored = batch, tokens if v is not None else 0
         record(sim, plan, start, st)
 
@@ -215,10 +224,9 @@ class PipelinedSD(EngineMethod):
         its requests hold its k drafts once it is done."""
         if ahead is None:
             return None
-        sim, slots = self.sim, self.sub_batching.members[ahead]
+        slots = self.sub_batching.members[ahead]
         context = self._context(ahead)
         k = self.draft_length.k(slots, context, NO_CHUNKS, parallel=True)
         self.proposals[slots] = k   # held from when the drafting beside the pass ends
         st.drafted = len(slots)
-        seconds = drafting_s(sim, st, slots, k, context) if k else 0.0
-        return Drafting(seconds, "draft", len(slots), k, ahead)
+        return drafting_of(self.sim, st, slots, k, context, "draft", ahead)

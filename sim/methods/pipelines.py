@@ -35,7 +35,7 @@ from psdsim.sim.methods.passes import (
     TargetPass,
     book_drafting,
     booked_step,
-    drafting_s,
+    drafting_of,
     queue_after_pass,
 )
 from psdsim.sim.methods.sub_batching import EMPTY
@@ -62,16 +62,20 @@ class DriverDrafting:
 
     def drafts_of(self, v: int, slots: np.ndarray, context: int, chunks: Chunks, st: StepRecord,
                   at: float) -> Ready:
-        """Drafted beside the last pass (parallelised), else drafted first now, from `at`."""
-        psd = self.psd
+        """Drafted beside the last pass (parallelised), else drafted first now, from `at`: all of
+        them, or, after a pass that pre-drafted the tail, those whose pre-drafts were thrown away
+        (sim/methods/tail.py)."""
+        psd, name = self.psd, "draft"
         if psd.sub_batching.drafted(v):
-            st.parallelised = True
-            return at, None
+            slots = psd.tail.undrafted(slots) if psd.tail is not None else EMPTY
+            if not len(slots):
+                st.parallelised = True
+                return at, None
+            name, context = "re-draft", psd.sim.table.context(slots)
         sim = psd.sim
         k = psd.draft_length.k(slots, context, chunks, parallel=False)
-        seconds = drafting_s(sim, st, slots, k, context) if k else 0.0
         psd.proposals[slots] = k   # held once the drafting is done
-        return book_drafting(sim, st, at, Drafting(seconds, "draft", len(slots), k, v)), None
+        return book_drafting(sim, st, at, drafting_of(sim, st, slots, k, context, name, v)), None
 
     def verify(self, plan: StepPlan, st: StepRecord, target: TargetPass, at: float, v: int | None,
                beside: Drafting | None) -> Generator[Any, Any, None]:

@@ -252,7 +252,10 @@ class BatchManagerSubBatching(SubBatching):
         return self.have_previous
 
     def verified(self, verified: int, ahead: int | None) -> None:
-        self.have_previous, self.send = (True, not self.send) if ahead is not None else (False, True)
+        """Sub-batch `verified` is back; `ahead` holds drafts for the next step, which verifies it
+        (the other one, or the verified one itself where the tail pre-drafts it); None: nothing
+        is held, and the next step drafts first."""
+        self.have_previous, self.send = (True, bool(ahead)) if ahead is not None else (False, True)
         if ahead is not None:
             self.drafted_members, self.drafted_changes = self.members[ahead], self.changes[ahead]
 
