@@ -57,6 +57,15 @@ def test_each_format_is_read_by_its_columns_and_clock(name):
     assert summary["requests"] == 12
 
 
+def test_the_readme_shows_one_example_of_each_format():
+    from tests.test_readme_tour import README, readme_commands
+
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    shown = {name: [c for c in commands if f"trace=examples/traces/{name}" in c] for name in SAMPLES}
+    assert all(len(lines) == 1 for lines in shown.values()), shown
+    assert sorted(SAMPLES) == sorted(p.name for p in TRACES.iterdir() if p.suffix != ".py")
+
+
 def test_the_formats_agree_on_the_same_requests():
     prompts = {name: read_trace(TRACES / name, 2048).prompt_len.tolist() for name in SAMPLES}
     assert len({tuple(p) for p in prompts.values()}) == 1
