@@ -19,6 +19,7 @@ from psdsim.engine.vllm.bench_result import bench_result, write_bench_result
 from psdsim.engine.vllm.config import EngineConfigError
 from psdsim.engine.vllm.summary import summarize
 from psdsim.sim.trace_replay import read_trace
+from tests.test_engine_vllm import _output  # a RequestOutput with its RequestStateStats
 
 # The config.json transformers 5.19 saves for the runner's tiny Qwen3 target (engine/vllm/models.py).
 TINY_QWEN3 = {
@@ -32,15 +33,6 @@ TINY_QWEN3 = {
     "tie_word_embeddings": False, "transformers_version": "5.19.0", "use_cache": True,
     "use_sliding_window": False, "vocab_size": 1024}
 START = 1000.0
-
-
-def _output(prompt: int, generated: int, arrival: float, first_latency: float, first_ts: float,
-            last_ts: float) -> SimpleNamespace:
-    """A RequestOutput as offline vLLM returns it, with its RequestStateStats."""
-    metrics = SimpleNamespace(arrival_time=arrival, first_token_latency=first_latency,
-                              first_token_ts=first_ts, last_token_ts=last_ts)
-    return SimpleNamespace(prompt_token_ids=list(range(prompt)),
-                           outputs=[SimpleNamespace(token_ids=list(range(generated)))], metrics=metrics)
 
 
 OUTPUTS = [_output(32, 16, START + 0.001 * i, 0.05 + 0.02 * i, 50.0 + 0.02 * i, 50.3 + 0.07 * i)
