@@ -5,6 +5,7 @@ catalog prior under which the simulator accepts what the engine did."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +66,22 @@ def test_each_source_counts_what_a_hand_count_does(tmp_path, name, text, source,
         # the expected accepted length under per-position rates p_i: sum over j of prod_{i<=j} p_i
         c = counts.conditional_rates
         assert c[0] + c[0] * c[1] + c[0] * c[1] * c[2] == pytest.approx(counts.mean_accepted, rel=1e-3)
+
+
+VLLM_CPU = Path(__file__).parent / "data" / "vllm_cpu"
+
+
+@pytest.mark.parametrize("name, source", [("metrics.txt", PROMETHEUS), ("server.log", V1_LOG)])
+def test_what_a_real_vllm_reported_is_read_as_its_own_counters(name, source):
+    """vllm-cpu 0.32's own output of one SD run on the tiny pair (tests/data/vllm_cpu/capture.py):
+    its whole /metrics text and its whole server log, read to the counts LLM.get_metrics() gave."""
+    want = json.loads((VLLM_CPU / "counters.json").read_text())
+    counts = read_acceptance(VLLM_CPU / name)
+    assert (counts.source, counts.k) == (source, 3)
+    assert (counts.drafts, counts.draft_tokens, counts.accepted) == (
+        want["vllm:spec_decode_num_drafts"], want["vllm:spec_decode_num_draft_tokens"],
+        want["vllm:spec_decode_num_accepted_tokens"])
+    assert counts.per_position == tuple(want["vllm:spec_decode_num_accepted_tokens_per_pos"])
 
 
 def test_per_position_counts_that_do_not_sum_to_the_accepted_ones_are_refused(tmp_path):
