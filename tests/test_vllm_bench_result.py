@@ -102,6 +102,19 @@ def test_the_command_line_prints_the_report(tmp_path, capsys):
     assert "bench.json: 6 requests of" in out and "TPOT p50 ms" in out
 
 
+def test_the_duration_spans_a_request_that_ends_past_the_makespan(tmp_path):
+    # the last request's end (frontend TTFT + engine-core decode time) passes the makespan by 1%
+    late = [*OUTPUTS[:-1], _output(32, 16, START, 0.05, 50.0, 50.0 + MAKESPAN * 1.01 - 0.05)]
+    result = bench_result(late, model_id="m", start_wall=START, makespan_s=MAKESPAN,
+                          when=datetime(2026, 1, 1))
+    assert result is not None and result["duration"] == pytest.approx(MAKESPAN * 1.01)
+    assert max(result["latencies"]) == result["duration"]
+    path = tmp_path / "late.json"
+    write_bench_result(path, result)
+    cells = validate_bench(path, None, ["method=ar", f"target={_tiny(tmp_path)}"])["rows"][0]["metrics"]
+    assert cells["request_throughput"]["measured"] == pytest.approx(6 / (MAKESPAN * 1.01))
+
+
 def test_without_request_metrics_no_result_is_made():
     bare = SimpleNamespace(prompt_token_ids=[1, 2], outputs=[SimpleNamespace(token_ids=[3])], metrics=None)
     made = bench_result([bare], model_id="m", start_wall=0.0, makespan_s=1.0, when=datetime(2026, 1, 1))
