@@ -396,7 +396,8 @@ class AcceptanceEntry:
                   f"Beta mean at acceptance_spread {self.spread:g} (psdsim calibrate)")
         return "\n".join([ENTRY_SIGNATURE, *(f"# {line}" for line in self.lines()),
                           f"# use it: {self.use(out)}", "",
-                          f'[acceptance."{self.draft} -> {self.target}"]', f"alpha = {self.alpha!r}",
+                          f"[acceptance.{json.dumps(f'{self.draft} -> {self.target}')}]",
+                          f"alpha = {self.alpha!r}",
                           *self._per_position_line(), f"source = {json.dumps(source)}", ""])
 
     def _per_position_line(self) -> list[str]:

@@ -5,6 +5,7 @@ catalog prior under which the simulator accepts what the engine did."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +66,22 @@ def test_each_source_counts_what_a_hand_count_does(tmp_path, name, text, source,
         # the expected accepted length under per-position rates p_i: sum over j of prod_{i<=j} p_i
         c = counts.conditional_rates
         assert c[0] + c[0] * c[1] + c[0] * c[1] * c[2] == pytest.approx(counts.mean_accepted, rel=1e-3)
+
+
+VLLM_CPU = Path(__file__).parent / "data" / "vllm_cpu"
+
+
+@pytest.mark.parametrize("name, source", [("metrics.txt", PROMETHEUS), ("server.log", V1_LOG)])
+def test_what_a_real_vllm_reported_is_read_as_its_own_counters(name, source):
+    """vllm-cpu 0.32's own output of one SD run on the tiny pair (tests/data/vllm_cpu/capture.py):
+    its whole /metrics text and its whole server log, read to the counts LLM.get_metrics() gave."""
+    want = json.loads((VLLM_CPU / "counters.json").read_text())
+    counts = read_acceptance(VLLM_CPU / name)
+    assert (counts.source, counts.k) == (source, 3)
+    assert (counts.drafts, counts.draft_tokens, counts.accepted) == (
+        want["vllm:spec_decode_num_drafts"], want["vllm:spec_decode_num_draft_tokens"],
+        want["vllm:spec_decode_num_accepted_tokens"])
+    assert counts.per_position == tuple(want["vllm:spec_decode_num_accepted_tokens_per_pos"])
 
 
 def test_per_position_counts_that_do_not_sum_to_the_accepted_ones_are_refused(tmp_path):
@@ -145,3 +162,39 @@ def test_what_cannot_make_a_prior_is_one_line(tmp_path, monkeypatch, capsys, arg
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"psdsim: error: {field}: ") and "\n" not in err
     assert (tmp_path / "mine.toml").read_text() == "# a user's own catalog\n"
+
+
+def test_a_prior_for_models_given_by_their_config_json_simulates_as_the_catalog_pairs(tmp_path, monkeypatch,
+                                                                                      capsys):
+    from tests.test_hf_config import config_of, write
+
+    monkeypatch.chdir(tmp_path)
+    _file(tmp_path, "metrics.txt", PROM)
+    write(tmp_path / "draft", config_of("qwen3-0.6b"))
+    write(tmp_path / "target", config_of("qwen3-32b"))
+    assert main(["calibrate", "metrics.txt", "--draft", "./draft", "--target", "target/config.json",
+                 "--out", "paths.toml"]) == 0
+    assert main(["calibrate", "metrics.txt", "--draft", "qwen3-0.6b", "--target", "qwen3-32b",
+                 "--out", "keys.toml"]) == 0
+    out = capsys.readouterr().out
+    # written under the absolute paths a scenario resolves its target and draft to
+    draft, target = str(tmp_path / "draft"), str(tmp_path / "target" / "config.json")
+    assert f'[acceptance."{draft} -> {target}"]' in (tmp_path / "paths.toml").read_text()
+    assert f"--set draft={draft} --set target={target}" in out
+    run = ["method=sd", "requests=40", "output_len=64"]
+    by_path = simulate(load_scenario(overrides=["catalog=paths.toml", f"draft={draft}", f"target={target}",
+                                                *run]))
+    by_key = simulate(load_scenario(overrides=["catalog=keys.toml", "draft=qwen3-0.6b", *run]))
+    assert json.dumps(by_path.summary) == json.dumps(by_key.summary)
+
+
+def test_a_config_json_psdsim_cannot_price_is_one_line_naming_the_flag_and_key(tmp_path, monkeypatch, capsys):
+    from tests.test_hf_config import config_of, write
+
+    monkeypatch.chdir(tmp_path)
+    _file(tmp_path, "metrics.txt", PROM)
+    write(tmp_path / "t", config_of("qwen3-32b") | {"architectures": ["GemmaForCausalLM"]})
+    assert main(["calibrate", "metrics.txt", "--draft", "qwen3-0.6b", "--target", "./t"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("psdsim: error: --target: architectures: ") and err.count("\n") == 1
+    assert not (tmp_path / "acceptance.toml").exists()

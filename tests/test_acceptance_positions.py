@@ -78,9 +78,11 @@ def _sd(catalog: str, **extra: str):
     return simulate(load_scenario(overrides=[f"{k}={v}" for k, v in sets.items()]))
 
 
-def test_the_simulators_vsr_is_the_closed_form_over_k(tmp_path):
-    # every request at 0.7 (a Beta of concentration 1e9), k = 4 drafts per verification
-    result = _sd(_catalog(tmp_path, str(list(FACTORS))))
+@pytest.mark.parametrize("method", ["sd", "psd"])
+def test_the_simulators_vsr_is_the_closed_form_over_k(tmp_path, method):
+    # every request at 0.7 (a Beta of concentration 1e9), k = 4 drafts per verification; PSD
+    # verifies the other sub-batch's drafts as SD verifies its own
+    result = _sd(_catalog(tmp_path, str(list(FACTORS))), method=method)
     rates = _rates(0.7, 4)
     verifications = int(result.requests["verifications"].sum())
     # sampling: 5 standard errors of the mean over the run's verifications; and a request's last

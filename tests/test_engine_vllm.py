@@ -355,3 +355,25 @@ def test_vllm_sd_without_the_fix_shows_the_bug_where_it_exists(models_dir):
         pytest.skip(f"vLLM {s['engine_version']} does not have the temperature>0 bug")
     # uninitialised temperatures: 0.01-0.10 measured here (0.42 patched); a loose bound, as garbage varies
     assert s["vsr"] < 0.3 and "not patched" in s["notes"]["vsr"]
+
+
+@smoke
+def test_validate_bench_predicts_the_runners_own_result(models_dir, tmp_path, capsys):
+    """The runner's run written as a `vllm bench serve` result, predicted by `validate --bench` with
+    the tiny models given by the config.json files transformers wrote for them."""
+    result = tmp_path / "bench.json"
+    s = _run(models_dir, "--method", "sd", "--k", "3", "--m", "4", "--bench-result", str(result))
+    assert s["bench_result"] == str(result)
+    system = ["method=sd", "k=3", "m=4", "scheduler=vllm-v1", f"target={s['target']}", f"draft={s['draft']}",
+              f"acceptance={s['acceptance_per_pos'][0]:.3f}"]
+    assert psdsim_main(["validate", "--bench", str(result), "--json", *(f"--set={x}" for x in system)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    cells = report["rows"][0]["metrics"]
+    assert report["requests"] == REQUESTS and report["notes"] == []
+    assert cells["ttft_ms.p50"]["measured"] == pytest.approx(s["ttft_ms"]["p50"], rel=1e-9)
+    assert cells["e2el_ms.p99"]["measured"] == pytest.approx(s["latency_ms"]["p99"], rel=1e-9)
+    # the duration spans the requests: the makespan, or a request's end past it by a fraction of a percent
+    duration = json.loads(result.read_text())["duration"]
+    assert s["makespan_s"] <= duration <= s["makespan_s"] * 1.02
+    assert cells["output_throughput"]["measured"] == pytest.approx(s["output_tokens"] / duration, rel=1e-9)
+    assert all(c["predicted"] is not None and c["predicted"] > 0 for c in cells.values())

@@ -96,10 +96,10 @@ def test_derived_entry_equals_the_catalog_entry(tmp_path, key):
 DRAFT_OF_VOCAB = {151936: "qwen3-1.7b", 128256: "llama-3.1-8b", 32000: "vicuna-7b"}
 
 
-@pytest.mark.parametrize("key", ["qwen3-8b", "llama-3.1-8b", "vicuna-7b", "llama-3.3-70b-awq",
-                                 "qwen3-235b-a22b-fp8"])
-def test_a_config_path_simulates_as_the_catalog_entry(tmp_path, key):
-    path = str(write(tmp_path / key, config_of(key)))
+def assert_simulates_as_the_catalog_entry(tmp_path: Path, key: str, cfg: dict[str, Any]) -> None:
+    """The config at a path, with a config-path draft of its vocabulary, runs bit-identically to the
+    catalog entry `key` with that draft's catalog entry."""
+    path = str(write(tmp_path / key, cfg))
     kin = DRAFT_OF_VOCAB[CAT.models[key].vocab]   # a draft of the target's vocabulary, as vLLM needs
     draft = str(write(tmp_path / "draft", config_of(kin)))
     hardware = {"gpu": "h200"} if key == "qwen3-235b-a22b-fp8" else {}
@@ -107,6 +107,14 @@ def test_a_config_path_simulates_as_the_catalog_entry(tmp_path, key):
     by_path = simulate(small(target=path, draft=draft, acceptance=0.6, **hardware)).summary
     assert by_name["fits"] is True
     assert json.dumps(by_path) == json.dumps(by_name)
+
+
+# Qwen3 dense with q/k norms (and its tied-embedding draft, qwen3-1.7b), Llama GQA, Llama-1 MHA,
+# AWQ int4, and Qwen3-MoE with FP8 weights.
+@pytest.mark.parametrize("key", ["qwen3-8b", "llama-3.1-8b", "vicuna-7b", "llama-3.3-70b-awq",
+                                 "qwen3-235b-a22b-fp8"])
+def test_a_config_path_simulates_as_the_catalog_entry(tmp_path, key):
+    assert_simulates_as_the_catalog_entry(tmp_path, key, config_of(key))
 
 
 def test_provenance_names_the_key_of_each_field(tmp_path):
@@ -155,48 +163,85 @@ def test_the_header_names_the_model_and_the_scenario_keeps_the_path(tmp_path, mo
     assert "my-finetune on 4×l40s" in capsys.readouterr().out
 
 
+# Published config.json files of families the built-in catalog has no entry for (the keys that
+# matter, and a few that do not).
+QWEN2_5_7B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+              "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
+              "num_hidden_layers": 28, "vocab_size": 152064, "tie_word_embeddings": False,
+              "torch_dtype": "bfloat16", "use_sliding_window": False, "sliding_window": 131072,
+              "max_window_layers": 28, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06}
+MISTRAL_7B = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "head_dim": 128, "num_hidden_layers": 32, "vocab_size": 32768, "sliding_window": None,
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 1000000.0}
+QWEN1_5_MOE = {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
+               "intermediate_size": 5632, "moe_intermediate_size": 1408, "num_experts": 60,
+               "num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632,
+               "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 24,
+               "vocab_size": 151936, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+               "decoder_sparse_step": 1, "use_sliding_window": False, "sliding_window": 32768,
+               "max_window_layers": 21, "norm_topk_prob": False, "rope_theta": 1000000.0}
+MIXTRAL_8X7B = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+                "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+                "vocab_size": 32000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                "sliding_window": None, "router_aux_loss_coef": 0.02, "rope_theta": 1e6}
+
+
 def test_dense_families_without_a_catalog_entry_match_their_model_cards(tmp_path):
-    # Qwen2.5-7B config.json; model card: 7.61B parameters, 6.53B non-embedding.
-    qwen2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
-             "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4,
-             "num_hidden_layers": 28, "vocab_size": 152064, "tie_word_embeddings": False,
-             "torch_dtype": "bfloat16", "use_sliding_window": False, "sliding_window": 131072,
-             "max_window_layers": 28, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06}
-    model = derive_model(write(tmp_path / "q", qwen2)).model
+    # Qwen2.5-7B: model card 7.61B parameters, 6.53B non-embedding.
+    model = derive_model(write(tmp_path / "q", QWEN2_5_7B)).model
     assert model.total_params == pytest.approx(7.61e9, rel=0.01)
     assert model.non_embedding_params == pytest.approx(6.53e9, rel=0.01)
     assert "q/k/v projection biases not counted" in model.source
-    # Mistral-7B-v0.3 config.json (no sliding window); 7.25B parameters.
-    mistral = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
-               "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-               "head_dim": 128, "num_hidden_layers": 32, "vocab_size": 32768, "sliding_window": None,
-               "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 1000000.0}
-    assert derive_model(write(tmp_path / "m", mistral)).model.total_params == pytest.approx(7.25e9, rel=0.01)
+    # Mistral-7B-v0.3 (no sliding window): 7.25B parameters.
+    mistral = derive_model(write(tmp_path / "m", MISTRAL_7B)).model
+    assert mistral.total_params == pytest.approx(7.25e9, rel=0.01)
     with pytest.raises(ConfigError, match="sliding-window"):
-        derive_model(write(tmp_path / "w", mistral | {"sliding_window": 4096}))
+        derive_model(write(tmp_path / "w", MISTRAL_7B | {"sliding_window": 4096}))
 
 
 def test_shared_expert_moe_counts_match_the_model_cards(tmp_path):
-    # Qwen1.5-MoE-A2.7B config.json; model card: 14.3B parameters in total.
-    qwen2_moe = {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "hidden_size": 2048,
-                 "intermediate_size": 5632, "moe_intermediate_size": 1408, "num_experts": 60,
-                 "num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632,
-                 "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 24,
-                 "vocab_size": 151936, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-                 "decoder_sparse_step": 1, "use_sliding_window": False, "sliding_window": 32768,
-                 "max_window_layers": 21, "norm_topk_prob": False, "rope_theta": 1000000.0}
-    model = derive_model(write(tmp_path / "q", qwen2_moe)).model
+    # Qwen1.5-MoE-A2.7B: model card 14.3B parameters in total.
+    model = derive_model(write(tmp_path / "q", QWEN1_5_MOE)).model
     assert model.shared_intermediate == 5632
     assert model.total_params == pytest.approx(14.3e9, rel=0.01)
-    # Mixtral-8x7B config.json; model card: 46.7B parameters, experts of intermediate_size each.
-    mixtral = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
-               "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2,
-               "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
-               "vocab_size": 32000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-               "sliding_window": None, "router_aux_loss_coef": 0.02, "rope_theta": 1e6}
-    model = derive_model(write(tmp_path / "x", mixtral)).model
+    # Mixtral-8x7B: model card 46.7B parameters, experts of intermediate_size each.
+    model = derive_model(write(tmp_path / "x", MIXTRAL_8X7B)).model
     assert (model.experts, model.moe_intermediate) == (8, 14336)
     assert model.total_params == pytest.approx(46.7e9, rel=0.01)
+
+
+# The catalog entry a user would write by hand for each, from the same config.json.
+SHAPE = "layers = {}\nhidden = {}\nintermediate = {}\nheads = {}\nkv_heads = {}\nhead_dim = {}\nvocab = {}\n"
+HAND_WRITTEN = {
+    "qwen2.5-7b": (QWEN2_5_7B, SHAPE.format(28, 3584, 18944, 28, 4, 128, 152064)),
+    "mistral-7b": (MISTRAL_7B, SHAPE.format(32, 4096, 14336, 32, 8, 128, 32768)),
+    "qwen1.5-moe": (QWEN1_5_MOE, SHAPE.format(24, 2048, 5632, 16, 16, 128, 151936)
+                    + "experts = 60\nexperts_per_token = 4\nmoe_intermediate = 1408\n"
+                    "shared_intermediate = 5632\n"),
+    "mixtral-8x7b": (MIXTRAL_8X7B, SHAPE.format(32, 4096, 14336, 32, 8, 128, 32000)
+                     + "experts = 8\nexperts_per_token = 2\nmoe_intermediate = 14336\n"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(HAND_WRITTEN))
+def test_a_family_without_a_catalog_entry_simulates_as_its_hand_written_entry(tmp_path, key):
+    cfg, shape = HAND_WRITTEN[key]
+    catalog = tmp_path / "mine.toml"
+    catalog.write_text(f'[models."{key}"]\nhf_id = "{key}"\n{shape}tie_embeddings = false\nqk_norm = false\n'
+                       'bytes_per_param = 2.0\nsource = "written by hand from its config.json"\n')
+    path = str(write(tmp_path / key, cfg | {"_name_or_path": key}))
+    derived = derive_model(path, key=key).model
+    assert replace(derived, source="") == replace(load_catalog(catalog).models[key], source="")
+    # a self-draft keeps the vocabulary; AR and SD both price the target's passes (on H200s under
+    # vLLM V1, which sizes the KV cache with SD's co-located draft counted: even Mixtral's 93 GB)
+    system = {"acceptance": 0.6, "gpu": "h200", "gpu_memory_utilization": 0.9, "scheduler": "vllm-v1"}
+    for method in ("ar", "sd"):
+        by_name = simulate(small(method=method, catalog=str(catalog), target=key, draft=key, **system))
+        by_path = simulate(small(method=method, target=path, draft=path, **system))
+        assert by_name.summary["fits"] is True
+        assert json.dumps(by_path.summary) == json.dumps(by_name.summary)
 
 
 def tensors(weights: dict[str, Any], inputs: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -215,17 +260,35 @@ FP8_BLOCK = {"num_bits": 8, "type": "float", "strategy": "block", "block_structu
 FP8_TOKENS = {"num_bits": 8, "type": "float", "strategy": "token"}
 
 
+# AutoGPTQ's quantize_config as a GPTQ checkpoint's config.json carries it: 4-bit, groups of 128,
+# a 16-bit scale and a 4-bit zero per group, as AWQ's (the catalog's 0.52 bytes per weight).
+GPTQ = {"bits": 4, "group_size": 128, "damp_percent": 0.01, "desc_act": False, "static_groups": False,
+        "sym": True, "true_sequential": True, "model_name_or_path": None, "model_file_base_name": "model",
+        "quant_method": "gptq"}
+
+
 @pytest.mark.parametrize(("key", "qc"), [
+    ("llama-3.3-70b-awq", GPTQ),
     ("llama-3.3-70b-awq", tensors(W4A16)),
     ("qwen3-235b-a22b-fp8", tensors(FP8_BLOCK, FP8_TOKENS, ignore=["lm_head", "re:.*mlp.gate$"])),
     ("qwen3-235b-a22b-fp8", tensors({**FP8_BLOCK, "strategy": "channel", "block_structure": None},
                                     FP8_TOKENS)),
 ])
-def test_compressed_tensors_gives_the_catalog_entry_of_that_format(tmp_path, key, qc):
+def test_gptq_and_compressed_tensors_give_and_simulate_the_catalog_entry_of_that_format(tmp_path, key, qc):
     cfg = config_of(key) | {"quantization_config": qc}
     derived = derive_model(write(tmp_path / "m", cfg), key=key).model
     expected = CAT.models[key]
     assert replace(derived, source=expected.source) == expected
+    assert_simulates_as_the_catalog_entry(tmp_path, key, cfg)
+
+
+def test_8_bit_gptq_is_priced_by_its_bits_not_as_int4(tmp_path):
+    derived = derive_model(write(tmp_path / "m", config_of("llama-3.3-70b-awq")
+                                 | {"quantization_config": GPTQ | {"bits": 8}}))
+    # (8 + (16 + 8)/128) / 8 = 1.0234
+    assert derived.model.bytes_per_param == 1.02
+    assert derived.provenance["bytes_per_param"].startswith("quantization_config gptq: 8-bit weights")
+    assert derived.model.compute == "bf16"
 
 
 def test_a_shared_expert_on_a_dense_catalog_model_is_refused(tmp_path):

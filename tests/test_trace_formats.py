@@ -57,6 +57,15 @@ def test_each_format_is_read_by_its_columns_and_clock(name):
     assert summary["requests"] == 12
 
 
+def test_the_readme_shows_one_example_of_each_format():
+    from tests.test_readme_tour import README, readme_commands
+
+    commands = readme_commands(README.read_text(encoding="utf-8"))
+    shown = {name: [c for c in commands if f"trace=examples/traces/{name}" in c] for name in SAMPLES}
+    assert all(len(lines) == 1 for lines in shown.values()), shown
+    assert sorted(SAMPLES) == sorted(p.name for p in TRACES.iterdir() if p.suffix != ".py")
+
+
 def test_the_formats_agree_on_the_same_requests():
     prompts = {name: read_trace(TRACES / name, 2048).prompt_len.tolist() for name in SAMPLES}
     assert len({tuple(p) for p in prompts.values()}) == 1
@@ -71,6 +80,7 @@ def test_date_times_are_read_to_the_nanosecond():
 
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,10,5\n"
+AZURE_2024 = "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.009930+00:00,10,5\n"
 BURSTGPT = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,10,5,15,API log\n"
 MOONCAKE = '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
 
@@ -85,6 +95,8 @@ def _bench(**changes) -> str:
     ("a.csv", AZURE + "2023-11-16 18:15:47,ten,5\n", "line 3", "ContextTokens"),
     ("a.csv", AZURE + "yesterday,10,5\n", "line 3", "TIMESTAMP"),
     ("a.csv", AZURE + "2023-11-16 18:15:47,10,\n", "line 3", "GeneratedTokens"),
+    ("a.csv", AZURE_2024 + "2024-05-10 00:00:00.5+00:00,10,-5\n", "line 3", "GeneratedTokens"),
+    ("a.csv", AZURE_2024 + "2024-05-10 24:00:00.5+00:00,10,5\n", "line 3", "TIMESTAMP"),
     ("b.csv", BURSTGPT + "6,GPT-4,10,0,10,Conversation log\n", "line 3", "Response tokens"),
     ("b.csv", BURSTGPT + "x,GPT-4,10,4,14,Conversation log\n", "line 3", "Timestamp"),
     ("m.jsonl", MOONCAKE + '{"timestamp": 5, "input_length": 2.5, "output_length": 5}\n', "line 2",

@@ -13,6 +13,7 @@ from psdsim.cli import main
 from psdsim.engine.validate.bench import KEYS, bench_scenario, figures, validate_bench
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.run import simulate
+from psdsim.sim.trace_replay import read_trace
 
 BENCH = Path(__file__).resolve().parents[1] / "examples" / "traces" / "vllm_bench.json"
 SYSTEM = ["method=ar", "target=llama-3.1-8b"]
@@ -30,6 +31,25 @@ def test_measured_figures_are_vllms():
     assert [cells[f"tpot_ms.{s}"]["measured"] for s in ("mean", "p50", "p99")] == pytest.approx([20.0] * 3)
     e2el_ms = 1000 * np.array(doc["latencies"])
     assert cells["e2el_ms.p99"]["measured"] == pytest.approx(np.percentile(e2el_ms, 99))
+
+
+REAL = Path(__file__).resolve().parent / "data" / "vllm_cpu" / "bench_serve.json"
+# vLLM's own figures in the result, by the report's keys
+REPORTED = {"request_throughput": "request_throughput", "output_throughput": "output_throughput",
+            "ttft_ms.mean": "mean_ttft_ms", "ttft_ms.p50": "median_ttft_ms", "ttft_ms.p99": "p99_ttft_ms",
+            "tpot_ms.mean": "mean_tpot_ms", "tpot_ms.p50": "median_tpot_ms", "tpot_ms.p99": "p99_tpot_ms"}
+
+
+def test_a_real_bench_serve_result_is_measured_as_vllm_reported_it():
+    """vllm-cpu 0.32's own `vllm bench serve` result (tests/data/vllm_cpu): read as a trace, and
+    its figures derived from the per-request lists as vLLM derived the ones it printed."""
+    doc = json.loads(REAL.read_text())
+    trace = read_trace(REAL, 4096)
+    assert trace.prompt_len.tolist() == doc["input_lens"] and trace.output_len.tolist() == doc["output_lens"]
+    assert trace.arrival_s.tolist() == pytest.approx([t - doc["start_times"][0] for t in doc["start_times"]])
+    cells = validate_bench(REAL, None, SYSTEM)["rows"][0]["metrics"]
+    for ours, theirs in REPORTED.items():
+        assert cells[ours]["measured"] == pytest.approx(doc[theirs], rel=1e-12), ours
 
 
 def test_predicted_figures_are_the_replays():

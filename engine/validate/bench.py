@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from psdsim.engine.validate.report import format_error, format_value
+from psdsim.sim.catalog.hf_config import is_config_path
 from psdsim.sim.documents import DuplicateKey, duplicate_key_error, load_json, parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.input_paths import input_file
@@ -162,6 +163,8 @@ def check_model(doc: Mapping[str, Any], s: Scenario) -> str | None:
     model_id = doc.get("model_id")
     if not isinstance(model_id, str):
         return f"the result names no model_id: predicted as {s.target} unchecked"
+    if is_config_path(s.target) and _model_folder(s.target) == Path(model_id).resolve():
+        return None   # a local folder was served, and the scenario prices that folder's config.json
     cat = catalog_for(s)
     matches = [key for key, m in cat.models.items() if m.hf_id.lower() == model_id.lower()]
     if not matches:
@@ -170,6 +173,12 @@ def check_model(doc: Mapping[str, Any], s: Scenario) -> str | None:
         raise ScenarioError("target", f"{s.target!r} is not the model the result measured ({model_id}, "
                             f"catalog {matches[0]!r})", f"--set target={matches[0]}")
     return None
+
+
+def _model_folder(target: str) -> Path:
+    """The folder of the config.json a target names (itself, or the folder holding one)."""
+    path = Path(target).resolve()
+    return path.parent if path.suffix == ".json" else path
 
 
 def predicted(s: Scenario) -> dict[str, float]:

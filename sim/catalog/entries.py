@@ -112,11 +112,15 @@ def load_datasets(tables: dict[str, Any], filename: str) -> dict[str, Dataset]:
 
 def load_acceptance(tables: dict[str, Any], models: dict[str, Model],
                     filename: str) -> dict[tuple[str, str], AcceptancePrior]:
-    """Acceptance priors keyed by (draft, target), both models the catalog holds."""
+    """Acceptance priors keyed by (draft, target), each a model the catalog holds or a config.json
+    path, whose model is derived when a scenario names that path (`psdsim calibrate` writes it
+    absolute, as a scenario resolves its target and draft)."""
+    from psdsim.sim.catalog.hf_config import is_config_path  # it imports the catalog package
+
     out = {}
     for pair, raw in tables.items():
         draft, sep, target = (part.strip() for part in pair.partition("->"))
-        if not sep or draft not in models or target not in models:
+        if not sep or not all(name in models or is_config_path(name) for name in (draft, target)):
             raise CatalogError(f"{filename} [{pair!r}]: expected 'draft -> target' of known models")
         checked = check_entry(AcceptancePrior, pair,
                               {"draft": draft, "target": target, **without_ranges(raw)}, filename)
