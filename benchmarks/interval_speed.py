@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from psdsim.sim.scenario import Scenario
-from psdsim.sim.uncertainty import propagate
+from psdsim.studies.intervals import propagate
 
 ROOT = Path(__file__).resolve().parents[1]
 
