@@ -165,3 +165,17 @@ def test_pre_drafting_is_refused_where_there_is_no_such_tail(changes):
     with pytest.raises(ScenarioError) as err:
         validate(Scenario(**{"tail": "pre-draft", **changes}))
     assert err.value.field == "tail"
+
+
+def test_requests_finishing_in_the_pre_drafted_tail_are_not_lost_drafts():
+    """A tail step pre-drafts the sub-batch it verifies, so a request can finish in the very
+    pass its sub-batch was drafted beside: it leaves finished, not preempted or aborted, and
+    MineDraft's lost-drafts failure (sub_batching: `lost_drafted`) must not be reported for it.
+    Offline, with room for every request, nothing is preempted or aborted at all."""
+    stops = "MineDraft's code stops this run"
+    for tail in ("pre-draft", "pre-draft-pearl"):
+        r = simulate(small(method="psd", requests=6, m=2, k=2, output_len=24, tail=tail, seed=5))
+        assert r.summary["preemptions"] == 0 and r.summary["aborted"] == 0
+        tail_steps = (r.steps["batch0"] == 0) | (r.steps["batch1"] == 0)
+        assert (tail_steps & (r.steps["kind"] == "decode")).sum() >= 2, "the case needs a tail"
+        assert not [w for w in r.summary["warnings"] if stops in w], tail

@@ -32,7 +32,8 @@ What a switch does:
 The rule decides before each step is planned (the scheduler's `planning` hook), so the hooks the
 plan asks answer for the mode that runs it. The step table gets two columns: `mode` (psd, sd or
 ar: which step ran) and `switch` (the rule changed the mode, or re-split PSD's sub-batches, when
-that step was planned; a PSD step with `switch` and nothing drafted beside it drains).
+that decode step, or a prefill-only step just before it, was planned; a PSD step with `switch`
+and nothing drafted beside it drains).
 """
 
 from __future__ import annotations
@@ -176,8 +177,12 @@ class AdaptiveMode(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         self.modes.append(MODE_NAMES.index(self.mode))
-        self.switches.append(self.switched)
-        self.switched = False
+        # a switch decided while a prefill-only step was planned shows on the next decode step,
+        # the one it changes (the drain, the split)
+        decodes = len(plan.decode) > 0
+        self.switches.append(self.switched and decodes)
+        if decodes:
+            self.switched = False
         yield from (self.psd if self.mode == PSD else self.sd).step(plan)
         if self.mode == AR and len(plan.decode):   # the estimate keeps learning without drafts
             self.length.estimate.expect(self.sim.table.acceptance[plan.decode])

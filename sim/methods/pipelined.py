@@ -76,6 +76,8 @@ class PipelinedSD(EngineMethod):
         self.proposals = np.zeros(n, dtype=np.int64)   # drafts each request holds (0: none)
         sim.table.track(self, "proposals")
         sim.table.track(self.sub_batching, "flag")
+        if isinstance(self.sub_batching, BatchManagerSubBatching):
+            sim.table.track(self.sub_batching, "drafted_for")
         # Each sub-batch's context (KV tokens) as a running total, with the count of member changes
         # it was summed at (SubBatching.changes): a decoding request's context grows only when it is
         # verified (by the tokens its sub-batch kept, added once the pass is back), so the total

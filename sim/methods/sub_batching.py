@@ -43,7 +43,7 @@ import numpy as np
 from psdsim.sim.batches import BatchManager
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
-from psdsim.sim.requests import DECODING
+from psdsim.sim.requests import DECODING, FINISHED
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import Scheduler, StepPlan
 
@@ -101,8 +101,8 @@ class BatchManagerSubBatching(SubBatching):
         self.fresh: list[int] = []  # decoding requests not yet scheduled for a decode step
         self.send = True            # worker: the sub-batch verified next
         self.have_previous = False  # worker: proposals drafted in the last step
-        self.drafted_members = EMPTY  # ... for these requests (its `_previous_request_ids`)
-        self.drafted_changes = 0      # ... when their sub-batch had changed this many times
+        self.drafted_for = np.zeros(requests, dtype=bool)  # ... the requests they were drafted for
+        self.lost_since_drafted = 0   # ... and how many of those left unfinished since
         self.deferred = s.kv_patch == "intended"
         self.every_pass = s.psd_prefill_chunks == "every-pass"
         self.swap_in_verified = s.swap_in_batch == "verified"
@@ -196,6 +196,10 @@ class BatchManagerSubBatching(SubBatching):
 
     def left(self, slots: np.ndarray, state: np.ndarray) -> None:
         flags = self.flag[slots]
+        if self.have_previous:   # requests the held drafts were made for, preempted or aborted
+            held = self.drafted_for[slots]
+            self.lost_since_drafted += int(np.count_nonzero(held & (state[slots] != FINISHED)))
+            self.drafted_for[slots] = False
         for flag in flags.tolist():
             self.batches.recycle(flag)
         self._drop_left(flags, state)
@@ -219,7 +223,12 @@ class BatchManagerSubBatching(SubBatching):
                 return None, None
         self.batches.decode_scheduled()
         self.fresh.clear()
-        self.lost_drafted = self._lost_since_drafted(v)
+        # MineDraft's worker cannot verify a sub-batch that lost requests since it was drafted:
+        # `_track_preempted_requests` masks a preempted request's proposals, but
+        # `_prepare_previous_proposals` compares the batch with the mask's length, not its count,
+        # so a shorter batch takes the chunked-prefill branch with a negative offset, whose
+        # `new_mask[non_spec_len:] = mask` raises (an aborted request is not even masked)
+        self.lost_drafted = self.lost_since_drafted if self.have_previous and v == int(self.send) else 0
         return v, 1 - v if sizes[1 - v] and not self.draining else None
 
     def regroup(self, running: np.ndarray, state: np.ndarray) -> None:
@@ -236,17 +245,6 @@ class BatchManagerSubBatching(SubBatching):
         self.swapped_in = EMPTY
         self.have_previous, self.send, self.draining = False, True, False
 
-    def _lost_since_drafted(self, v: int) -> int:
-        """How many of the requests sub-batch `v` was drafted for have left it before this, its
-        verification (0 where its drafts are not a step old). MineDraft's worker cannot verify
-        such a batch: `_track_preempted_requests` masks a preempted request's proposals, but
-        `_prepare_previous_proposals` compares the batch with the mask's length, not its count,
-        so a shorter batch takes the chunked-prefill branch with a negative offset, whose
-        `new_mask[non_spec_len:] = mask` raises (an aborted request is not even masked)."""
-        if not self.have_previous or v != int(self.send) or self.changes[v] == self.drafted_changes:
-            return 0
-        return int(np.count_nonzero(~np.isin(self.drafted_members, self.members[v])))
-
     def drafted(self, verified: int) -> bool:
         """Whether the verified sub-batch's drafts were drafted in an earlier step."""
         return self.have_previous
@@ -256,8 +254,10 @@ class BatchManagerSubBatching(SubBatching):
         (the other one, or the verified one itself where the tail pre-drafts it); None: nothing
         is held, and the next step drafts first."""
         self.have_previous, self.send = (True, bool(ahead)) if ahead is not None else (False, True)
+        self.lost_since_drafted = 0
+        self.drafted_for[:] = False
         if ahead is not None:
-            self.drafted_members, self.drafted_changes = self.members[ahead], self.changes[ahead]
+            self.drafted_for[self.members[ahead]] = True
 
 
 class RoundRobinSubBatching(SubBatching):
