@@ -89,8 +89,6 @@ class Link:
         """How long `messages` (their sizes in bytes) hold `lane`, one after the other, each its
         latency + bytes / bandwidth; queueing aside."""
         per_message = self._seconds[lane]
-        if len(messages) == 1:
-            return per_message(messages[0])
         return sum(per_message(nbytes) for nbytes in messages)
 
     def reserve(self, lane: str, messages: tuple[int, ...], now: float | None = None) -> tuple[float, float]:
@@ -152,13 +150,10 @@ class Verifier:
         of the pass's end and that (None: the output leaves when the pass ends)."""
         assert self._job is None, "book() needs a free verifier"
         computed = at + (self._begin(job, at, False) + job.compute_s)
-        if received_from is not None and received_from > computed:
-            back = self._finish(job, computed, received_from)
-            self.pass_start, self.pass_end = math.inf, -math.inf
-            return received_from if back is None else received_from + back
-        back = self._finish(job, computed)
+        sent = received_from if received_from is not None and received_from > computed else computed
+        back = self._finish(job, computed, sent)
         self.pass_start, self.pass_end = math.inf, -math.inf
-        return computed if back is None else computed + back
+        return sent if back is None else sent + back
 
     def queue(self, job: VerifyJob) -> simpy.Event:
         """Hand `job` over in SimPy: served in order, one at a time, by callbacks on its timeouts

@@ -187,6 +187,13 @@ class Scenario:
         return pipelined and self.sub_batches == 2 and self.drafters == 1
 
     @property
+    def output_after_drafting(self) -> bool:
+        """Whether the sampler output crosses the link only once the driver has drafted beside
+        the pass (`transfers = "per-tensor"`: MineDraft's point-to-point receive, posted after
+        its drafting), rather than when the pass ends."""
+        return self.transfers == "per-tensor"
+
+    @property
     def allowed_modes(self) -> tuple[str, ...]:
         """The adaptive method's modes (adaptive_modes), in ADAPTIVE_MODES' order."""
         named = {m.strip() for m in self.adaptive_modes.split(",")}

@@ -87,7 +87,7 @@ def measure_k(sd: Result, psd: Result, k: int) -> KMeasurement:
     # the link time beside the pass: the inputs, and the output where it leaves at the pass's
     # end; an output received once the driver has drafted (per-tensor) is serial
     beside = pt["comm_s"][par]
-    if psd.scenario.transfers == "per-tensor":
+    if psd.scenario.output_after_drafting:
         beside = beside - pt["return_s"][par]
     overlap = np.maximum(pt["draft_s"][par], beside + pt["verify_s"][par])
     return KMeasurement(

@@ -64,7 +64,7 @@ def link_seconds(sim: SimContext, requests: int, context: int,
     scores (adaptive k prices each choice with it): (beside the pass, after both the pass and the
     drafting beside it). With `transfers = "per-tensor"` the output is received once the driver
     has drafted (booked_step), so it comes after; otherwise both ways are beside the pass."""
-    rendezvous = sim.scenario.transfers == "per-tensor"
+    rendezvous = sim.scenario.output_after_drafting
 
     def seconds(scored: int) -> tuple[float, float]:
         inputs, output = link_messages(sim, requests, scored, context, chunks)
@@ -281,7 +281,7 @@ def booked_step(sim: SimContext, plan: StepPlan, st: StepRecord, target: TargetP
         drafting_s = beside.seconds = target.contend(beside.seconds)
     t = target.prepared(st, at)
     drafted_at = book_drafting(sim, st, t, beside) if beside is not None else t
-    rendezvous = sim.scenario.transfers == "per-tensor"
+    rendezvous = sim.scenario.output_after_drafting
     back = target.book(t, drafted_at if rendezvous else None)
     now = back if back > drafted_at else drafted_at
     if drafter_waits:
