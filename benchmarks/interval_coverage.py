@@ -48,7 +48,8 @@ import gpu_passes
 
 from psdsim.engine.validate.report import metric
 from psdsim.sim.catalog import builtin_catalog
-from psdsim.sim.execution import EngineCost, PassModel, step_cost
+from psdsim.sim.execution import PassModel, step_cost
+from psdsim.sim.model_error import EAGER, ERROR_RANGES, FIELDS_BY_PASS, GRAPHS, PROFILE, with_model_error
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, catalog_for, load_scenario
 from psdsim.sim.uncertainty import (
@@ -77,10 +78,13 @@ class Covered:
         return self.low <= self.measured[1] and self.measured[0] <= self.high
 
 
+MODEL_ERROR = True   # whether the draws include the model's error (main's --without-model-error: off)
+
+
 def drawn_scenarios(s: Scenario, draws: int, folder: Path, methods: tuple[str, ...]) -> list[Scenario]:
-    """`s` on each draw of its own uncertain inputs, the draws' catalogs and resampled profiles
-    written under `folder`."""
-    inputs = uncertain_inputs(s, methods)
+    """`s` on each draw of its own uncertain inputs (the model's error among them unless
+    MODEL_ERROR is off), the draws' catalogs and resampled profiles written under `folder`."""
+    inputs = [i for i in uncertain_inputs(s, methods) if MODEL_ERROR or i.field not in FIELDS_BY_PASS]
     out = []
     for i, d in enumerate(make_draws(s, methods, inputs, unit_points(s, draws, len(inputs)))):
         drawn = d.scenario
@@ -94,9 +98,8 @@ def drawn_scenarios(s: Scenario, draws: int, folder: Path, methods: tuple[str, .
 
 
 def _decode_ms(s: Scenario) -> float:
-    cost = step_cost(s, catalog_for(s))
-    framework = cost.framework(1, 1) if isinstance(cost, EngineCost) else cost.overhead
-    return (cost.verify(1, 1, engine_points.CTX) + framework) * 1e3
+    cost = with_model_error(step_cost(s, catalog_for(s)), s)
+    return (cost.verify(1, 1, engine_points.CTX) + cost.framework(1, 1)) * 1e3
 
 
 def engine_rows(draws: int, folder: Path) -> list[Covered]:
@@ -159,9 +162,25 @@ def launch_range(rows: list[dict], model: str) -> tuple[float, float]:
     return min(per), max(per)
 
 
-def pass_rows(draws: int, launch_spread: bool) -> list[Covered]:
-    """The H200 passes, predicted over draws of the efficiencies, the per-kernel time and (with
-    `launch_spread`) the host's launch cost over its measured spread, else at its median."""
+PASS_ERROR = {"verify": "verify_error", "prefill": "verify_error", "draft": "draft_error"}   # role -> field
+
+
+@dataclass(frozen=True)
+class PassDraws:
+    """One measured H200 pass and its predictions over the draws."""
+
+    what: str
+    field: str      # the model-error field of its kind of pass
+    mode: str       # the engine mode whose model-error range it draws from
+    measured: float
+    values: np.ndarray
+
+
+def pass_draws(draws: int, launch_spread: bool, error: dict[tuple[str, str], tuple[float, float]] | None
+               ) -> list[PassDraws]:
+    """The H200 passes, predicted over draws of the efficiencies, the per-kernel time, (with
+    `launch_spread`) the host's launch cost over its measured spread, else at its median, and
+    (with `error`: (field, mode) -> range) the model's error on the pass as one more dimension."""
     _, rows = gpu_passes.read_rows(gpu_passes.RECORDED)
     rows = [r for r in rows if "model" in r and "error" not in r]
     launch_model = "qwen3-0.6b"
@@ -169,7 +188,7 @@ def pass_rows(draws: int, launch_spread: bool) -> list[Covered]:
     low, high = launch_range(rows, launch_model) if launch_spread else (median, median)
     mem, comp = SCENARIO_RANGES["mem_efficiency"], SCENARIO_RANGES["compute_efficiency"]
     base_floor = gpu_passes.KERNEL_US - 1.5
-    points = unit_points(Scenario(), draws, 4)
+    points = unit_points(Scenario(), draws, 4 if error is None else 5)
     settings = [(low + u[3] * (high - low), mem.low + u[0] * (mem.high - mem.low),
                  comp.low + u[1] * (comp.high - comp.low),
                  base_floor + KERNEL_FLOOR[0] + u[2] * (KERNEL_FLOOR[1] - KERNEL_FLOOR[0])) for u in points]
@@ -179,11 +198,28 @@ def pass_rows(draws: int, launch_spread: bool) -> list[Covered]:
             measured = r.get(f"{kind}_ms")
             if measured is None or (kind == "eager" and r["model"] == launch_model):
                 continue
+            field, mode = PASS_ERROR[r["role"]], GRAPHS if graphs else EAGER
             values = np.array([_pass_ms(r, graphs, *setting) for setting in settings])
-            iv = interval(values)
-            out.append(Covered(f"H200 {r['model']} {r['role']} B={r['B']} q={r['q']} ctx={r['ctx']} {kind}",
-                               (measured, measured), iv.low, iv.median, iv.high, "out"))
+            if error is not None:
+                lo, hi = error[field, mode]
+                values = values * (lo + points[:, 4] * (hi - lo))
+            out.append(PassDraws(f"H200 {r['model']} {r['role']} B={r['B']} q={r['q']} ctx={r['ctx']} {kind}",
+                                 field, mode, measured, values))
     return out
+
+
+def covered(p: PassDraws) -> Covered:
+    iv = interval(p.values)
+    return Covered(p.what, (p.measured, p.measured), iv.low, iv.median, iv.high, "out")
+
+
+def pass_rows(draws: int, launch_spread: bool, model_error: bool) -> list[Covered]:
+    """The H200 passes' coverage, with (`model_error`) or without the model-error ranges of
+    sim/model_error.py."""
+    error = None
+    if model_error:
+        error = {key: (r.low, r.high) for key, r in ERROR_RANGES.items() if key[1] != PROFILE}
+    return [covered(p) for p in pass_draws(draws, launch_spread, error)]
 
 
 def _pass_ms(row: dict, graphs: bool, launch_us: float, mem: float, comp: float, kernel_us: float) -> float:
@@ -199,7 +235,8 @@ def _pass_ms(row: dict, graphs: bool, launch_us: float, mem: float, comp: float,
 
 
 def report(groups: dict[str, list[Covered]], draws: int) -> str:
-    lines = [f"90% intervals over {draws} draws; covered = the interval meets the measurement", "",
+    lines = [f"model error: {'drawn (sim/model_error.py)' if MODEL_ERROR else 'not drawn'}",
+             f"90% intervals over {draws} draws; covered = the interval meets the measurement", "",
              "| points | covered | share | median (predicted / measured) |", "|---|---|---|---|"]
     for name, rows in groups.items():
         inside = sum(r.inside for r in rows)
@@ -225,18 +262,23 @@ def _range(measured: tuple[float, float]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=32)
+    ap.add_argument("--without-model-error", action="store_true",
+                    help="draw only the inputs' ranges and fits, as before the model-error input")
     args = ap.parse_args()
+    global MODEL_ERROR
+    MODEL_ERROR = not args.without_model_error
     with tempfile.TemporaryDirectory(prefix="psdsim-coverage-") as folder:
         groups = {"engine points (docs/engine-costs.md)": engine_rows(args.draws, Path(folder)),
                   "MineDraft setting2": minedraft_rows(args.draws, Path(folder))}
         validation = validation_rows(args.draws, Path(folder))
         groups["reference engine, in sample (AR, SD)"] = [r for r in validation if r.sample == "in"]
         groups["reference engine, held out (PSD, PEARL)"] = [r for r in validation if r.sample == "out"]
-    passes = pass_rows(args.draws, launch_spread=False)
+    passes = pass_rows(args.draws, launch_spread=False, model_error=MODEL_ERROR)
     groups["H200 passes, CUDA graphs"] = [r for r in passes if r.what.endswith("graph")]
     groups["H200 passes, eager, launch cost at its median"] = [r for r in passes if r.what.endswith("eager")]
     groups["H200 passes, eager, launch cost over its measured spread"] = [
-        r for r in pass_rows(args.draws, launch_spread=True) if r.what.endswith("eager")]
+        r for r in pass_rows(args.draws, launch_spread=True, model_error=MODEL_ERROR)
+        if r.what.endswith("eager")]
     print(report(groups, args.draws))
     return 0
 

@@ -55,7 +55,9 @@ class _Seen:
 @contextmanager
 def unrecorded(cost: StepCost) -> Iterator[None]:
     """Prices asked inside do not count as sizes the run used (a fitted profile's range
-    warnings): what-if pricing, such as adaptive k's candidates."""
+    warnings): what-if pricing, such as adaptive k's candidates. A model-error view
+    (sim/model_error.py) records through the cost it scales."""
+    cost = getattr(cost, "scaled", cost)
     if not isinstance(cost, FittedCost):
         yield
         return

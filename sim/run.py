@@ -24,6 +24,7 @@ from psdsim.sim.memory import MemoryPlan, plan_memory
 from psdsim.sim.methods import method_class
 from psdsim.sim.methods.common import SimContext
 from psdsim.sim.metrics import infeasible_summary, summarize
+from psdsim.sim.model_error import with_model_error
 from psdsim.sim.overlap import slowdowns
 from psdsim.sim.profile import FittedCost
 from psdsim.sim.profile_match import source_warnings
@@ -122,7 +123,8 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         if s.profile:
             profile = load_profile(s.profile)
             cost = FittedCost(profile, cost)
-    cost = complete(cost)
+    priced = complete(cost)
+    cost = with_model_error(priced, s)
     tl = Timeline() if timeline else None
     link = Link(env, cost.broadcast, cost.comm, tl)
     kv = KVPools(memory.pools(), s.block_size, table.capacity)
@@ -167,8 +169,8 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
                             drafter_busy_s=drafter.busy_s if drafter is not None else 0.0,
                             verifier_busy_s=sim.verifier.busy_s, kv=kv)
     summary["warnings"] = scenario_warnings(s) + memory.warnings + method.run_warnings() + stream.warnings
-    if isinstance(cost, FittedCost):
-        summary["warnings"] += source_warnings(cost.profile, s) + cost.warnings()
+    if isinstance(priced, FittedCost):
+        summary["warnings"] += source_warnings(priced.profile, s) + priced.warnings()
     if progress is not None:
         progress(1.0)
     usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)

@@ -374,6 +374,10 @@ def _check_trace_window(s: Scenario) -> None:
               "remove it to replay to the trace's end")
 
 
+# A model-error factor (sim/model_error.py) past these is no longer an error of the model's form.
+MODEL_ERROR_BOUNDS = (0.1, 10.0)
+
+
 @_check
 def _check_costs(s: Scenario, cat: Catalog) -> None:
     _in_range(s, "mem_efficiency", 0.01, 1.0)
@@ -385,6 +389,12 @@ def _check_costs(s: Scenario, cat: Catalog) -> None:
         v = getattr(s, name)
         _need(v >= 0, name, f"must be >= 0, got {v}", f"set {name} to 0 or more")
         _at_most(s, name, most, why)
+    for name in ("verify_error", "draft_error"):
+        v = getattr(s, name)
+        if v is not None:
+            _need(math.isfinite(v) and MODEL_ERROR_BOUNDS[0] <= v <= MODEL_ERROR_BOUNDS[1], name,
+                  f"must be a factor from {MODEL_ERROR_BOUNDS[0]} to {MODEL_ERROR_BOUNDS[1]}, got {v}",
+                  f"remove {name} to price passes as the model does, or give e.g. {name} = 1.1")
     if s.profile:
         path_field_file("profile", s.profile)
 

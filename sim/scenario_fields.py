@@ -168,6 +168,13 @@ class Scenario:
                                        "(engine = roofline only)")
     step_overhead_ms: float = _field(1.2, "costs", float,
                                      "fixed framework cost per engine step (engine = roofline only)")
+    verify_error: float | None = _field(None, "costs", float,
+                                        "the model's error on target passes: each takes this times "
+                                        "as long as priced; absent = 1, drawn by --intervals",
+                                        optional=True)
+    draft_error: float | None = _field(None, "costs", float,
+                                       "the model's error on draft passes, as verify_error",
+                                       optional=True)
     reject_overhead_ms: float = _field(0.3, "costs", float, "fixed rejection-sampling cost per verify")
     activation_reserve_gb: float = _field(1.5, "costs", float, "per-GPU memory kept for activations")
     profile: str = _field("", "costs", str,

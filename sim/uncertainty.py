@@ -9,7 +9,9 @@ ranges, uniformly, simulates each draw under every method asked for, and keeps t
 A fitted profile (`profile`) that carries its fit's bootstrap (sim/profile_schema.py Bootstrap) adds one
 input per resampled term: the draw's coordinate picks one of its coefficient vectors, whole, so
 the coefficients' correlations are kept; the vectors are stored cheapest first, so the index
-ranks as the term's cost does. A fitted profile also takes out the cost inputs (efficiencies,
+ranks as the term's cost does. The model's own error on each kind of pass (sim/model_error.py)
+is one more input, its range the engine mode's or, where a fitted profile's term prices the pass,
+the profile's. A fitted profile also takes out the cost inputs (efficiencies,
 engine, link and GPU numbers) that price only work its terms price (sim/cost_inputs.py): they no
 longer move the run.
 Ratios between methods are taken draw by draw on the same draws, so a ratio's interval is the
@@ -38,6 +40,7 @@ import numpy as np
 from psdsim.sim.catalog import Catalog
 from psdsim.sim.cost_inputs import entry_roles, still_drawn
 from psdsim.sim.errors import ScenarioError
+from psdsim.sim.model_error import error_ranges
 from psdsim.sim.scenario import FIELDS, Scenario, catalog_for, toml_value
 
 LEVEL = 0.90                     # the intervals' coverage: from the 5th to the 95th percentile
@@ -140,7 +143,7 @@ def uncertain_inputs(s: Scenario, methods: Sequence[str]) -> list[UncertainInput
     moves = _moves_the_run(s, methods, cat)
     inputs = [*filter(moves, _scenario_inputs(s)), *_catalog_inputs(s, cat, WORKLOAD_TABLES),
               *filter(moves, _catalog_inputs(s, cat, COST_TABLES)), *_profile_inputs(s),
-              *_acceptance_input(s, cat, methods)]
+              *_acceptance_input(s, cat, methods), *_model_error_inputs(s, cat, methods)]
     return [*inputs, UncertainInput(SEED_INPUT, 0.0, float(SEED_SPAN - 1),
                                     "the simulation's own noise: requests, arrivals, acceptances",
                                     field="seed")]
@@ -173,6 +176,19 @@ def _profile_inputs(s: Scenario) -> Iterable[UncertainInput]:
                              f"the {term} fit's uncertainty: one of {len(vectors)} bootstrap refits, "
                              "cheapest first",
                              key=term, field=RESAMPLE_FIELD)
+
+
+def _model_error_inputs(s: Scenario, cat: Catalog, methods: Sequence[str]) -> Iterable[UncertainInput]:
+    """The model's own error on each kind of pass the run has (sim/model_error.py): drawn from a
+    fitted profile's range where its term prices the pass, else from the engine mode's."""
+    from psdsim.sim.profile_reader import load_profile
+
+    fitted = frozenset(load_profile(s.profile).terms) if s.profile else frozenset()
+    engine = cat.engines[s.engine_key]
+    graphs = engine.kind == "execution" and engine.cuda_graphs
+    for name, r in error_ranges(s, fitted, graphs):
+        if name != "draft_error" or set(methods) != {"ar"}:   # AR drafts nothing
+            yield UncertainInput(name, r.low, r.high, r.why, field=name)
 
 
 def _scenario_inputs(s: Scenario) -> Iterable[UncertainInput]:

@@ -10,6 +10,7 @@ import pytest
 
 from psdsim.cli import main
 from psdsim.sim.catalog import CatalogError, builtin_catalog, load_catalog
+from psdsim.sim.model_error import ERROR_RANGES, PROFILE
 from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.output.intervals import intervals_json
 from psdsim.sim.profile_schema import FEATURES, Profile, Term
@@ -373,10 +374,13 @@ def _complete_profile(path) -> str:
 
 def test_a_profile_fitting_every_term_takes_the_catalog_out_and_narrows_the_interval(tmp_path):
     """With every cost fitted from traces, the engine, link and efficiency ranges drop out: only
-    acceptance and the seed are drawn, and the throughput interval is narrower."""
+    acceptance, the model's error at the profile's (run-to-run drift) range and the seed are
+    drawn, and the throughput interval is narrower."""
     profiled = SMALL.replace(profile=_complete_profile(tmp_path / "p.json"))
-    assert {i.name for i in uncertain_inputs(profiled, ["psd"])} == {"acceptance qwen3-1.7b -> qwen3-32b",
-                                                                     "seed"}
+    inputs = {i.name: (i.low, i.high) for i in uncertain_inputs(profiled, ["psd"])}
+    drift = (ERROR_RANGES["verify_error", PROFILE].low, ERROR_RANGES["verify_error", PROFILE].high)
+    assert inputs.keys() == {"acceptance qwen3-1.7b -> qwen3-32b", "verify_error", "draft_error", "seed"}
+    assert inputs["verify_error"] == inputs["draft_error"] == drift
     # what was dropped indeed moves nothing: the extreme launch cost gives the same run
     launch = next(i for i in uncertain_inputs(SMALL, ["psd"]) if i.name.endswith(".launch_us"))
     (draw,) = make_draws(profiled, ["psd"], [launch], np.array([[1.0]]))

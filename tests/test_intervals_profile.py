@@ -12,6 +12,7 @@ import pytest
 
 from psdsim.calibration.calibrate import calibrate
 from psdsim.cli import main
+from psdsim.sim.model_error import FIELDS_BY_PASS
 from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.profile_reader import load_profile
 from psdsim.sim.profile_schema import TERMS
@@ -27,6 +28,7 @@ SAMPLE_TRACE = Path(__file__).resolve().parents[1] / "examples" / "sample-trace.
 SMALL = Scenario(requests=24, output_len=16, m=4, prompt_len=32)
 ACCEPTANCE = "acceptance qwen3-1.7b -> qwen3-32b"
 RESAMPLED = {f"profile {term}" for term in TERMS}
+MODEL_ERRORS = set(FIELDS_BY_PASS)   # drawn whatever prices the passes (sim/model_error.py)
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +52,14 @@ def test_a_profile_pricing_every_step_leaves_the_prompt_lengths_drawn(profiles) 
     _, point = profiles
     dataset = SMALL.replace(prompt_len=0)
     assert "datasets.sharegpt.components.0.mu" in _names(dataset)
-    assert _names(dataset.replace(profile=point)) == {"datasets.sharegpt.components.0.mu", ACCEPTANCE, "seed"}
+    assert _names(dataset.replace(profile=point)) == {"datasets.sharegpt.components.0.mu", ACCEPTANCE,
+                                                      "seed"} | MODEL_ERRORS
 
 
 def test_a_point_profile_draws_as_before(profiles) -> None:
     _, point = profiles
     s = SMALL.replace(profile=point)
-    assert _names(s) == {ACCEPTANCE, "seed"}
+    assert _names(s) == {ACCEPTANCE, "seed"} | MODEL_ERRORS
     inputs = uncertain_inputs(s, ["psd"])
     assert all(d.profile_json == "" for d in make_draws(s, ["psd"], inputs, np.full((2, len(inputs)), 0.5)))
 
@@ -64,7 +67,7 @@ def test_a_point_profile_draws_as_before(profiles) -> None:
 def test_a_bootstrapped_profile_is_one_input_per_term_and_a_draw_takes_whole_vectors(profiles) -> None:
     boot, _ = profiles
     s = SMALL.replace(profile=boot)
-    assert _names(s) == RESAMPLED | {ACCEPTANCE, "seed"}
+    assert _names(s) == RESAMPLED | {ACCEPTANCE, "seed"} | MODEL_ERRORS
     vectors = load_profile(boot).bootstrap.terms
     inputs = [i for i in uncertain_inputs(s, ["psd"]) if i.name in RESAMPLED]
     cheapest, dearest = make_draws(s, ["psd"], inputs, np.array([[0.0] * len(inputs), [0.999] * len(inputs)]))
@@ -92,8 +95,8 @@ def test_a_fitted_profile_narrows_the_interval_and_its_replaced_inputs_leave_the
     assert width(fitted) < width(without)
     ranked = {r.input.name for r in rank_inputs("psd throughput", fitted.values, fitted.inputs,
                                                 fitted.figure("psd", ("throughput_tok_s",)))}
-    assert ranked == RESAMPLED | {ACCEPTANCE, "seed"}
-    replaced = {i.name for i in without.inputs} - {ACCEPTANCE, "seed"}
+    assert ranked == RESAMPLED | {ACCEPTANCE, "seed"} | MODEL_ERRORS
+    replaced = {i.name for i in without.inputs} - {ACCEPTANCE, "seed"} - MODEL_ERRORS
     assert replaced and not replaced & ranked
 
 
@@ -166,7 +169,8 @@ def test_a_profile_of_the_passes_takes_out_the_gpu_numbers_and_keeps_the_link_an
     s = SMALL.replace(catalog=gpu_catalog)
     assert _names(s) >= GPU_NUMBERS | LINK | FRAMEWORK
     fitted = s.replace(profile=_with_terms(boot, PASSES, tmp_path / "passes.json"))
-    assert _names(fitted) == LINK | FRAMEWORK | {f"profile {t}" for t in PASSES} | {ACCEPTANCE, "seed"}
+    assert _names(fitted) == (LINK | FRAMEWORK | {f"profile {t}" for t in PASSES} | {ACCEPTANCE, "seed"}
+                              | MODEL_ERRORS)
 
 
 def test_verify_and_draft_alone_leave_the_gpu_numbers_drawn(profiles, gpu_catalog, tmp_path) -> None:

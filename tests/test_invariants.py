@@ -64,6 +64,9 @@ def scenarios(draw: st.DrawFn, methods: list[str] = METHODS) -> Scenario:
         tail=draw(st.sampled_from(["sd", "pre-draft", "pre-draft-pearl"]))
         if method in ("psd", "psd+tetris") and not ring else "sd",
         abort_fraction=draw(st.sampled_from([0.0, 0.3])),
+        # the model's error as --intervals draws it: passes priced longer or shorter
+        verify_error=draw(st.one_of(st.none(), st.floats(0.5, 1.2))),
+        draft_error=draw(st.one_of(st.none(), st.floats(0.7, 1.2))),
         abort_window_s=draw(st.sampled_from([0.05, 5.0])),
         # tiny pools force preemption; None keeps the GPU-sized pool
         num_gpu_blocks_override=draw(st.one_of(st.none(), st.integers(max_model_len // 16 + 2,
