@@ -116,7 +116,22 @@ def summary_md() -> str:
              "parallelization rate) follow MineDraft's analysis scripts (docs/design.md §4).", 100), "",
              "| key | meaning |", "|---|---|"]
     lines += [f"| `{key}` | {_cell(meaning)} |" for key, meaning in SUMMARY_KEYS.items()]
-    lines += ["", INTERVALS_MD, PROFILE_DROPS_MD, profile_drops_table(), "", INTERVALS_EXAMPLES_MD]
+    lines += ["", INTERVALS_MD, MODEL_ERROR_MD, model_error_table(), "", MODEL_ERROR_FIT_MD,
+              PROFILE_DROPS_MD, profile_drops_table(), "", INTERVALS_EXAMPLES_MD]
+    return "\n".join(lines)
+
+
+def model_error_table() -> str:
+    """Each regime's model-error ranges (sim/model_error.py ERROR_RANGES)."""
+    from psdsim.sim.model_error import EAGER, ERROR_RANGES, GRAPHS, PROFILE
+
+    regimes = {GRAPHS: "engine model with CUDA graphs", EAGER: "eager engine model, or the roofline",
+               PROFILE: "a fitted profile whose `verify` (`draft`) term prices the pass"}
+    lines = ["| regime | `verify_error` | `draft_error` |", "|---|---|---|"]
+    for regime, words in regimes.items():
+        cells = [f"{ERROR_RANGES[f, regime].low:.3g}–{ERROR_RANGES[f, regime].high:.3g}"
+                 for f in ("verify_error", "draft_error")]
+        lines.append(f"| {words} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -180,6 +195,31 @@ written. With `--json` the printed document gains an `intervals` key of the same
 intervals.json. A draw the scenario's checks refuse (a range whose far end the model or the prompt
 window cannot take) ends the command in one line that says it is a draw and names the catalog or
 profile the value was drawn from.
+"""
+
+MODEL_ERROR_MD = """### The model's own error: `verify_error`, `draft_error`
+
+The ranges above are the cost model's numbers; the model's form errs too (eager launches priced
+as a fixed cost per kernel, the roofline near its ridge, a machine that drifts between runs). Two
+scenario fields carry that error: `verify_error` multiplies every target pass (its prefill chunks
+and named parts with it), `draft_error` every draft-model pass; absent, the passes are priced as
+the model prices them, and a run without them is unchanged. No factor for the host side apart
+from the passes: no measured point times it on its own. `--intervals` draws each one the scenario
+leaves absent (`draft_error` not for AR) from the range of its regime (sim/model_error.py):
+"""
+
+MODEL_ERROR_FIT_MD = """\
+The engine ranges are the 5th to 95th percentile of measured / predicted median over the 94 H200
+passes of each mode (docs/measurements/h200_passes.jsonl; target passes: the verify and prefill
+rows), widened so that a uniform draw over the range has them as its own 5th and 95th
+percentiles: `python benchmarks/model_error_fit.py` fits them, and fitting each half of the passes
+and counting the other half covers 165 of 188 (88 %). A profile fitted to the user's own traces
+has measured the pass's form where its term covers the regime, so the form's error is gone there;
+what its bootstrap does not carry is the drift between the traces' run and the next one, so its
+range is the spread whole repeated validations showed on this project's machine (most runs within
+±12 %, docs/measurements/validate_reference.md), fitted to none of the points the coverage
+benchmark counts. A term the profile lacks leaves its pass on the engine's range. Coverage
+before and after: [interval_coverage.md](measurements/interval_coverage.md).
 """
 
 PROFILE_DROPS_MD = """### Under a fitted profile: which inputs drop out
