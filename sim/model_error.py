@@ -24,9 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psdsim.sim.costs import NO_CHUNKS, Chunks, OptionalCosts, StepCost, VerifyParts
+
+if TYPE_CHECKING:
+    from psdsim.sim.scenario import Scenario
 
 FIELDS_BY_PASS = {"verify_error": "verify", "draft_error": "draft"}   # field -> the profile term of its pass
 GRAPHS, EAGER, PROFILE = "cuda graphs", "eager", "fitted profile"
@@ -52,7 +55,7 @@ ERROR_RANGES: dict[tuple[str, str], ErrorRange] = {
 }
 
 
-def regime(s: Any, field: str, fitted: frozenset[str], cuda_graphs: bool) -> str:
+def regime(field: str, fitted: frozenset[str], cuda_graphs: bool) -> str:
     """Which range `field` is drawn from: a profile's where its term prices the pass, else the
     engine's mode."""
     if FIELDS_BY_PASS[field] in fitted:
@@ -60,11 +63,11 @@ def regime(s: Any, field: str, fitted: frozenset[str], cuda_graphs: bool) -> str
     return GRAPHS if cuda_graphs else EAGER
 
 
-def error_ranges(s: Any, fitted: frozenset[str], cuda_graphs: bool) -> Iterator[tuple[str, ErrorRange]]:
+def error_ranges(s: Scenario, fitted: frozenset[str], cuda_graphs: bool) -> Iterator[tuple[str, ErrorRange]]:
     """Each model-error field the scenario leaves absent, with the range it is drawn from."""
     for field in FIELDS_BY_PASS:
         if getattr(s, field) is None:
-            yield field, ERROR_RANGES[field, regime(s, field, fitted, cuda_graphs)]
+            yield field, ERROR_RANGES[field, regime(field, fitted, cuda_graphs)]
 
 
 class ModelError(OptionalCosts):
@@ -73,6 +76,7 @@ class ModelError(OptionalCosts):
 
     def __init__(self, inner: StepCost, verify: float, draft: float) -> None:
         self.scaled, self.verify_factor, self.draft_factor = inner, verify, draft
+        # OptionalCosts' class-level defaults would shadow the inner cost's own: copy them over
         for name in ("overhead", "contention", "extra_draft_rows", "after_idle"):
             setattr(self, name, getattr(inner, name))
 
@@ -98,7 +102,7 @@ class ModelError(OptionalCosts):
         return self.scaled.driver_prep(requests, tokens)
 
 
-def with_model_error(cost: StepCost, s: Any) -> StepCost:
+def with_model_error(cost: StepCost, s: Scenario) -> StepCost:
     """`cost` under the scenario's model-error factors; `cost` itself when it sets none."""
     if s.verify_error is None and s.draft_error is None:
         return cost

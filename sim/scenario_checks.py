@@ -43,6 +43,7 @@ from psdsim.sim.scenario_values import (
     MAX_STEP_TOKENS,
     MEMORY_WHY,
     METHODS,
+    MODEL_ERROR_BOUNDS,
     OVERHEAD_WHY,
     PEARL_STALE,
     PEARL_VARIANTS,
@@ -372,10 +373,6 @@ def _check_trace_window(s: Scenario) -> None:
         _need(math.isfinite(s.trace_duration_s) and s.trace_duration_s > 0, "trace_duration_s",
               f"must be a finite number of seconds > 0, got {s.trace_duration_s}",
               "remove it to replay to the trace's end")
-
-
-# A model-error factor (sim/model_error.py) past these is no longer an error of the model's form.
-MODEL_ERROR_BOUNDS = (0.1, 10.0)
 
 
 @_check

@@ -37,6 +37,8 @@ SPAN_WHY = f"the {MAX_SPAN_S:g} s within which the simulated clock resolves a te
 # scenario never meets one, and none of their products (blocks of swap, Beta parameters, step times)
 # overflows a float or an int64.
 MAX_SEED = 2**63 - 1
+# A model-error factor (sim/model_error.py) past these is no longer an error of the model's form.
+MODEL_ERROR_BOUNDS = (0.1, 10.0)
 MAX_MODEL_LEN = 1 << 20   # a million tokens of context, past every model's window
 MAX_REQUESTS = 10**12
 MAX_K = 32   # draft tokens a step proposes: the scenario's bound and the reference engine's

@@ -10,6 +10,8 @@ import pytest
 from psdsim.sim.costs import Chunks, ConstantCost
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.model_error import EAGER, ERROR_RANGES, GRAPHS, PROFILE, ModelError, with_model_error
+from psdsim.sim.profile import FittedCost, unrecorded
+from psdsim.sim.profile_reader import load_profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.uncertainty import interval, make_draws, simulate_draw, uncertain_inputs, unit_points
@@ -98,3 +100,16 @@ def test_a_pass_bound_run_s_interval_widens_by_the_factor_s_own_spread() -> None
     assert point / iv.low == pytest.approx(quantile(0.95), abs=2 * stratum)
     assert point / iv.high == pytest.approx(quantile(0.05), abs=2 * stratum)
     assert iv.low < point < iv.high   # the range holds factors either side of 1
+
+
+def test_a_fitted_profile_under_a_factor_still_records_and_warns_as_without(tmp_path) -> None:
+    """The factor wraps the profile's cost: what-if pricing still turns its recording off, and the
+    run keeps the profile's warnings (they read the profile itself, not the wrapper)."""
+    profiled = SMALL.replace(profile=_complete_profile(tmp_path / "p.json"))
+    fitted = FittedCost(load_profile(profiled.profile), ConstantCost(0.002, 0.01))
+    with unrecorded(ModelError(fitted, 1.1, 0.9)):
+        assert not fitted.recording
+    assert fitted.recording
+    plain, scaled = simulate(profiled).summary, simulate(profiled.replace(verify_error=1.1)).summary
+    assert scaled["warnings"] == plain["warnings"] and any(w.startswith("profile:") for w in plain["warnings"])
+    assert scaled["throughput_tok_s"] < plain["throughput_tok_s"]
