@@ -107,7 +107,8 @@ def field_example(f: Field) -> str:
         return {"acceptance": "0.6", "rate": "4.0", "drafter_gpu": '"l40s"', "tp_link": '"pcie4"',
                 "trace": '"requests.jsonl"', "catalog": '"my_catalog.toml"', "profile": '"profile.json"',
                 "enable_chunked_prefill": "true",
-                "num_gpu_blocks_override": "2000"}.get(f.name, "500.0")
+                "num_gpu_blocks_override": "2000", "verify_error": "1.1",
+                "draft_error": "1.1"}.get(f.name, "500.0")
     if isinstance(default, bool):
         return "true" if default else "false"
     return f'"{default}"' if isinstance(default, str) else str(default)
