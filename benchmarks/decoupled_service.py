@@ -1,12 +1,13 @@
 """Where a decoupled drafter service (M:N, drafts one round ahead for the b likely outcomes)
 would pay against SD's sequential step, from the building blocks in sim/drafter_service.py.
 
-APPROXIMATE, and not a run of the simulator: each verifier step is one batch of m requests
-whose verification has ONE accepted length (drawn at the mean acceptance), so a step hits or
-misses as a whole; prices come from the default scenario's cost model (Qwen3-32B target on its
-TP group, Qwen3-1.7B drafting), context 600 tokens a request, no prefill, no link time. SD's row
-is the same cost model's draft-then-verify step on the same batch. Tokens per second are the
-whole system's (V verifiers), per GPU over V x TP + D GPUs.
+APPROXIMATE, and not a run of the simulator: each verifier step is one batch of m requests,
+each request's accepted length drawn at the mean acceptance (no spread across requests); the
+requests that miss are re-drafted after verification, as one drafting of that many; prices
+come from the default scenario's cost model (Qwen3-32B target on its TP group, Qwen3-1.7B
+drafting), context 600 tokens a request, no prefill, no link time. SD's row is the same cost
+model's draft-then-verify step on the same batch. Tokens per second are the whole system's
+(V verifiers), per GPU over V x TP + D GPUs.
 
     python benchmarks/decoupled_service.py [--record]
 """
@@ -41,10 +42,13 @@ def study() -> list[str]:
         sd = tokens / (cost.draft(BATCH, k, BATCH * CONTEXT) + verify) / (tp + 1)
         for b in (1, 2, 3):
             branch = cost.draft(BATCH * b, k, BATCH * CONTEXT)
-            miss = cost.draft(BATCH, k, BATCH * CONTEXT)
+
+            def miss(n: int, k: int = k) -> float:
+                return cost.draft(n, k, BATCH * CONTEXT)
+
             for v in (1, 2, 4):
                 end, _, _ = booked_rounds(ACCEPTANCE, k, b, verify, branch, miss, v, 1, ROUNDS,
-                                          np.random.default_rng(SEED))
+                                          np.random.default_rng(SEED), batch=BATCH)
                 step = end / ROUNDS
                 per_gpu = v * tokens / step / (v * tp + 1)
                 lines.append(f"| {k} | {b} | {v} | {step * 1e3:.1f} | {per_gpu:.1f} | {sd:.1f} |")

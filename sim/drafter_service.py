@@ -20,6 +20,7 @@ reserve transfers on one `devices.Link` contend on its FIFO lanes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,25 +91,28 @@ class DrafterService:
 
 def expected_step_s(acceptance: float, k: int, branches: int, verify_s: float, branch_draft_s: float,
                     miss_draft_s: float) -> float:
-    """One verifier alone on one drafter server (V = D = 1), the closed form the booked rounds
-    must agree with: the drafts for the next round (`branch_draft_s`, all branches) run beside
-    the verification; on a hit the step waits for whichever ends later, on a miss the verifier
-    then waits for drafting the one outcome that came out (`miss_draft_s`) after both."""
+    """One verifier of one request alone on one drafter server (V = D = 1), the closed form the
+    booked rounds must agree with: the drafts for the next round (`branch_draft_s`, all
+    branches) run beside the verification; on a hit the step waits for whichever ends later, on
+    a miss the verifier then waits for drafting the one outcome that came out (`miss_draft_s`)
+    after both."""
     h = hit_probability(acceptance, k, branches)
     beside = max(verify_s, branch_draft_s)
     return beside + (1.0 - h) * miss_draft_s
 
 
 def booked_rounds(acceptance: float, k: int, branches: int, verify_s: float, branch_draft_s: float,
-                  miss_draft_s: float, verifiers: int, servers: int, rounds: int,
-                  rng: np.random.Generator) -> tuple[float, int, int]:
-    """`rounds` steps of each of `verifiers` identical verifiers sharing `servers` drafter
-    servers, submitted in turn (round robin by time, then index): each step's branch drafting is
-    booked when its verification starts; a miss books the drafting of the real outcome on the
-    service once both end. Returns (the last verifier's end, hits, misses); accepted lengths
-    drawn from `rng` (Geometric, capped at k, as sim/acceptance.py draws them)."""
+                  miss_draft_s: Callable[[int], float], verifiers: int, servers: int, rounds: int,
+                  rng: np.random.Generator, batch: int = 1) -> tuple[float, int, int]:
+    """`rounds` steps of each of `verifiers` identical verifiers of `batch` requests sharing
+    `servers` drafter servers, served in turn (the verifier free first, then by index): each
+    step's branch drafting is booked when its verification starts; the requests whose accepted
+    length is not among the likely ones are missed, and the drafting of their real outcome
+    (`miss_draft_s(missed requests)`) is booked on the service once both end. Returns (the last
+    verifier's end, hit requests, missed requests); accepted lengths drawn from `rng`, one per
+    request (Geometric, capped at k, as sim/acceptance.py draws them)."""
     service = DrafterService(servers)
-    likely = set(likely_lengths(acceptance, k, branches))
+    likely = np.array(likely_lengths(acceptance, k, branches))
     ready = [0.0] * verifiers
     hits = misses = 0
     for _ in range(rounds):
@@ -116,11 +120,11 @@ def booked_rounds(acceptance: float, k: int, branches: int, verify_s: float, bra
             start = ready[v]
             drafted = service.book(start, branch_draft_s).end_s
             done = max(start + verify_s, drafted)
-            accepted = min(int(rng.geometric(1.0 - acceptance)) - 1, k) if acceptance < 1.0 else k
-            if accepted in likely:
-                hits += 1
-                ready[v] = done
+            if acceptance < 1.0:
+                accepted = np.minimum(rng.geometric(1.0 - acceptance, size=batch) - 1, k)
             else:
-                misses += 1
-                ready[v] = service.book(done, miss_draft_s).end_s
+                accepted = np.full(batch, k)
+            missed = int(np.count_nonzero(~np.isin(accepted, likely)))
+            hits, misses = hits + batch - missed, misses + missed
+            ready[v] = service.book(done, miss_draft_s(missed)).end_s if missed else done
     return max(ready), hits, misses

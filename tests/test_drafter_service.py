@@ -54,7 +54,8 @@ def test_hit_and_miss_hand_computed():
     # a = 0.9, k = 1, b = 1: likely set {1}. P(hit) = 0.9. With one verifier, verify 1 s,
     # branch drafting 0.5 s, miss drafting 0.25 s: a hit step takes 1 s, a miss 1.25 s.
     rng = np.random.default_rng(3)
-    end, hits, misses = booked_rounds(0.9, 1, 1, 1.0, 0.5, 0.25, verifiers=1, servers=1, rounds=200, rng=rng)
+    end, hits, misses = booked_rounds(0.9, 1, 1, 1.0, 0.5, lambda n: 0.25, verifiers=1, servers=1,
+                                      rounds=200, rng=rng)
     assert hits + misses == 200 and hits > 0 and misses > 0
     assert end == pytest.approx(hits * 1.0 + misses * 1.25)
 
@@ -69,7 +70,7 @@ def test_link_contention_between_two_verifiers():
 
 def test_one_verifier_one_server_one_branch_matches_theory():
     a, k, verify_s, branch_s, miss_s, rounds = 0.7, 4, 0.010, 0.004, 0.004, 20000
-    end, hits, misses = booked_rounds(a, k, 1, verify_s, branch_s, miss_s, 1, 1, rounds,
+    end, hits, misses = booked_rounds(a, k, 1, verify_s, branch_s, lambda n: miss_s, 1, 1, rounds,
                                       np.random.default_rng(11))
     theory = expected_step_s(a, k, 1, verify_s, branch_s, miss_s)
     assert hits + misses == rounds
@@ -78,7 +79,17 @@ def test_one_verifier_one_server_one_branch_matches_theory():
 
 
 def test_drafter_shared_by_more_verifiers_slows_each():
-    args = (0.7, 4, 1, 0.010, 0.008, 0.004)
+    args = (0.7, 4, 1, 0.010, 0.008, lambda n: 0.004)
     one, _, _ = booked_rounds(*args, verifiers=1, servers=1, rounds=500, rng=np.random.default_rng(5))
     four, _, _ = booked_rounds(*args, verifiers=4, servers=1, rounds=500, rng=np.random.default_rng(5))
     assert four > one   # 4 x 8 ms of drafting per round outlasts one 10 ms verification
+
+
+def test_only_the_missed_requests_are_redrafted():
+    # a batch of 8 at a = 0.5, k = 2, b = 1: likely {0}, each request misses with P = 0.5; the
+    # miss drafting costs 1 ms per missed request, verification 10 ms, branch drafting 2 ms
+    end, hits, misses = booked_rounds(0.5, 2, 1, 0.010, 0.002, lambda n: 0.001 * n, 1, 1, 300,
+                                      np.random.default_rng(2), batch=8)
+    assert hits + misses == 8 * 300
+    assert end == pytest.approx(300 * 0.010 + 0.001 * misses)   # a miss-free step adds nothing
+    assert misses / (8 * 300) == pytest.approx(0.5, abs=0.05)
