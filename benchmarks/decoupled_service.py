@@ -7,7 +7,8 @@ requests that miss are re-drafted after verification, as one drafting of that ma
 come from the default scenario's cost model (Qwen3-32B target on its TP group, Qwen3-1.7B
 drafting), context 600 tokens a request, no prefill, no link time. SD's row is the same cost
 model's draft-then-verify step on the same batch. Tokens per second are the whole system's
-(V verifiers), per GPU over V x TP + D GPUs.
+(V verifiers), per GPU over V x TP + D GPUs. An outcome is the accepted length alone (the
+bonus token taken as guessed): the service's figures are an upper bound.
 
     python benchmarks/decoupled_service.py [--record]
 """

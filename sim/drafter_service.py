@@ -2,15 +2,17 @@
 replicas over a shared link, each verifier step's drafts prepared one round ahead for the
 likely verification outcomes.
 
-Sources (facts only): SGLang's decoupled speculative decoding (a drafter engine serving verifier
-engines, M:N, drafting one round ahead for every possible verification outcome); vLLM RFC #42109
-(a draft model on its own GPU with a cache of pre-built drafts); "speculative speculative
-decoding" (Saguaro, arXiv 2603.03251: while verification runs, the drafter prepares drafts for
-the likely outcomes). Our reading: the drafter cannot know how many of the k drafts the running
-verification will accept, so it drafts the next round for the `b` accepted lengths most probable
-under the acceptance model; the next step's drafts are ready when verification ends (a hit) only
-if the length that came out is one of them, else they are drafted on the critical path (a miss),
-and the drafts of the other branches are waste.
+Sources (facts only; docs/methods.md names them in full): vLLM RFC #42109 (a draft server on
+a GPU apart from the target's TP group, a speculation cache keyed by sequence, accepted count and
+bonus token, drafting just in time on a miss); "speculative speculative decoding" (Saguaro, arXiv
+2603.03251: while verification runs, the drafter prepares drafts for the likely outcomes);
+SGLang's decoupled speculative decoding (a drafter engine serving verifier engines, M:N). Our
+reading: the drafter cannot know how many of the k drafts the running verification will accept,
+so it drafts the next round for the `b` accepted lengths most probable under the acceptance
+model; a request's next drafts are ready when verification ends (a hit) only if its length is
+one of them, else they are drafted on the critical path (a miss), and the other branches' drafts
+are waste. An outcome is the accepted length alone (the bonus token is taken as guessed), so the
+hit rate is an upper bound.
 
 What is here: the accepted length's distribution and its `b` likely values, and a shared
 drafter service as a booked clock (D servers, first come first served, no event queue: every
