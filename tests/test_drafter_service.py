@@ -3,8 +3,12 @@ shared link, and V = D = b = 1 against its closed form."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from psdsim.sim.clock import Clock
 from psdsim.sim.devices import TO_VERIFIER, Link
@@ -93,3 +97,31 @@ def test_only_the_missed_requests_are_redrafted():
     assert hits + misses == 8 * 300
     assert end == pytest.approx(300 * 0.010 + 0.001 * misses)   # a miss-free step adds nothing
     assert misses / (8 * 300) == pytest.approx(0.5, abs=0.05)
+
+
+@settings(max_examples=60, deadline=None)
+@given(servers=st.integers(1, 4),
+       jobs=st.lists(st.tuples(st.floats(0, 5), st.floats(0, 2)), min_size=1, max_size=30))
+def test_service_never_overlaps_a_server_nor_runs_before_submission(servers, jobs):
+    service, by_server, at = DrafterService(servers), {}, 0.0
+    for gap, seconds in jobs:
+        at += gap   # submissions in time order, as the verifiers make them
+        b = service.book(at, seconds)
+        assert b.start_s >= at and b.wait_s >= 0 and b.end_s == b.start_s + seconds
+        by_server.setdefault(b.server, []).append(b)
+    for bookings in by_server.values():
+        for before, after in itertools.pairwise(bookings):
+            assert after.start_s >= before.end_s
+    assert service.busy_s == pytest.approx(sum(s for _, s in jobs))
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=st.floats(0, 1), k=st.integers(0, 8), b=st.integers(1, 10))
+def test_likely_set_is_the_most_probable(a, k, b):
+    pmf = accepted_length_pmf(a, k)
+    assert pmf.sum() == pytest.approx(1.0)
+    likely = likely_lengths(a, k, b)
+    assert len(likely) == min(b, k + 1)
+    rest = [pmf[j] for j in range(k + 1) if j not in likely]
+    assert all(pmf[j] >= r for j in likely for r in rest)
+    assert hit_probability(a, k, b) <= hit_probability(a, k, b + 1) + 1e-12
