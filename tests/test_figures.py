@@ -215,6 +215,19 @@ def test_regime_map_colours_reach_the_largest_gain(plan_result):
     assert "(×)" in fig.axes[1].get_ylabel()
 
 
+def test_regime_map_names_the_method_it_maps(plan_result):
+    """Where the best verdict is the adaptive mode's, the map is of adaptive against SD, and says so."""
+    from dataclasses import replace
+
+    from psdsim.studies.plan_report import regime_map_figure
+
+    assert "PSD's extra GPU" in regime_map_figure(plan_result).axes[0].get_title()
+    adaptive = replace(plan_result, verdicts=[{**v, "method": "adaptive"} for v in plan_result.verdicts])
+    fig = regime_map_figure(adaptive)
+    assert "adaptive's extra GPU" in fig.axes[0].get_title()
+    assert fig.axes[1].get_ylabel().startswith("adaptive / SD")
+
+
 def test_theory_legends_cover_no_data_and_axes_say_their_units():
     from psdsim.studies.theory_report import per_token_figure, ratio_figure
     from psdsim.theory.model import FrontierModel
