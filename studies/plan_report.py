@@ -12,7 +12,7 @@ from psdsim.sim.output.csv_table import table_csv
 from psdsim.sim.output.plots import K_AXIS, M_AXIS, default_style, figure_formats, legend_outside
 from psdsim.sim.run import simulate
 from psdsim.studies.plan import DEFAULT_WHY, OBJECTIVES, PlanSpec
-from psdsim.studies.plan_verdict import PlanResult
+from psdsim.studies.plan_verdict import ON_PSD_GPUS, PlanResult
 
 TOP = 10
 
@@ -216,9 +216,10 @@ def regime_map_figure(result: PlanResult) -> Any:
     ax.set_yticks(range(len(ms)), [str(m) for m in ms])
     ax.set_xlabel(K_AXIS)
     ax.set_ylabel(M_AXIS)
-    bar = fig.colorbar(im, ax=ax, label="PSD / SD max rate per GPU (×)")
+    who = ON_PSD_GPUS[best["method"]]   # the map is of one method: PSD's, or the adaptive mode's
+    bar = fig.colorbar(im, ax=ax, label=f"{who} / SD max rate per GPU (×)")
     bar.ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     bar.ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))   # 0.5, 1, 2: not 5 × 10^-1
     bar.ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_title("where PSD's extra GPU pays off (> 1)", fontsize=10)
+    ax.set_title(f"where {who}'s extra GPU pays off (> 1)", fontsize=10)
     return fig

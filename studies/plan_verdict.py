@@ -33,7 +33,10 @@ LINK_HEAVY = 0.15
 OVERLAP_LOW = 0.85
 COMPUTE_MARGIN = 1.1   # PSD pays more than GPUs (link, tail, 2m KV): a 10% margin on the ceiling
 CONFIG_KEYS = ("method", "gpu", "tensor_parallel_size", "drafter_gpu", "link", "target", "draft", "k", "m",
-               "tail")
+               "tail", "balance_by")
+# the methods on PSD's deployment (a drafter GPU beside the verifier group) judged against SD, and
+# the name each verdict gives them
+ON_PSD_GPUS = {"psd": "PSD", "psd+tetris": "PSD", "adaptive": "adaptive"}
 # PSD's own fields, at the values SD accepts in a PSD configuration's SD twin
 SD_TWIN = {"method": "sd", "extra": 0, "balance_by": "requests", "tail": "sd"}
 METRIC_KEYS = ("output_tok_s", "throughput_tok_s", "vsr", "parallelization_rate", "link_share",
@@ -131,7 +134,8 @@ def verdicts(configs: list[Scenario], rows: list[dict[str, Any]]) -> list[dict[s
     by_digest = {s.digest(): i for i, s in enumerate(configs)}
     out = []
     for s, psd in zip(configs, rows, strict=True):
-        if s.method not in ("psd", "psd+tetris"):
+        who = ON_PSD_GPUS.get(s.method)
+        if who is None:
             continue
         j = by_digest.get(s.replace(**SD_TWIN).digest())
         if j is None:
@@ -139,14 +143,14 @@ def verdicts(configs: list[Scenario], rows: list[dict[str, Any]]) -> list[dict[s
         sd = rows[j]
         if not psd["max_rate_req_s"]:
             gain, pays = None, False
-            why = f"PSD meets the objectives at no rate tried ({psd['limit']})"
+            why = f"{who} meets the objectives at no rate tried ({psd['limit']})"
         elif not sd["max_rate_req_s"]:
             gain, pays = None, True
-            why = f"SD meets the objectives at no rate tried ({sd['limit']}); PSD sustains " \
+            why = f"SD meets the objectives at no rate tried ({sd['limit']}); {who} sustains " \
                   f"{psd['max_rate_req_s']:.3g} req/s"
         else:
             gain = psd["rate_req_s_per_gpu"] / sd["rate_req_s_per_gpu"]
-            why = (f"PSD sustains {psd['max_rate_req_s']:.3g} req/s on {psd['gpus']} GPUs, SD "
+            why = (f"{who} sustains {psd['max_rate_req_s']:.3g} req/s on {psd['gpus']} GPUs, SD "
                    f"{sd['max_rate_req_s']:.3g} on {sd['gpus']}: {gain:.2f}x the rate per GPU")
             if psd["requests_per_usd"] and sd["requests_per_usd"]:
                 gain = psd["requests_per_usd"] / sd["requests_per_usd"]

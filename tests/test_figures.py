@@ -79,6 +79,30 @@ def test_occupancy_of_the_ring_shows_every_decoding_request():
     assert top == (result.steps["batch0"] + result.steps["batch1"] + result.steps["prefilling"]).max()
 
 
+def marks(fig: Any, label: str) -> int:
+    """How many points the running-set panel marks under the legend entry `label`."""
+    lines = [line for line in fig.axes[0].get_lines() if line.get_label() == label]
+    return sum(len(line.get_xdata()) for line in lines)
+
+
+def test_occupancy_marks_every_adaptive_switch_and_only_those():
+    result = simulate(small(method="adaptive", requests=12, acceptance=0.2, acceptance_spread=1e9))
+    switches = int(result.steps["switch"].sum())
+    assert switches > 0, "acceptance 0.2 must move the rule off PSD"
+    assert marks(occupancy_figure(result), "mode switch (adaptive)") == switches
+
+
+def test_occupancy_marks_the_steps_that_threw_pre_drafts_away(psd_result):
+    result = simulate(small(method="psd", requests=12, m=1, k=3, output_len=30, acceptance=0.7,
+                            acceptance_spread=2.0, seed=1, tail="pre-draft", rate=0.005))
+    wasted = int((result.steps["pre_drafts_wasted"] > 0).sum())
+    assert wasted > 0, "a low-rate tail with rejections throws pre-drafts away"
+    assert marks(occupancy_figure(result), "pre-drafts thrown away (tail)") == wasted
+    # a run that pre-drafts nothing and never switches is marked nowhere
+    plain = occupancy_figure(psd_result)
+    assert marks(plain, "pre-drafts thrown away (tail)") == marks(plain, "mode switch (adaptive)") == 0
+
+
 def test_occupancy_legends_cover_no_panel(psd_result):
     assert legends_over_plots(occupancy_figure(psd_result)) == []
 
@@ -189,6 +213,19 @@ def test_regime_map_colours_reach_the_largest_gain(plan_result):
     assert image.norm.vmax >= max(gains) and image.norm.vmin <= min(gains)
     assert image.norm(1.0) == pytest.approx(0.5)   # break-even is the middle colour
     assert "(×)" in fig.axes[1].get_ylabel()
+
+
+def test_regime_map_names_the_method_it_maps(plan_result):
+    """Where the best verdict is the adaptive mode's, the map is of adaptive against SD, and says so."""
+    from dataclasses import replace
+
+    from psdsim.studies.plan_report import regime_map_figure
+
+    assert "PSD's extra GPU" in regime_map_figure(plan_result).axes[0].get_title()
+    adaptive = replace(plan_result, verdicts=[{**v, "method": "adaptive"} for v in plan_result.verdicts])
+    fig = regime_map_figure(adaptive)
+    assert "adaptive's extra GPU" in fig.axes[0].get_title()
+    assert fig.axes[1].get_ylabel().startswith("adaptive / SD")
 
 
 def test_theory_legends_cover_no_data_and_axes_say_their_units():

@@ -276,3 +276,22 @@ def test_a_psd_configuration_with_psds_own_fields_is_judged_against_its_sd_twin(
             for s in configs]
     judged = verdicts(configs, rows)
     assert sorted(v["config"]["tail"] for v in judged) == ["pre-draft", "pre-draft", "sd", "sd"]
+
+
+def test_adaptive_is_judged_against_sd_and_the_verdicts_name_the_balance(tmp_path: Path) -> None:
+    """The adaptive mode runs on PSD's GPUs: each of its configurations gets a verdict against its
+    SD twin, named for itself, and configurations that differ only in balance_by stay apart."""
+    text = PLAN.replace('method = ["ar", "sd", "psd"]\nk = [2, 3]',
+                        'method = ["sd", "psd", "adaptive"]\nbalance_by = ["requests", "kv"]')
+    configs, _ = configurations(load_plan(_plan(tmp_path, text)))
+    gpus = [4 if s.method == "sd" else 5 for s in configs]
+    rows = [{**{key: getattr(s, key) for key in CONFIG_KEYS}, "max_rate_req_s": 1.0 + i,
+             "rate_req_s_per_gpu": (1.0 + i) / gpus[i], "gpus": gpus[i],
+             "requests_per_usd": None, "preemptions": 0, "kv_peak": 0.1, "link_share": 0.01,
+             "parallelization_rate": 0.99, "mean_draft_ms": 1.0, "mean_verify_ms": 2.0, "limit": "-"}
+            for i, s in enumerate(configs)]
+    judged = verdicts(configs, rows)
+    assert sorted((v["method"], v["config"]["balance_by"]) for v in judged) == [
+        ("adaptive", "kv"), ("adaptive", "requests"), ("psd", "kv"), ("psd", "requests")]
+    for v in judged:
+        assert v["why"].startswith("adaptive sustains" if v["method"] == "adaptive" else "PSD sustains")

@@ -117,9 +117,27 @@ def _running_set(ax: Any, st: Any, s: Any) -> None:
         colour = "C2" if name == "prefilling" else f"C{n + (n >= 2)}"   # prefilling is green in every run
         ax.fill_between(st["start_s"], low, high, step="post", lw=0, color=colour, label=name)
         low = high
+    _extra_work(ax, st, low.max(initial=0))
     ax.set_ylabel("running requests")
     ax.set_ylim(bottom=0)
     legend_outside(ax)
+
+
+def _extra_work(ax: Any, st: Any, top: float) -> None:
+    """Marks above the bands at the steps that did work the bands do not show: the adaptive
+    mode's switches (the drain, or the init step of a new split, follows) and the steps where
+    pre-drafted tail tokens were thrown away, so a reader sees where a design paid its cost."""
+    t = st["start_s"]
+    marks = []
+    if "switch" in st:
+        marks.append(("mode switch (adaptive)", st["switch"].astype(bool), "v", "C3"))
+    wasted = st["pre_drafts_wasted"] > 0
+    if wasted.any():
+        marks.append(("pre-drafts thrown away (tail)", wasted, "x", "C5"))
+    for n, (name, at, marker, colour) in enumerate(marks):
+        if at.any():
+            ax.plot(t[at], np.full(int(at.sum()), top * (1.04 + 0.05 * n)), marker, ms=4,
+                    color=colour, label=name)
 
 
 def _kv_use(ax: Any, t: Any, st: Any, pools: dict[str, int]) -> None:
