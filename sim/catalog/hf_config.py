@@ -19,16 +19,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from psdsim.sim.catalog.entries import MAX_NUMBER
-from psdsim.sim.catalog.hf_errors import ConfigError
+from psdsim.sim.catalog.hf_context import config_context
+from psdsim.sim.catalog.hf_reading import CONFIG_NAME, ConfigError, count
 from psdsim.sim.catalog.hf_weights import weight_format
 from psdsim.sim.catalog.schema import Model
 from psdsim.sim.documents import DuplicateKey, load_json
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.input_paths import input_file, input_path
-from psdsim.sim.numbers import finite, shown
 
-CONFIG_NAME = "config.json"
 # What a model path must name, and how to fix one that does not
 CONFIG_FILE = (f"a {CONFIG_NAME}", f"give a Hugging Face {CONFIG_NAME}, or a folder holding one")
 
@@ -190,7 +188,7 @@ def _from_config(cfg: dict[str, Any], p: Path, key: str) -> DerivedModel:
     for field, cfg_key in (("layers", "num_hidden_layers"), ("hidden", "hidden_size"),
                            ("intermediate", "intermediate_size"), ("heads", "num_attention_heads"),
                            ("vocab", "vocab_size")):
-        put(field, _count(cfg, cfg_key), cfg_key)
+        put(field, count(cfg, cfg_key), cfg_key)
     put("kv_heads", *_kv_heads(cfg, values["heads"]))
     put("head_dim", *_head_dim(cfg, values["hidden"], values["heads"]))
     put("tie_embeddings", *_tied(cfg, family))
@@ -207,48 +205,7 @@ def _from_config(cfg: dict[str, Any], p: Path, key: str) -> DerivedModel:
     _consistent(model)
     left_out = {**IRRELEVANT_KEYS, **CHECKED_KEYS}
     ignored = {name: left_out[name] for name in cfg if name in left_out}
-    return DerivedModel(model, prov, p, ignored, *_context(cfg))
-
-
-CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length")
-CONTEXT_CAP = 1 << 62   # positions: past every max_model_len the scenario accepts
-
-
-def _context(cfg: dict[str, Any]) -> tuple[int | None, str]:
-    """(the longest max_model_len vLLM accepts for this config, the key stating it), as vLLM
-    derives it: the least of the context keys given, times a rope_scaling factor (yarn scales
-    its original_max_position_embeddings; llama3 and longrope state their own length)."""
-    given = [(_count(cfg, key), key) for key in CONTEXT_KEYS if cfg.get(key) is not None]
-    if not given:
-        return None, ""
-    length, key = min(given)
-    return _scaled(length, cfg.get("rope_scaling")), key
-
-
-def _scaled(length: int, scaling: Any) -> int:
-    """A context length stretched by rope_scaling as vLLM stretches it: times its factor (from
-    original_max_position_embeddings for yarn); su, longrope and llama3 state their own length."""
-    if not isinstance(scaling, dict):
-        return length
-    kind = scaling.get("rope_type", scaling.get("type"))
-    factor = finite(scaling.get("factor"))
-    if kind in ("su", "longrope", "llama3") or factor is None or factor < 1:
-        return length
-    if kind == "yarn" and "original_max_position_embeddings" in scaling:
-        length = _count(scaling, "original_max_position_embeddings")
-    # a factor large enough to overflow a float stretches the context past any max_model_len:
-    # capped there, since only the comparison with max_model_len uses the length
-    return int(min(length * factor, float(CONTEXT_CAP)))
-
-
-def check_context(derived: DerivedModel, max_model_len: int) -> None:
-    """ConfigError naming the context key when the model cannot hold max_model_len tokens: vLLM
-    refuses such a max_model_len at start-up, so no run of it exists to simulate."""
-    if derived.context is not None and derived.context < max_model_len:
-        raise ConfigError(derived.context_key, f"{derived.context} positions, fewer than max_model_len "
-                          f"{max_model_len} (vLLM refuses a max_model_len past the model's context)",
-                          f"set max_model_len to at most {derived.context}, or use a model with a "
-                          "longer context")
+    return DerivedModel(model, prov, p, ignored, *config_context(cfg))
 
 
 def _family(cfg: dict[str, Any]) -> tuple[str, Family]:
@@ -303,19 +260,6 @@ def _no_window(cfg: dict[str, Any], family: Family) -> None:
         raise ConfigError("layer_types", problem + "; every layer must be full_attention", fix)
 
 
-def _count(cfg: dict[str, Any], name: str, allow_zero: bool = False) -> int:
-    """A required whole-number shape key."""
-    if name not in cfg or cfg[name] is None:
-        raise ConfigError(name, "missing: the catalog entry needs it",
-                          f"add \"{name}\" from the model's {CONFIG_NAME}")
-    value = cfg[name]
-    lowest = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= MAX_NUMBER:
-        raise ConfigError(name, f"must be a whole number in {lowest}..{MAX_NUMBER:g}, got {shown(value)}",
-                          f"write the model's {name} from its {CONFIG_NAME}")
-    return value
-
-
 def _name(cfg: dict[str, Any], p: Path) -> tuple[str, str]:
     """The name a result's header shows: `_name_or_path`, else the folder (or file) name."""
     given = cfg.get("_name_or_path")
@@ -329,7 +273,7 @@ def _name(cfg: dict[str, Any], p: Path) -> tuple[str, str]:
 def _kv_heads(cfg: dict[str, Any], heads: int) -> tuple[int, str]:
     if cfg.get("num_key_value_heads") is None:
         return heads, "num_attention_heads (no num_key_value_heads: MHA)"
-    kv = _count(cfg, "num_key_value_heads")
+    kv = count(cfg, "num_key_value_heads")
     if heads % kv:
         raise ConfigError("num_key_value_heads", f"{kv} does not divide num_attention_heads {heads}",
                           "write the model's num_key_value_heads (grouped-query attention groups evenly)")
@@ -338,7 +282,7 @@ def _kv_heads(cfg: dict[str, Any], heads: int) -> tuple[int, str]:
 
 def _head_dim(cfg: dict[str, Any], hidden: int, heads: int) -> tuple[int, str]:
     if cfg.get("head_dim") is not None:
-        return _count(cfg, "head_dim"), "head_dim"
+        return count(cfg, "head_dim"), "head_dim"
     if hidden % heads:
         raise ConfigError("head_dim", f"absent, and hidden_size {hidden} is not a multiple of "
                           f"num_attention_heads {heads}", "add the model's \"head_dim\"")
@@ -371,11 +315,11 @@ def _moe(cfg: dict[str, Any], family: Family) -> list[tuple[str, Any, str]]:
         raise ConfigError("mlp_only_layers", "dense layers among MoE ones are not modelled (the catalog "
                           "prices every layer alike)", "no config-derived entry for it")
     size_note = " (Mixtral: each expert's size)" if family.moe == "mixtral" else ""
-    out = [("experts", _count(cfg, experts_key), experts_key),
-           ("experts_per_token", _count(cfg, "num_experts_per_tok"), "num_experts_per_tok"),
-           ("moe_intermediate", _count(cfg, size_key), size_key + size_note)]
+    out = [("experts", count(cfg, experts_key), experts_key),
+           ("experts_per_token", count(cfg, "num_experts_per_tok"), "num_experts_per_tok"),
+           ("moe_intermediate", count(cfg, size_key), size_key + size_note)]
     if family.shared_expert:
-        shared = _count(cfg, "shared_expert_intermediate_size", allow_zero=True)
+        shared = count(cfg, "shared_expert_intermediate_size", allow_zero=True)
         out.append(("shared_intermediate", shared, "shared_expert_intermediate_size"))
     return out
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from psdsim.sim.catalog.hf_errors import ConfigError, Provenanced
+from psdsim.sim.catalog.hf_reading import ConfigError, Provenanced
 
 # The catalog's hand-written bytes_per_param carry two decimals (docs/reference/
 # hardware_models_workloads.md §1.1: AWQ "about 0.52"); a derived one is rounded alike so that a
