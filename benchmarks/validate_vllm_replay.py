@@ -3,8 +3,8 @@
 The report folder's measured.json (vLLM's AR timings and its AR and SD runs) is predicted with this
 checkout's engine/validate/vllm.py and, with --against COMMIT (repeatable), with that commit's
 version of the file (read with `git show`, run beside this checkout's simulator): the same
-measurements in every column, so the differences are the models' alone, not the machine's. Issue
-#11's question: does pricing the per-step framework work once per step, apart from the passes,
+measurements in every column, so the differences are the models' alone, not the machine's. The
+question it answers: does pricing the per-step framework work once per step, apart from the passes,
 predict vLLM's SD better than pricing every draft pass as a whole AR step (3fb1a45)? And does one
 cost per SD step, fitted at k=1, predict the other k (against 9ad707c, the split alone)? Needs no vLLM.
 

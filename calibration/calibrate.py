@@ -32,7 +32,9 @@ from psdsim.calibration.fit import (
     fit_term,
 )
 from psdsim.calibration.kineto import GZIP_MAGIC, read_kineto
-from psdsim.calibration.minedraft import join_step_attributes, read_minedraft, read_minedraft_steps
+from psdsim.calibration.minedraft import read_minedraft
+from psdsim.calibration.minedraft_join import join_step_attributes
+from psdsim.calibration.minedraft_records import read_minedraft_steps
 from psdsim.calibration.nsys import SQLITE_MAGIC, read_nsys
 from psdsim.calibration.phases import Built, TraceInfo
 from psdsim.calibration.ranges import AUTO_ORDER, parse_rules

@@ -15,13 +15,8 @@ from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 from psdsim.sim.catalog import Catalog, CatalogError, load_catalog, vocabulary_mismatch
-from psdsim.sim.catalog.hf_config import (
-    ConfigError,
-    check_context,
-    derive_model,
-    display_name,
-    is_config_path,
-)
+from psdsim.sim.catalog.hf_config import ConfigError, derive_model, display_name, is_config_path
+from psdsim.sim.catalog.hf_context import check_context
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.numbers import shown
 from psdsim.sim.scenario_paths import MODEL_FIELDS, path_field_file

@@ -1,22 +1,9 @@
 """Sweep designs: a SPEC file's `[base]`, `[grid]` and `[sample]` tables, expanded into scenarios.
 
-    [base]                     # scenario fields, flat or in the scenario's tables; optional
-    preset = "setting2"        #   `scenario = "file.toml"` and `preset` keys start from those
-    requests = 200
-    [grid]                     # each field a list: the cartesian product, last field fastest
-    method = ["sd", "psd"]
-    k = [2, 3, 4]
-    [sample]                   # random designs: n points, each field a range or a list of choices
-    method = "lhs"             # "random" (i.i.d. uniform) or "lhs" (Latin hypercube)
-    n = 8
-    seed = 0
-    rate = [0.5, 8.0]          # two numbers for a numeric field: a range (ints stay ints)
-    log = ["rate"]             # ranges sampled uniformly in log space
-    dataset = ["sharegpt", "arena"]   # anything else: choices (`{ choices = [2, 4] }` for two numbers)
-
-Grid and sample combine: every grid point is run at every sample. Every draw comes from
-`numpy.random.default_rng(seed)`. Paths resolve relative to the spec file. Every expanded
-scenario is validated before anything runs; the first bad one ends with a one-line ScenarioError.
+The format, table by table, is docs/studies.md ("Sweeps"). Grid and sample combine: every grid
+point is run at every sample. Every draw comes from `numpy.random.default_rng(seed)`. Paths
+resolve relative to the spec file. Every expanded scenario is validated before anything runs; the
+first bad one ends with a one-line ScenarioError.
 """
 
 from __future__ import annotations

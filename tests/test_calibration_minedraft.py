@@ -8,12 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from psdsim.calibration.minedraft import (
-    join_step_attributes,
-    read_minedraft,
-    read_minedraft_requests,
-    read_minedraft_steps,
-)
+from psdsim.calibration.minedraft import read_minedraft
+from psdsim.calibration.minedraft_join import join_step_attributes
+from psdsim.calibration.minedraft_records import read_minedraft_requests, read_minedraft_steps
 from psdsim.calibration.samples import StepSample
 from psdsim.calibration.trace_error import TraceError
 

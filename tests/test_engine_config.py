@@ -54,3 +54,18 @@ def test_k_is_bounded_as_the_scenario_bounds_it():
     EngineConfig(k=MAX_K).check()
     with pytest.raises(EngineConfigError, match=rf"k = {MAX_K + 1} is past {MAX_K}"):
         EngineConfig(k=MAX_K + 1).check()
+
+
+def test_engine_set_values_read_as_the_scenarios_do():
+    """One reader of `--set` text for the scenario and the engines (sim/user_input.py): the same
+    words for true and false, quotes a shell passed through dropped, the same refusals."""
+    from psdsim.engine.reference.config import parse_field
+    assert parse_field(EngineConfig, "profile", "yes") is True
+    assert parse_field(EngineConfig, "profile", "off") is False
+    assert parse_field(ModelConfig, "vocab", "512") == 512
+    with pytest.raises(EngineConfigError, match=r"--set model\.vocab=5x: not an integer"):
+        parse_field(ModelConfig, "vocab", "5x")
+    with pytest.raises(EngineConfigError, match="--set profile=maybe: not true or false"):
+        parse_field(EngineConfig, "profile", "maybe")
+    with pytest.raises(EngineConfigError, match="--set k=３: not an integer"):
+        parse_field(EngineConfig, "k", "３")   # a full-width digit, refused as the scenario refuses it

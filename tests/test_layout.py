@@ -66,3 +66,36 @@ def test_the_design_names_every_package_folder(folder: str) -> None:
     for package in sorted(p.parent for p in (ROOT / folder).rglob("__init__.py")):
         name = package.relative_to(ROOT).as_posix() + "/"
         assert re.search(rf"(^|\s){re.escape(name)}", section), f"docs/design.md §1 does not name {name}"
+
+
+
+LONG = 400   # lines: a module past this says at its top why it stays one module
+REASON = "Why one module:"
+
+
+def long_modules_without_a_reason(root: Path) -> list[str]:
+    out = []
+    for folder in (*FOLDERS, "benchmarks", "docs"):
+        for path in sorted((root / folder).rglob("*.py")):
+            lines = path.read_text(encoding="utf-8").splitlines()
+            if len(lines) > LONG and not any(REASON in line for line in lines[:30]):
+                out.append(f"{path.relative_to(root)}: {len(lines)} lines")
+    return out
+
+
+def test_a_module_over_400_lines_says_why_at_its_top() -> None:
+    """One job per module keeps modules short; one that is not says why in its docstring's first
+    lines (`Why one module: ...`), so a reader knows the length is a decision, not drift."""
+    long = long_modules_without_a_reason(ROOT)
+    assert not long, f"split these, or say `{REASON} ...` at the top:\n" + "\n".join(long)
+
+
+def test_the_module_length_check_finds_a_long_module(tmp_path) -> None:
+    """The check reads what it should: a long module without the line is named, with it is not."""
+    (tmp_path / "sim").mkdir()
+    module = tmp_path / "sim" / "long.py"
+    body = "\n".join(f"x{i} = {i}" for i in range(LONG + 1))
+    module.write_text(f'"""A long one."""\n{body}\n', encoding="utf-8")
+    assert long_modules_without_a_reason(tmp_path) == [f"sim/long.py: {LONG + 2} lines"]
+    module.write_text(f'"""A long one.\n\n{REASON} a table.\n"""\n{body}\n', encoding="utf-8")
+    assert long_modules_without_a_reason(tmp_path) == []

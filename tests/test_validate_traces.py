@@ -385,7 +385,7 @@ def test_nsys_exports_join_their_own_runs_jsonl(tmp_path):
 def test_n_samples_of_a_prompt_are_one_request():
     """With n = 2, consecutive request records are one prompt's samples: E2EL divides by the
     prompts, a prompt's latency is its last sample's, TTFT its first's."""
-    from psdsim.calibration.minedraft import Iteration
+    from psdsim.calibration.minedraft_records import Iteration
     from psdsim.engine.validate.measured import measured_summary
     from psdsim.sim.scenario import Scenario
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from psdsim.sim.numbers import integer, number
+from psdsim.sim.user_input import KIND_NAMES, parsed
 
 METHODS = ("ar", "sd", "psd", "pearl")
 DEVICES = ("cpu", "cuda")
@@ -243,23 +243,18 @@ def _positive(obj: object, *names: str) -> None:
 
 
 def typed_value(label: str, kind: str, text: str) -> Any:
-    """`text` in the type a dataclass field's annotation `kind` names (int, float, bool as
-    true/false/1/0, Path, `none` where the field may be None, else str); errors name `label`."""
+    """`text` in the type a dataclass field's annotation `kind` names (int, float, bool, Path,
+    `none` where the field may be None, else str), read as the scenario's `--set` reads it
+    (sim/user_input.py); errors name `label`."""
     if text.lower() == "none" and "None" in kind:
         return None
-    if kind.startswith("bool"):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise EngineConfigError(f"{label}={text}: write true or false")
-        return text.lower() in ("true", "1")
+    if kind.startswith("Path"):
+        return Path(text)
+    target = next((t for t in (bool, int, float) if kind.startswith(t.__name__)), str)
     try:
-        if kind.startswith("int"):
-            return integer(text)
-        if kind.startswith("float"):
-            return number(text)
+        return parsed(text, target)
     except ValueError:
-        what = "an integer" if kind.startswith("int") else "a number"
-        raise EngineConfigError(f"{label}={text}: not {what}") from None
-    return Path(text) if kind.startswith("Path") else text
+        raise EngineConfigError(f"{label}={text}: not {KIND_NAMES[target]}") from None
 
 
 def parse_field(cls: type, name: str, text: str) -> Any:

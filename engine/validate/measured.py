@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from psdsim.calibration.minedraft import Iteration
+from psdsim.calibration.minedraft_records import Iteration
 from psdsim.engine.validate.describe import requests_jsonl
 from psdsim.sim.metrics import ms_stats, ratio, step_throughput
 from psdsim.sim.scenario import Scenario

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from psdsim.calibration.minedraft import CORRUPT, RECORD_FIX, Iteration
+from psdsim.calibration.minedraft_records import CORRUPT, RECORD_FIX, Iteration
 from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.numbers import finite
 

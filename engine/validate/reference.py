@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from psdsim.calibration.calibrate import Calibration, calibrate
-from psdsim.calibration.minedraft import read_minedraft_steps
+from psdsim.calibration.minedraft_records import read_minedraft_steps
 from psdsim.calibration.trace_error import TraceError
 from psdsim.engine.reference.config import EngineConfig
 from psdsim.engine.validate.acceptance import acceptance_mean, fit_spread, mean_accepted, verifications_std

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from psdsim.calibration.calibrate import detect_format
-from psdsim.calibration.minedraft import Iteration, read_minedraft_iterations
+from psdsim.calibration.minedraft_records import Iteration, read_minedraft_iterations
 from psdsim.calibration.ranges import PRESETS as RANGE_PRESETS
 from psdsim.engine.validate.describe import SIM_METHOD
 from psdsim.engine.validate.measured import arrival_s

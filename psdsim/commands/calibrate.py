@@ -123,7 +123,8 @@ def _acceptance_sources(args: argparse.Namespace) -> bool:
 
 def run_acceptance(args: argparse.Namespace) -> int:
     """Read the metrics, write the pair's prior as a catalog file, say what was measured."""
-    from psdsim.calibration.vllm_metrics import AcceptanceEntry, combined, read_acceptance
+    from psdsim.calibration.acceptance_prior import AcceptanceEntry
+    from psdsim.calibration.vllm_metrics import combined, read_acceptance
     from psdsim.sim.acceptance import MIN_ACCEPTANCE
     from psdsim.sim.output.atomic_writes import write_files
     from psdsim.sim.output.locks import output_locks
