@@ -162,7 +162,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
     steps = {**step_table(sim.steps), **method.step_columns()}
     requests = table.columns()
     # Figures that overflow or come out NaN (from absurd inputs) are refused by name in
-    # summarize (metrics.valid_figures), not left to numpy's warnings.
+    # summarize (sim/valid_figures.py), not left to numpy's warnings.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         summary = summarize(s, steps, requests, gpus=layout.gpus, speculates=s.speculates,

@@ -1,7 +1,7 @@
 """No summary figure that is NaN, infinite or lost to the clock's rounding is printed or written:
 inputs each reader accepts can still combine into such a run, and every way a summary is made
 (the Python API, `psdsim run`, `psdsim compare`) refuses it by name in one place
-(sim/metrics.valid_figures), while figures that do not apply stay None and pass."""
+(sim/valid_figures.py), while figures that do not apply stay None and pass."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pytest
 from psdsim.cli import main
 from psdsim.sim.costs import ConstantCost
 from psdsim.sim.errors import ScenarioError
-from psdsim.sim.metrics import valid_figures
 from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.profile_reader import MAX_COEF_S
 from psdsim.sim.profile_schema import FEATURES, Profile, Term
 from psdsim.sim.run import compare_methods, simulate
 from psdsim.sim.scenario import Scenario, load_scenario
+from psdsim.sim.valid_figures import valid_figures
 
 SMALL = ["requests=20", "output_len=32"]
 
