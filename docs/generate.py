@@ -165,7 +165,7 @@ draws), printed as `570.1 (520.3–610.0)`. The inputs are the catalog numbers t
 `FIELD_range` (sim/catalog/*.toml: engine constants, link latency and bandwidth, the acceptance
 prior's mean, a dataset's prompt-length mu and sigma; in your catalog, a GPU's numbers too) of the
 entries the scenario runs on, the analytic efficiencies (`mem_efficiency`, `compute_efficiency`;
-drawn only while left at their defaults, ranges in sim/uncertainty.py) and the seed, whose own
+drawn only while left at their defaults, ranges in sim/uncertain_inputs.py) and the seed, whose own
 noise is one dimension. A fitted `profile` takes the place of the catalog for the work its terms
 price, so an engine, link, GPU or efficiency number is drawn only while some step it prices still
 comes from the catalog (the table below; the dataset's prompt lengths are always drawn: a profile

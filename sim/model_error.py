@@ -1,6 +1,6 @@
 """The model's own error: a multiplicative factor on the predicted time of each kind of pass.
 
-The other uncertain inputs (sim/uncertainty.py) are the cost model's numbers; this one is the cost
+The other uncertain inputs (sim/uncertain_inputs.py) are the cost model's numbers; this one is the cost
 model's form: how far a pass it prices with the right numbers still lands from the measured pass
 (eager launches it prices as a fixed cost per kernel, the roofline's ridge, run-to-run drift). The
 scenario fields `verify_error` and `draft_error` scale every target pass (prefill chunks and the

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from psdsim.sim.uncertainty import MIN_RANKED_DRAWS, SEED_INPUT, UncertainInput
+from psdsim.sim.uncertain_inputs import SEED_INPUT, UncertainInput
+from psdsim.sim.uncertainty import MIN_RANKED_DRAWS
 
 METHOD = "Spearman rank correlation"
 

@@ -9,15 +9,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from psdsim.sim.scenario import Scenario
-from psdsim.sim.uncertainty import (
-    Propagation,
-    UncertainInput,
-    check_draws,
-    make_draws,
-    simulate_draw,
-    uncertain_inputs,
-    unit_points,
-)
+from psdsim.sim.uncertain_inputs import UncertainInput, uncertain_inputs
+from psdsim.sim.uncertainty import Propagation, check_draws, make_draws, simulate_draw, unit_points
 from psdsim.studies.parallel import map_in_order
 
 

@@ -22,8 +22,8 @@ import numpy as np
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.output.intervals import interval_text, measure_first, ranks_json, sensitivity_files
 from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs
+from psdsim.sim.uncertain_inputs import UncertainInput, uncertain_inputs
 from psdsim.sim.uncertainty import (
-    UncertainInput,
     catalog_toml,
     check_draws,
     draw_changes,
@@ -33,7 +33,6 @@ from psdsim.sim.uncertainty import (
     interval,
     interval_label,
     intervals_head,
-    uncertain_inputs,
     unit_points,
 )
 from psdsim.studies.plan import PlanSpec, search_all

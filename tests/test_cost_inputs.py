@@ -19,7 +19,7 @@ from psdsim.sim.execution import step_cost
 from psdsim.sim.profile import FittedCost
 from psdsim.sim.profile_schema import FEATURES, TERMS, Profile, Term
 from psdsim.sim.scenario import Scenario
-from psdsim.sim.uncertainty import SCENARIO_RANGES
+from psdsim.sim.uncertain_inputs import SCENARIO_RANGES
 
 CHUNK = Chunks(tokens=512, pairs=512 * 256, ctx=0, completing=1, prompts=1)
 BIG_CHUNK = Chunks(tokens=8192, pairs=8192 * 4096, ctx=1024, completing=4, prompts=4)

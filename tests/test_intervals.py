@@ -16,15 +16,8 @@ from psdsim.sim.output.intervals import intervals_json
 from psdsim.sim.profile_schema import FEATURES, Profile, Term
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
-from psdsim.sim.uncertainty import (
-    MIN_RANKED_DRAWS,
-    QUANTILES,
-    Interval,
-    UncertainInput,
-    interval,
-    make_draws,
-    uncertain_inputs,
-)
+from psdsim.sim.uncertain_inputs import UncertainInput, uncertain_inputs
+from psdsim.sim.uncertainty import MIN_RANKED_DRAWS, QUANTILES, Interval, interval, make_draws
 from psdsim.studies.intervals import propagate
 from psdsim.theory.tail import tail_exact, verifications_pmf
 

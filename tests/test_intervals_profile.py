@@ -19,7 +19,8 @@ from psdsim.sim.profile_schema import TERMS
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.sensitivity import rank_inputs
-from psdsim.sim.uncertainty import interval, make_draws, uncertain_inputs
+from psdsim.sim.uncertain_inputs import uncertain_inputs
+from psdsim.sim.uncertainty import interval, make_draws
 from psdsim.studies.intervals import propagate
 from psdsim.studies.plan_intervals import _drawn
 from tests.test_intervals import FAST, L40S

@@ -14,7 +14,8 @@ from psdsim.sim.profile import FittedCost, unrecorded
 from psdsim.sim.profile_reader import load_profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
-from psdsim.sim.uncertainty import interval, make_draws, simulate_draw, uncertain_inputs, unit_points
+from psdsim.sim.uncertain_inputs import uncertain_inputs
+from psdsim.sim.uncertainty import interval, make_draws, simulate_draw, unit_points
 from tests.test_intervals import _complete_profile
 
 SMALL = Scenario(requests=24, output_len=16, m=4, prompt_len=32)
