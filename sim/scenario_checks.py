@@ -5,6 +5,9 @@ Every check raises a ScenarioError whose message is one line naming the field an
 the order the fields are documented, so the first bad field is the one reported. The checks read
 a field's default through the scenario they check (sim/scenario_fields.py, where the dataclass
 is, imports `validate` for Scenario.replace).
+
+Why one module: the cross-field checks of a scenario read in one place, in the order a scenario is
+validated.
 """
 
 from __future__ import annotations

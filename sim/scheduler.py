@@ -1,5 +1,8 @@
 """Engine scheduling as a named vLLM version does it: queues, admission, KV growth, preemption.
 
+Why one module: one vLLM scheduler's rules (admission, growth, preemption, swap) share its
+queues and pools, and read together against vLLM's own scheduler.
+
 Each engine step is planned here (a StepPlan) and executed by the method (sim/methods), then
 closed here (prefills that completed, requests that finished or were aborted).
 

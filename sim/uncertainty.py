@@ -4,7 +4,8 @@ An input is uncertain when its source gives it as a range: the catalog's `FIELD_
 (sim/catalog), the acceptance prior's mean, the analytic cost model's efficiencies — and the
 seed, whose own noise is one more dimension of every draw; sim/uncertain_inputs.py lists them.
 `propagate` spreads N Latin-hypercube points (scipy.stats.qmc, seeded by the scenario's seed, so
-the same scenario gives the same draws bit for bit) over those ranges, uniformly, simulates each draw under every method asked for, and keeps the summaries.
+the same scenario gives the same draws bit for bit) over those ranges, uniformly, simulates each
+draw under every method asked for, and keeps the summaries.
 A fitted profile (`profile`) that carries its fit's bootstrap (sim/profile_schema.py Bootstrap) adds one
 input per resampled term: the draw's coordinate picks one of its coefficient vectors, whole, so
 the coefficients' correlations are kept; the vectors are stored cheapest first, so the index

@@ -1,4 +1,8 @@
-"""Compact, readable terminal tables for a run and for a side-by-side comparison."""
+"""Compact, readable terminal tables for a run and for a side-by-side comparison.
+
+Why one module: every printed table of a run shares one set of formatters and the legend lines, kept
+together so the tables stay consistent.
+"""
 
 from __future__ import annotations
 
