@@ -3,7 +3,7 @@ drafting) beside every fixed k in 1..K and AR, at low, middling and high accepta
 
 The default models and GPUs, 200 requests of 64 output tokens; decode throughput (the paper's
 definition). Adaptive is not told which k is best; at low acceptance it should stop drafting and
-land on AR, elsewhere near the best fixed k (tests/test_methods.py asserts 2-3%).
+land on AR, elsewhere near the best fixed k (tests/sim/test_methods.py asserts 2-3%).
 
     python benchmarks/adaptive_k.py [--k-max 6] [--acceptance 0.1,0.6,0.9] [--record]
 

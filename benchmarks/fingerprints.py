@@ -2,7 +2,7 @@
 columns and (in a second run with timelines on) its timeline, so that a change that promises
 "results unchanged" can be held to it bit for bit against another commit.
 
-tests/test_equivalence.py compares summaries only, within the test suite; this compares every
+tests/sim/test_equivalence.py compares summaries only, within the test suite; this compares every
 output a run writes, for more scenarios (the equivalence cases, each again at 120 requests with
 arrivals and aborts, and the default scenario under several settings), and is run by hand:
 
@@ -48,7 +48,7 @@ def scenarios() -> Iterator[tuple[str, Any, Any]]:
     """(name, scenario, cost model factory or None) of every fingerprinted case."""
     sys.path.insert(0, str(ROOT))
     from psdsim.sim.scenario import load_scenario
-    from tests.test_equivalence import cases
+    from tests.helpers.scenarios import cases
 
     for name, (scenario, cost) in sorted(cases().items()):
         yield name, scenario, cost

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install vLLM 0.9.2's host-side Python (scheduler, block manager, output processor,
 # speculative-decoding bookkeeping) into its own venv on a CPU-only machine, plus psdsim,
-# so benchmarks/vllm_v0_host.py and tests/test_vllm_v0_conformance.py can import both.
+# so benchmarks/vllm_v0_host.py and tests/engine/test_vllm_v0_conformance.py can import both.
 # Nothing here enters psdsim's own dependencies.
 #
 # Usage: benchmarks/install_vllm_v0_host.sh [VENV_DIR]   (default /work/venv-vllm092)

@@ -61,7 +61,7 @@ from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario, catalog_for, load_scenario
 from psdsim.sim.uncertain_inputs import SCENARIO_RANGES, uncertain_inputs
 from psdsim.sim.uncertainty import interval, make_draws, unit_points
-from tests.test_validate_prediction import stored_report
+from tests.helpers.engines import stored_report
 
 KERNEL_FLOOR = (1.0, 3.0)   # the small-kernel floor's public range (row 4.6), 1.5 us used
 

@@ -1,5 +1,5 @@
 """Output speed: writing a run's steps.csv and requests.csv, column-wise (table_csv) against the
-row-by-row csv.writer it replaced (the reference in tests/test_csv_writer.py), on the default
+row-by-row csv.writer it replaced (the reference in tests/sim/test_csv_writer.py), on the default
 scenario; the bytes are checked equal. The old writer took ~15 µs a row (docs/measurements/).
 
     python benchmarks/output_speed.py [--requests N] [--repeats N] [--record]
@@ -19,7 +19,7 @@ from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
 
 sys.path.insert(0, str(ROOT))
-from tests.test_csv_writer import reference_csv
+from tests.helpers.scenarios import reference_csv
 
 
 def _median_s(fn, repeats: int) -> float:

@@ -6,7 +6,7 @@ the upper one (as-fresh).
 
 Table 1: the setting2 scenario (the default, 200 requests) under the default engine, each row the
 mean over seeds 1, 2, 3, with SD on the same seeds for reference. Table 2: PEARL's throughput over
-SD's at m = 1, 4, 16 (tests/test_methods.py's scenario: 20 m requests, 128 tokens, seed 4, the
+SD's at m = 1, 4, 16 (tests/sim/test_methods.py's scenario: 20 m requests, 128 tokens, seed 4, the
 roofline engine), the paper's measured trend being that PEARL falls as m grows and below SD at 16.
 `--record` writes both to docs/measurements/pearl_stale.md with date, commit and machine.
 """
@@ -63,8 +63,8 @@ def main() -> None:
         out(f"{name:<20}{throughput:>8.1f}{throughput / base - 1:>+13.1%}{throughput / sd[0] - 1:>+9.1%}"
             f"{vsr:>8.3f}{r1:>14.3f}{r4:>7.3f}{r16:>7.3f}")
     notes = ("tok/s, VSR: setting2 (the default scenario, default engine), method = pearl, the mean over "
-             "seeds 1-3. PEARL/SD m=1..16: throughput ratio on tests/test_methods.py's scenario (roofline "
-             "engine, seed 4); the paper measured PEARL falling as m grows and below SD at m = 16.")
+             "seeds 1-3. PEARL/SD m=1..16: throughput ratio on tests/sim/test_methods.py's scenario "
+             "(roofline engine, seed 4); the paper measured PEARL falling as m grows and below SD at m = 16.")
     print(f"\n{notes}")
     if args.record:
         path = write("pearl_stale", "PEARL's stale drafts: the unpublished acceptance between its bounds",

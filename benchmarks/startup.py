@@ -4,7 +4,7 @@ Times, as the median of several fresh processes, `psdsim --help`, `import psdsim
 command's --help and `psdsim run --no-write` of a tiny scenario, and lists which heavy modules
 each loads. The machine's load moves every figure (the bare interpreter's start is printed
 for scale). Target: `psdsim --help` under 0.3 s; `psdsim run` never
-imports scipy.stats or scipy.optimize (tests/test_startup.py checks the modules, not the time).
+imports scipy.stats or scipy.optimize (tests/cli/test_startup.py checks the modules, not the time).
 
     python benchmarks/startup.py [--repeats N] [--record]
 """

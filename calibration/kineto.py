@@ -35,7 +35,7 @@ from psdsim.sim.footprint import available_bytes, size_text
 from psdsim.sim.numbers import finite
 
 GZIP_MAGIC = b"\x1f\x8b"
-# Trace JSON deflates some tens of times (tests/test_calibration_kineto.py's synthetic trace: about
+# Trace JSON deflates some tens of times (tests/calibration/test_kineto.py's synthetic trace: about
 # 24x); a run of one repeated byte, the gzip bomb, about 1000x, deflate's limit. Output past 200x
 # the compressed size is refused, read in 1 MiB steps; 64 MiB is always allowed, so that a small,
 # very regular trace is never refused.
@@ -44,7 +44,7 @@ GZIP_FLOOR_BYTES = 64 * 2**20
 GZIP_CHUNK = 2**20
 US = 1e-6
 # Reading a trace holds its bytes and the document json.loads makes of them: read_kineto's peak
-# measured with tracemalloc at 5.9x the file on a 46 MB trace built as tests/test_calibration_kineto.py
+# measured with tracemalloc at 5.9x the file on a 46 MB trace built as tests/calibration/test_kineto.py
 # builds them (json.loads alone 4.9x); counted as 8x, an upper bound to refuse by.
 MEMORY_PER_TRACE_BYTE = 8
 RANGE_CATS = frozenset({"user_annotation"})

@@ -10,7 +10,7 @@
 - docs/summary.md: every summary key with its meaning, from sim/metrics.py's SUMMARY_KEYS; and
   which cost inputs a fitted profile takes out of `--intervals`, from sim/cost_inputs.py's tables.
 
-tests/test_docs.py compares each with what this script would write, so whoever changes a default,
+tests/project/test_docs.py compares each with what this script would write, so whoever changes a default,
 a field or a summary key reruns this one command.
 """
 
@@ -227,7 +227,7 @@ PROFILE_DROPS_MD = """### Under a fitted profile: which inputs drop out
 A profile prices each kind of work it has a term for and leaves the rest to the catalog (the run's
 warnings name the terms it lacks). A cost input drops out of the draws, and so out of "what to
 measure first" and out of the interval's width, once the profile fits every term of its row; the
-rows are sim/cost_inputs.py's, which tests/test_cost_inputs.py holds to the cost model (perturbing
+rows are sim/cost_inputs.py's, which tests/sim/test_cost_inputs.py holds to the cost model (perturbing
 an input changes only the steps listed for it). The rows name an entry by its role in the run: the
 drafter GPU is the verifier's GPU 0 where the method co-locates the draft (SD), the TP link counts
 only at TP > 1 and the host link only with `preemption_mode = "swap"`; an entry in two roles (one

@@ -6,7 +6,7 @@ every other StepCost call to the catalog's cost model (sim/costs.py AnalyticCost
 sim/execution.py EngineCost): a drawn catalog number or efficiency moves such a run only through
 the calls that still reach that fallback. An input none of whose calls does is not drawn, so the
 interval narrows to what the user's own traces have not measured, and the ranking loses the
-input. Two tables, each read off the code it describes and held to it by tests/test_cost_inputs.py
+input. Two tables, each read off the code it describes and held to it by tests/sim/test_cost_inputs.py
 (a FittedCost lacking a term reaches its fallback through exactly the calls listed for that term;
 perturbing an input on the cost model itself changes only the calls it is listed for, and every
 listed call in some layout):

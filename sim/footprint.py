@@ -6,18 +6,18 @@ a stream; an ended request's row is kept in memory up to request_rows.SPILL_ROWS
 (BYTES_PER_HELD_REQUEST each), then on temporary disk (DISK_BYTES_PER_REQUEST: its columns, then
 their copy in request order). What grows with requests in memory is the end of the run:
 BYTES_PER_REQUEST, the rows' sort (16 bytes a request) and the summary's latency columns
-(tests/test_request_slots.py measures ~20-30 bytes a request; summarize() alone peaks at 45).
+(tests/sim/test_request_slots.py measures ~20-30 bytes a request; summarize() alone peaks at 45).
 Its step rows are packed in memory up to records.SPILL_ROWS, then moved to anonymous temporary
 files (sim/records.py, sim/spill.py): in memory a step costs BYTES_PER_STEP up to that bound,
 beyond it BYTES_PER_SPILLED_STEP (what summarize() gathers, a column at a time, from the table on
 disk), and DISK_BYTES_PER_STEP of temporary disk. The constants are this code's own footprint,
-rounded up: tests/test_spill.py bounds summarize() at ~10 bytes a spilled step, a packed row is
+rounded up: tests/sim/test_spill.py bounds summarize() at ~10 bytes a spilled step, a packed row is
 277 bytes, benchmarks/million_requests.py measures whole runs (docs/measurements/million_requests.md).
 The step count is bounded above (steps_bound): offline, by every running request gaining one token
 per step in full batches of m (what AR does; speculative methods take fewer steps), so the
 estimate errs high (3.6x the peak measured at 1 M requests of the default scenario, 2x its
 temporary disk); with arrivals spread in time a request may run alone, so by a step a token
-(tests/test_footprint.py checks the bound against real runs of every method). A run that records its
+(tests/sim/test_footprint.py checks the bound against real runs of every method). A run that records its
 timeline for `--trace` keeps every slice in memory and builds the trace document at the end:
 BYTES_PER_TRACED_STEP more a step (measured on 300-request runs with tracemalloc: PSD, whose steps
 have the most slices, 2.4 KB a step recorded and 8.8 KB more at the peak of writing the trace;

@@ -33,7 +33,7 @@ from psdsim.sim.valid_figures import valid_figures
 PERCENTILES = {"mean": None, "p50": 50, "p90": 90, "p99": 99}
 
 # What each summary key means, in the order summarize() builds them; docs/summary.md is generated
-# from this (python docs/generate.py) and tests/test_docs.py fails when a key is added or dropped
+# from this (python docs/generate.py) and tests/project/test_docs.py fails when a key is added or dropped
 # without its meaning. Fractions are in [0, 1]; None where a metric does not apply to the method.
 SUMMARY_KEYS = {
     "method": "the scenario's method",

@@ -8,7 +8,7 @@ one, or whose KV growth the pool would refuse), the KV each later plan would hol
 later plan as the scheduler would make it, unless a request could be admitted by then. The
 method prices and records each step and stops after one at whose end a client cancels
 (`cancel_due`); `settle` then commits what the steps changed, once for the whole stretch.
-The results are those of planning each step, bit for bit (tests/test_quiet_stretches.py).
+The results are those of planning each step, bit for bit (tests/sim/test_quiet_stretches.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ would: the stream learns where each field's run starts by drawing and discarding
 keeps one copy of the Generator per field, positioned at its start, and draws every field a
 block at a time. Every sampler used (choice with p, random, exponential, beta, uniform) keeps
 its whole state in the bit generator, so k values drawn in pieces are the k values drawn at
-once, bit for bit (tests/test_workload_stream.py checks them against whole-array draws).
+once, bit for bit (tests/sim/test_workload_stream.py checks them against whole-array draws).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def sample_prompt_lengths(ds: Dataset, n: int, max_prompt: int, rng: np.random.G
 # scipy.special costs every `psdsim run` ~0.3-0.4 s of start-up (more than the engine loop of the
 # default scenario's first few thousand steps), and these run once per request. Both are accurate
 # to a few ulps, and the lengths they make are rounded to whole tokens, so they give the lengths
-# scipy's ndtr/ndtri gave (tests/test_workload.py compares them over millions of draws).
+# scipy's ndtr/ndtri gave (tests/sim/test_workload.py compares them over millions of draws).
 _NORMAL = NormalDist()
 _SQRT_HALF = math.sqrt(0.5)
 

@@ -6,7 +6,7 @@ with no draw of chance. The scheduler plans such a stretch at once (sim/quiet.py
 `quiet_steps` prices, books and records each of its steps as `step` does (the same helpers, step
 after step), while the request table's work (one token each, the verification logs) and the KV
 growth are done once for the whole stretch; the results are the same, bit for bit
-(tests/test_quiet_stretches.py).
+(tests/sim/test_quiet_stretches.py).
 """
 
 from __future__ import annotations

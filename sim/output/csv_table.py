@@ -66,7 +66,7 @@ def _column(values: np.ndarray) -> list[str]:
 def table_csv(columns: Mapping[str, np.ndarray]) -> str:
     """CSV with a header row; floats in shortest round-trip form, NaN as an empty cell. Written
     column by column, byte for byte what csv.writer (default dialect) wrote row by row: CRLF line
-    ends, minimal quoting, a row of one empty cell quoted (tests/test_csv_writer.py compares them)."""
+    ends, minimal quoting, a row of one empty cell quoted (tests/sim/test_csv_writer.py compares them)."""
     return "".join(csv_parts(columns))
 
 

@@ -1,4 +1,5 @@
-"""Capture what vLLM itself reports of a speculative-decoding run, for tests/test_acceptance_metrics.py.
+"""Capture what vLLM itself reports of a speculative-decoding run, for
+tests/calibration/test_acceptance_metrics.py.
 
     VLLM_LOG_STATS_INTERVAL=0.5 python tests/data/vllm_cpu/capture.py DIR > DIR/server.log 2>&1
 

@@ -1,0 +1,1 @@
+"""Tests of psdsim.calibration: trace readers, fitting, acceptance from engines' reports."""

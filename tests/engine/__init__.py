@@ -1,0 +1,1 @@
+"""Tests of psdsim.engine: the reference engine, the vLLM runner and `psdsim validate`."""

@@ -1,0 +1,1 @@
+"""Tests of the repository as a whole: docs, import layout, lint, packaging, the README, benchmarks."""

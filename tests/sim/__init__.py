@@ -1,0 +1,1 @@
+"""Tests of psdsim.sim: the simulator, its scheduler, methods, cost models, catalog and outputs."""

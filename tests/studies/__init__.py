@@ -1,0 +1,1 @@
+"""Tests of psdsim.studies: plan, sweep, paper, intervals and the theory bridge."""
