@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ from psdsim.sim.methods.decoupled import DecoupledReplica
 from psdsim.sim.records import step_table
 from psdsim.sim.requests import RequestTable
 from psdsim.sim.scenario import Scenario
-from psdsim.sim.scheduler import Scheduler
+from psdsim.sim.scheduler import scheduler_for
 from psdsim.sim.timeline import DRIVER, VERIFIER, Slice, Timeline
 from psdsim.sim.workload import Workload, WorkloadStream
 
@@ -96,9 +97,7 @@ def run_service(s: Scenario, memory: MemoryPlan, cost: StepCost, rng: np.random.
     for r in range(replicas):
         table = RequestTable(RoutedStream(stream, replicas, r))
         kv = KVPools(pools, s.block_size, table.capacity)
-        scheduler = Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,
-                              swap=s.preemption_mode == "swap", swap_blocks=memory.swap_blocks(s.swap_space_gb),
-                              max_running=s.m, token_budget=s.max_num_batched_tokens)
+        scheduler = scheduler_for(s, table, kv, memory.swap_blocks(s.swap_space_gb), s.m)
         tl = Timeline() if timeline else None
         shared = link.sharing(tl)
         sim = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
@@ -128,14 +127,15 @@ def _merged_steps(sims: list[SimContext], methods: list[DecoupledReplica]
                   ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
     """Every replica's steps in order of start, then replica; and, per replica, where each of its
     steps landed in that order."""
-    tables = [{**step_table(sim.steps), **method.step_columns()} for sim, method in zip(sims, methods, strict=True)]
+    tables = [{**step_table(sim.steps), **method.step_columns()}
+              for sim, method in zip(sims, methods, strict=True)]
     joined = {name: np.concatenate([t[name] for t in tables]) for name in tables[0]}
     order = np.lexsort((joined["replica"], joined["start_s"]))
     merged = {name: values[order] for name, values in joined.items()}
     position = np.empty(len(order), dtype=np.int64)
     position[order] = np.arange(len(order))
     sizes = np.cumsum([0, *(len(t["start_s"]) for t in tables)])
-    return merged, [position[lo:hi] for lo, hi in zip(sizes[:-1], sizes[1:], strict=True)]
+    return merged, [position[lo:hi] for lo, hi in pairwise(sizes)]
 
 
 def _merged_requests(sims: list[SimContext], replicas: int) -> dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ from psdsim.sim.records import step_table
 from psdsim.sim.requests import RequestTable
 from psdsim.sim.scenario import Scenario, catalog_for, validate
 from psdsim.sim.scenario import warnings as scenario_warnings
-from psdsim.sim.scheduler import Scheduler
+from psdsim.sim.scheduler import scheduler_for
 from psdsim.sim.timeline import DRAFTER, Timeline, drafter_track
 from psdsim.sim.workload import WorkloadStream, workload_stream
 
@@ -136,9 +136,7 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
     tl = Timeline() if timeline else None
     link = Link(env, cost.broadcast, cost.comm, tl)
     kv = KVPools(memory.pools(), s.block_size, table.capacity)
-    scheduler = Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,
-                          swap=s.preemption_mode == "swap", swap_blocks=memory.swap_blocks(s.swap_space_gb),
-                          max_running=kind.running_cap(s), token_budget=s.max_num_batched_tokens)
+    scheduler = scheduler_for(s, table, kv, memory.swap_blocks(s.swap_space_gb), kind.running_cap(s))
     layout = layout_for(s)
     dedicated = layout.over_link   # the drafter has a device (a process) of its own
     slow = slowdowns(cost, dedicated)
@@ -206,7 +204,8 @@ def _service_result(s: Scenario, memory: MemoryPlan, cost: StepCost, priced: Ste
     if progress is not None:
         progress(1.0)
     usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)
-    return Result(s, summary, run.steps, run.requests, memory, usage, time.perf_counter() - began, run.timeline)
+    wall_s = time.perf_counter() - began
+    return Result(s, summary, run.steps, run.requests, memory, usage, wall_s, run.timeline)
 
 
 def compare_methods(s: Scenario, methods: Sequence[str], *,

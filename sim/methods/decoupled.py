@@ -119,7 +119,8 @@ class DecoupledReplica(EngineMethod):
             redo = slots[going & ~hit]
             missed = len(redo)
             if missed:
-                end = self._book(st, cost.draft(missed, s.k, table.context(redo)), "draft (missed)", missed, s.k)
+                seconds = cost.draft(missed, s.k, table.context(redo))
+                end = self._book(st, seconds, "draft (missed)", missed, s.k)
                 yield from wait_until(env, end)
             self.prepared[slots[going]] = True
             prepared_used = int(np.count_nonzero(going & hit))
