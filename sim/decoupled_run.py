@@ -76,6 +76,7 @@ class ServiceRun:
     steps: dict[str, np.ndarray]
     requests: dict[str, np.ndarray]
     kv: KVPools                 # the replica whose pools peaked highest
+    kv_in_use_at_end: int       # blocks still held at the end, over every replica
     drafter_busy_s: float
     verifier_busy_s: float      # summed over the replicas
     timeline: Timeline | None
@@ -111,7 +112,8 @@ def run_service(s: Scenario, memory: MemoryPlan, cost: StepCost, rng: np.random.
     env.run()
     steps, order = _merged_steps(sims, methods)
     busiest = max((sim.scheduler.kv for sim in sims), key=lambda kv: kv.peak / kv.total)
-    return ServiceRun(steps, _merged_requests(sims, replicas), busiest, service.busy_s,
+    left = sum(sim.scheduler.kv.used for sim in sims)
+    return ServiceRun(steps, _merged_requests(sims, replicas), busiest, left, service.busy_s,
                       sum(sim.verifier.busy_s for sim in sims), _merged_timeline(sims, order))
 
 

@@ -203,7 +203,7 @@ def _service_result(s: Scenario, memory: MemoryPlan, cost: StepCost, priced: Ste
     summary["warnings"] = _run_warnings(s, memory, [], stream.warnings, priced)
     if progress is not None:
         progress(1.0)
-    usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)
+    usage = KVUse(kv.total, kv.peak, run.kv_in_use_at_end, dict(kv.capacities), kv.binding)
     wall_s = time.perf_counter() - began
     return Result(s, summary, run.steps, run.requests, memory, usage, wall_s, run.timeline)
 
