@@ -5,8 +5,8 @@ its drafts come from D drafter GPUs that every replica shares over one link
 (sim/drafter_service.py: the service, the accepted-length pmf, the likely lengths). Our reading
 of vLLM RFC #42109 and Saguaro (docs/methods.md, "A decoupled drafter service"), step by step:
 
-1. The draft model's prompt pass over the step's prefill chunks is booked on the service (it
-   fills the draft KV the next drafts read; the replica does not wait for it).
+1. The draft model's prompt pass over the step's prefill chunks is booked on the service, beside
+   the target's; it fills the draft KV the next drafts read, so the step ends once both have.
 2. A decoding request with no drafts prepared (its first decode, or back after a preemption) is
    drafted now, on the critical path, as SD drafts.
 3. The service drafts the next round for the `service_branches` (b) accepted lengths most probable
@@ -84,8 +84,10 @@ class DecoupledReplica(EngineMethod):
         context, chunks = table.context(slots), chunk_work(sim, plan)
         self._queue_s = 0.0
         prepared = missed = 0
+        prefilled = start
         if chunks.tokens:
-            self._book(st, cost.draft_chunks(chunks), DRAFT_PREFILL, len(plan.prefill), 0, critical=False)
+            prefilled = self._book(st, cost.draft_chunks(chunks), DRAFT_PREFILL, len(plan.prefill), 0,
+                                   critical=False)
         proposed = np.zeros(batch, dtype=np.int64)
         ahead_end = start
         if batch:
@@ -110,7 +112,7 @@ class DecoupledReplica(EngineMethod):
         back = env.now + delay
         end = book_after_pass(sim, plan, st, chunks, tokens, bool(batch), back, back, reject_on=None,
                               emitting=batch)
-        yield from wait_until(env, max(end, ahead_end))
+        yield from wait_until(env, max(end, ahead_end, prefilled))
         if batch:
             accepted = sim.acceptance.accepted(table.log_acceptance[slots], proposed) if total else proposed
             emit_outcome(sim, st, slots, proposed, total, accepted)
