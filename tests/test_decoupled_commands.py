@@ -20,7 +20,8 @@ SERVICE_COLUMNS = ("replica", "drafts_prepared", "drafts_missed", "drafts_wasted
 
 def test_run_writes_the_service_columns_in_steps_csv(tmp_path: Path) -> None:
     out = tmp_path / "r"
-    assert main(["run", *FAST, "--method", "decoupled", "--set", "service_verifiers=3", "--out", str(out)]) == 0
+    args = ["--method", "decoupled", "--set", "service_verifiers=3", "--out", str(out)]
+    assert main(["run", *FAST, *args]) == 0
     with (out / "steps.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert set(SERVICE_COLUMNS) <= set(rows[0])
@@ -43,7 +44,8 @@ def test_compare_sweep_and_plan_take_the_method(tmp_path: Path, capsys) -> None:
                     "service_verifiers = [1, 2]\n[slo]\nlatency_p99_ms = 60000\n[search]\ntolerance = 0.3\n")
     assert main(["plan", str(plan), "--out", str(tmp_path / "pl"), "--workers", "1"]) == 0
     report = json.loads((tmp_path / "pl" / "plan.json").read_text())
-    judged = sorted(v["config"]["service_verifiers"] for v in report["verdicts"] if v["method"] == "decoupled")
+    judged = sorted(v["config"]["service_verifiers"] for v in report["verdicts"]
+                    if v["method"] == "decoupled")
     assert judged == [1, 2]   # each against its SD twin
     gpus = {r["service_verifiers"]: r["gpus"] for r in report["rows"] if r["method"] == "decoupled"}
     assert gpus == {1: 5, 2: 9}
