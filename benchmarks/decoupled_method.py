@@ -11,10 +11,8 @@ token taken as guessed): the service's figures are an upper bound.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
-from recording import add_record_flag, write
+from recording import study_main
 
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import Scenario
@@ -50,14 +48,9 @@ def study() -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_record_flag(parser)
-    args = parser.parse_args()
-    lines = study()
-    print("\n".join(lines))
-    if args.record:
-        write("decoupled_method", "The decoupled drafter service as a method, against SD and PSD", lines,
-              notes=__doc__.split("\n\n")[0].replace("\n", " "))
+    title = "The decoupled drafter service as a method, against SD and PSD"
+    study_main(__doc__, "decoupled_method", title, study,
+               notes=__doc__.split("\n\n")[0].replace("\n", " "))
 
 
 if __name__ == "__main__":
