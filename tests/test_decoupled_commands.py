@@ -66,3 +66,9 @@ def test_the_timeline_has_a_verifier_track_per_replica_and_the_services_work():
         assert all(steps["replica"][e["args"]["step"]] == replica for e in passes)
     redrafts = [e for e in doc["traceEvents"] if e["name"] == "draft (missed)"]
     assert len(redrafts) == int(np.count_nonzero(steps["drafts_missed"]))
+
+
+def test_a_bad_service_field_is_one_line_and_exit_2(capsys) -> None:
+    assert main(["run", "--method", "decoupled", "--set", "service_branches=9", "--no-write"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "service_branches" in err and "fix:" in err

@@ -26,6 +26,7 @@ guessed, so the hit rate is an upper bound (the RFC's cache key holds it).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Generator
 from typing import Any
 
@@ -59,7 +60,7 @@ class DecoupledReplica(EngineMethod):
         self.likely = np.array(likely_lengths(mean if mean is not None else 0.0, s.k, s.service_branches))
         self.prepared = np.zeros(sim.table.capacity, dtype=bool)   # per slot: next drafts ready
         sim.table.track(self, "prepared")
-        self._columns: dict[str, list[float]] = {name: [] for name in SERVICE_COLUMNS}
+        self._columns = {name: array("d" if name == "drafter_queue_s" else "q") for name in SERVICE_COLUMNS}
         self._queue_s = 0.0   # the step's seconds queued at the service
 
     @staticmethod
@@ -153,5 +154,4 @@ class DecoupledReplica(EngineMethod):
     def step_columns(self) -> dict[str, np.ndarray]:
         """The service's work for each step of this replica (replica index, branches prepared,
         requests whose drafts missed, branches wasted, seconds queued at the service)."""
-        return {name: np.array(values, dtype=np.float64 if name == "drafter_queue_s" else np.int64)
-                for name, values in self._columns.items()}
+        return {name: np.array(values) for name, values in self._columns.items()}   # int64, float64
