@@ -178,7 +178,9 @@ def service_rates(summary: dict[str, Any], replicas: int, verifier_busy_s: float
     """Restate the figures over the replicas' summed step time for the service: V replicas run
     side by side, so tokens over their summed step time is one mean replica's rate, and the
     service's is V times that (exact when the replicas are equally busy); the verifier's busy
-    fraction is over V groups."""
+    fraction is over V groups; comm_share, a drafter's wait for its one verifier, is not a
+    shared service's figure (None)."""
+    summary["comm_share"] = None
     for name in STEP_TIME_RATES:
         if summary.get(name) is not None:
             summary[name] *= replicas
