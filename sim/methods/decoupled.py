@@ -77,6 +77,7 @@ class DecoupledReplica(EngineMethod):
         self.prepared[slots] = False
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
+        """One step of this replica, steps 1-5 of the module's docstring in order."""
         sim, st = self.sim, StepRecord()
         s, cost, table, env = sim.scenario, sim.cost, sim.table, sim.env
         start = env.now
