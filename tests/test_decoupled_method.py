@@ -131,3 +131,13 @@ def test_same_scenario_and_seed_give_identical_tables():
         for name in x:
             assert np.array_equal(x[name], y[name]), (table, name)
     assert a.summary == b.summary
+
+
+def test_the_run_says_what_it_is_and_other_methods_say_the_service_fields_are_ignored():
+    from psdsim.sim.scenario_caveats import warnings
+
+    assert any("decoupled drafter service (V = 2" in w and "upper bound" in w
+               for w in warnings(Scenario(method="decoupled")))
+    assert "ignored: service_branches applies to method decoupled only" in warnings(
+        Scenario(method="sd", service_branches=1))
+    assert not any("decoupled" in w for w in warnings(Scenario(method="psd")))
