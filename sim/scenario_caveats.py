@@ -29,9 +29,9 @@ def warnings(s: Scenario) -> list[str]:
         out.append(f"beyond the paper: the tail pre-drafted (tail = {s.tail}), the mitigation its §A "
                    "proposes")
     if s.method == "decoupled":
-        out.append(f"beyond the paper: a decoupled drafter service (V = {s.service_verifiers} verifier replicas, "
-                   f"D = {s.service_drafters} drafter GPUs, b = {s.service_branches} branches); its hit rate is "
-                   "an upper bound (the bonus token taken as guessed)")
+        out.append(f"beyond the paper: a decoupled drafter service (V = {s.service_verifiers} verifier "
+                   f"replicas, D = {s.service_drafters} drafter GPUs, b = {s.service_branches} branches); its "
+                   "hit rate is an upper bound (the bonus token taken as guessed)")
     service = [name for name in SERVICE_FIELDS if getattr(s, name) != FIELDS[name].default]
     if service and s.method != "decoupled":
         verb = "applies" if len(service) == 1 else "apply"
