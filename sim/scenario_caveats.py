@@ -30,8 +30,8 @@ def warnings(s: Scenario) -> list[str]:
                    "proposes")
     if s.method == "decoupled":
         out.append(f"beyond the paper: a decoupled drafter service (V = {s.service_verifiers} verifier "
-                   f"replicas, D = {s.service_drafters} drafter GPUs, b = {s.service_branches} branches); its "
-                   "hit rate is an upper bound (the bonus token taken as guessed)")
+                   f"replicas, D = {s.service_drafters} drafter GPUs, b = {s.service_branches} branches); "
+                   "its hit rate is an upper bound (the bonus token taken as guessed)")
     service = [name for name in SERVICE_FIELDS if getattr(s, name) != FIELDS[name].default]
     if service and s.method != "decoupled":
         verb = "applies" if len(service) == 1 else "apply"
