@@ -15,10 +15,8 @@ bonus token taken as guessed): the service's figures are an upper bound.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
-from recording import add_record_flag, write
+from recording import study_main
 
 from psdsim.sim.costs import NO_CHUNKS, complete
 from psdsim.sim.drafter_service import accepted_length_pmf, booked_rounds
@@ -57,14 +55,8 @@ def study() -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_record_flag(parser)
-    args = parser.parse_args()
-    lines = study()
-    print("\n".join(lines))
-    if args.record:
-        write("decoupled_service", "Decoupled drafter service vs SD (approximate)", lines,
-              notes=__doc__.split("\n\n")[1].replace("\n", " "))
+    study_main(__doc__, "decoupled_service", "Decoupled drafter service vs SD (approximate)", study,
+               notes=__doc__.split("\n\n")[1].replace("\n", " "))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,3 +77,16 @@ def write(name: str, title: str, lines: list[str], notes: str = "") -> Path:
     path = MEASUREMENTS / f"{name}.md"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def study_main(doc: str, name: str, title: str, study: Callable[[], list[str]], notes: str) -> None:
+    """A study script's command line: print the table `study` makes and, with --record, write it
+    as docs/measurements/NAME.md (`doc`: the script's docstring, its first line the help)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_record_flag(parser)
+    args = parser.parse_args()
+    lines = study()
+    print("\n".join(lines))
+    if args.record:
+        write(name, title, lines, notes=notes)
+

@@ -85,6 +85,13 @@ class Link:
         self._free_at = {TO_VERIFIER: 0.0, TO_DRAFTER: 0.0}
         self.busy_s = 0.0
 
+    def sharing(self, timeline: Timeline | None) -> Link:
+        """A view of this link for another engine (a decoupled service's replica): the same lanes,
+        queued in one FIFO order, its own transfers recorded on `timeline`."""
+        view = Link(self.env, self._seconds[TO_VERIFIER], self._seconds[TO_DRAFTER], timeline)
+        view._free_at = self._free_at
+        return view
+
     def seconds(self, lane: str, messages: tuple[int, ...]) -> float:
         """How long `messages` (their sizes in bytes) hold `lane`, one after the other, each its
         latency + bytes / bandwidth; queueing aside."""

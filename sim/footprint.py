@@ -57,6 +57,9 @@ BYTES_PER_TRACED_STEP = 16 * 1024   # timeline slices and the trace document (2.
 # The adaptive mode's own step columns, never spilled: a byte each while it runs, then `mode` as
 # 3-character strings (12 bytes) and `switch` (1)
 BYTES_PER_MODE_STEP = 16
+# A decoupled service's steps: its five columns as 8-byte arrays while the replicas run, and the
+# replicas' tables merged in memory (the step table's 288 bytes and the five columns again)
+BYTES_PER_SERVICE_STEP = 5 * 8 + DISK_BYTES_PER_STEP + 5 * 8
 # What a run allocates whatever its size (the workload's draws, the scheduler, the first packed
 # chunk): small runs measured ~10 MB above the per-request and per-step terms.
 BYTES_PER_RUN = 32 * 2**20
@@ -148,6 +151,7 @@ def estimate_bytes(s: Scenario, requests: int | None = None, traced: bool = Fals
             + min(sequences, request_rows.SPILL_ROWS) * BYTES_PER_HELD_REQUEST
             + held * BYTES_PER_STEP + (steps - held) * BYTES_PER_SPILLED_STEP
             + (steps * BYTES_PER_MODE_STEP if s.method == "adaptive" else 0)
+            + (steps * BYTES_PER_SERVICE_STEP if s.method == "decoupled" else 0)
             + (steps * BYTES_PER_TRACED_STEP if traced else 0))
 
 

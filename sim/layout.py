@@ -7,6 +7,8 @@
     psd, psd+tetris      the draft on `drafters` GPUs of its own (MineDraft: one)
     adaptive             PSD's, one drafter GPU, whichever mode a step runs
     pearl                the draft on one GPU of its own
+    decoupled            V verifier groups of `tensor_parallel_size` GPUs, the draft on D GPUs of
+                         its own serving all of them
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ class Layout:
     verifier_tp: int
     drafter: str          # NONE, COLOCATED (verifier GPU 0) or DEDICATED
     drafter_gpus: int     # dedicated drafter GPUs
+    verifier_groups: int = 1   # verifier replicas, each a group of verifier_tp GPUs
 
     @property
     def gpus(self) -> int:
-        return self.verifier_tp + (self.drafter_gpus if self.drafter == DEDICATED else 0)
+        verifiers = self.verifier_tp * self.verifier_groups
+        return verifiers + (self.drafter_gpus if self.drafter == DEDICATED else 0)
 
     @property
     def over_link(self) -> bool:
@@ -44,6 +48,8 @@ def layout_for(s: Scenario) -> Layout:
         if s.sd_5gpu_layout == "tp":
             return Layout(tp + 1, COLOCATED, 0)
         return Layout(tp, DEDICATED, 1)
+    if s.method == "decoupled":
+        return Layout(tp, DEDICATED, s.service_drafters, s.service_verifiers)
     if s.method == "pearl":
         return Layout(tp, DEDICATED, 1)
     return Layout(tp, DEDICATED, s.drafters)  # psd, psd+tetris, adaptive

@@ -15,6 +15,7 @@ import simpy
 from psdsim.sim.acceptance import AcceptanceSampler
 from psdsim.sim.clock import Clock, run_clocked
 from psdsim.sim.costs import StepCost, complete
+from psdsim.sim.decoupled_run import run_service, service_rates
 from psdsim.sim.devices import Drafter, Link, Verifier
 from psdsim.sim.execution import step_cost
 from psdsim.sim.footprint import check_memory
@@ -33,9 +34,9 @@ from psdsim.sim.records import step_table
 from psdsim.sim.requests import RequestTable
 from psdsim.sim.scenario import Scenario, catalog_for, validate
 from psdsim.sim.scenario import warnings as scenario_warnings
-from psdsim.sim.scheduler import Scheduler
+from psdsim.sim.scheduler import scheduler_for
 from psdsim.sim.timeline import DRAFTER, Timeline, drafter_track
-from psdsim.sim.workload import workload_stream
+from psdsim.sim.workload import WorkloadStream, workload_stream
 
 Progress = Callable[[float], None]
 PROGRESS_EVERY = 512  # engine steps between progress callbacks
@@ -125,13 +126,17 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
             cost = FittedCost(profile, cost)
     priced = complete(cost)
     cost = with_model_error(priced, s)
+    target = cat.models[s.target]
+    prior = cat.acceptance_prior(s.draft, s.target)   # its per-position factors shape every request's rate
+    factors = prior.per_position if prior is not None else ()
+    hidden = target.hidden if s.speculates and cat.models[s.draft].eagle else 0
+    if kind.shares_drafters:
+        return _service_result(s, memory, cost, priced, rng, stream, factors, target.vocab, hidden, timeline,
+                               progress, began)
     tl = Timeline() if timeline else None
     link = Link(env, cost.broadcast, cost.comm, tl)
     kv = KVPools(memory.pools(), s.block_size, table.capacity)
-    scheduler = Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,
-                          swap=s.preemption_mode == "swap", swap_blocks=memory.swap_blocks(s.swap_space_gb),
-                          max_running=kind.running_cap(s), token_budget=s.max_num_batched_tokens)
-    target = cat.models[s.target]
+    scheduler = scheduler_for(s, table, kv, memory.swap_blocks(s.swap_space_gb), kind.running_cap(s))
     layout = layout_for(s)
     dedicated = layout.over_link   # the drafter has a device (a process) of its own
     slow = slowdowns(cost, dedicated)
@@ -140,12 +145,10 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         gpus = max(1, layout.drafter_gpus)
         tracks = [DRAFTER] if gpus == 1 else [drafter_track(i) for i in range(gpus)]
         drafter = Drafter(env, tracks, tl, slow.driver_idle, slow.overlap, workers=events)
-    prior = cat.acceptance_prior(s.draft, s.target)   # its per-position factors shape every request's rate
-    factors = prior.per_position if prior is not None else ()
     sim = SimContext(env=env, scenario=s, cost=cost, rng=rng, table=table, scheduler=scheduler,
                      verifier=Verifier(env, link, tl, slow.verifier_idle), link=link, vocab=target.vocab,
                      acceptance=AcceptanceSampler(rng, factors), layout=layout, drafter=drafter,
-                     hidden=target.hidden if s.speculates and cat.models[s.draft].eagle else 0,
+                     hidden=hidden,
                      timeline=tl, slow=slow, overlap_prefill=s.overlap_draft_prefill and dedicated)
     if drafter is not None and slow.overlap is not None:   # worker drafting and passes contend
         drafter.verifier, sim.verifier.drafter = sim.verifier, drafter
@@ -168,13 +171,41 @@ def simulate(s: Scenario, *, cost: StepCost | None = None, progress: Progress | 
         summary = summarize(s, steps, requests, gpus=layout.gpus, speculates=s.speculates,
                             drafter_busy_s=drafter.busy_s if drafter is not None else 0.0,
                             verifier_busy_s=sim.verifier.busy_s, kv=kv)
-    summary["warnings"] = scenario_warnings(s) + memory.warnings + method.run_warnings() + stream.warnings
-    if isinstance(priced, FittedCost):
-        summary["warnings"] += source_warnings(priced.profile, s) + priced.warnings()
+    summary["warnings"] = _run_warnings(s, memory, method.run_warnings(), stream.warnings, priced)
     if progress is not None:
         progress(1.0)
     usage = KVUse(kv.total, kv.peak, kv.used, dict(kv.capacities), kv.binding)
     return Result(s, summary, steps, requests, memory, usage, time.perf_counter() - began, tl)
+
+
+def _run_warnings(s: Scenario, memory: MemoryPlan, method: list[str], stream: list[str],
+                  priced: StepCost) -> list[str]:
+    """What a finished run warns of: the scenario, its memory, the method, the workload and a
+    fitted profile's source."""
+    out = scenario_warnings(s) + memory.warnings + method + stream
+    if isinstance(priced, FittedCost):
+        out += source_warnings(priced.profile, s) + priced.warnings()
+    return out
+
+
+def _service_result(s: Scenario, memory: MemoryPlan, cost: StepCost, priced: StepCost,
+                    rng: np.random.Generator, stream: WorkloadStream, factors: tuple[float, ...], vocab: int,
+                    hidden: int, timeline: bool, progress: Progress | None, began: float) -> Result:
+    """A decoupled drafter service's run (sim/decoupled_run.py): V replicas, their tables merged,
+    summarised as one deployment."""
+    run = run_service(s, memory, cost, rng, stream, factors, vocab, hidden, timeline, _engine_loop)
+    kv = run.kv
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        summary = summarize(s, run.steps, run.requests, gpus=layout_for(s).gpus, speculates=True,
+                            drafter_busy_s=run.drafter_busy_s, verifier_busy_s=run.verifier_busy_s, kv=kv)
+    service_rates(summary, s.service_verifiers, run.verifier_busy_s)
+    summary["warnings"] = _run_warnings(s, memory, [], stream.warnings, priced)
+    if progress is not None:
+        progress(1.0)
+    usage = KVUse(kv.total, kv.peak, run.kv_in_use_at_end, dict(kv.capacities), kv.binding)
+    wall_s = time.perf_counter() - began
+    return Result(s, summary, run.steps, run.requests, memory, usage, wall_s, run.timeline)
 
 
 def compare_methods(s: Scenario, methods: Sequence[str], *,

@@ -13,6 +13,9 @@ from psdsim.sim.scenario_fields import FIELDS, Scenario
 ROOFLINE_ONLY = ("launch_overhead_us", "step_overhead_ms")
 
 
+SERVICE_FIELDS = ("service_verifiers", "service_drafters", "service_branches")
+
+
 def warnings(s: Scenario) -> list[str]:
     """What a valid scenario asks that no real system has, or that the paper did not run."""
     cat = catalog_for(s)
@@ -25,6 +28,14 @@ def warnings(s: Scenario) -> list[str]:
     if s.tail != "sd":
         out.append(f"beyond the paper: the tail pre-drafted (tail = {s.tail}), the mitigation its §A "
                    "proposes")
+    if s.method == "decoupled":
+        out.append(f"beyond the paper: a decoupled drafter service (V = {s.service_verifiers} verifier "
+                   f"replicas, D = {s.service_drafters} drafter GPUs, b = {s.service_branches} branches); "
+                   "its hit rate is an upper bound (the bonus token taken as guessed)")
+    service = [name for name in SERVICE_FIELDS if getattr(s, name) != FIELDS[name].default]
+    if service and s.method != "decoupled":
+        verb = "applies" if len(service) == 1 else "apply"
+        out.append(f"ignored: {' and '.join(service)} {verb} to method decoupled only")
     if s.sampler_output == "compact":
         out.append("hypothetical: compact sampler output (MineDraft sends full-vocabulary rows)")
     if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl", "adaptive"):

@@ -37,6 +37,7 @@ from psdsim.sim.scenario_values import (
     MAX_REQUESTS,
     MAX_SAMPLES,
     MAX_SEED,
+    MAX_SERVICE,
     MAX_SPAN_S,
     MAX_STEP_TOKENS,
     MEMORY_WHY,
@@ -163,6 +164,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _need(s.drafters < s.sub_batches, "drafters", "more drafter GPUs than sub-batches to draft",
           f"set drafters to at most {s.sub_batches - 1}")
     _check_adaptive(s)
+    _check_service(s)
     _one_of(s, "sd_5gpu_layout", ("drafter", "tp"))
     _one_of(s, "pearl_variant", PEARL_VARIANTS)
     _one_of(s, "pearl_stale", PEARL_STALE)
@@ -190,6 +192,13 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _at_most(s, "confidence_spread", MAX_CONCENTRATION, CONCENTRATION_WHY)
     _need(s.seed >= 0, "seed", f"must be >= 0, got {shown(s.seed)}", "use a non-negative integer seed")
     _at_most(s, "seed", MAX_SEED, "the largest integer TOML holds (scenario.toml records the seed)")
+
+
+def _check_service(s: Scenario) -> None:
+    """The decoupled drafter service: V replicas, D drafters, b of the k + 1 accepted lengths."""
+    _in_range(s, "service_verifiers", 1, MAX_SERVICE)
+    _in_range(s, "service_drafters", 1, MAX_SERVICE)
+    _in_range(s, "service_branches", 1, s.k + 1)
 
 
 def _check_adaptive(s: Scenario) -> None:

@@ -33,7 +33,7 @@ class Scenario:
     # [run]
     name: str = _field("default", "run", str, "label used in result folders and tables")
     method: str = _field("psd", "run", str,
-                         "ar | sd | psd | sd-2m | sd-5gpu | pearl | psd+tetris | adaptive")
+                         "ar | sd | psd | sd-2m | sd-5gpu | pearl | psd+tetris | adaptive | decoupled")
     k: int = _field(3, "run", int, "draft tokens per request per step (num_speculative_tokens)")
     m: int = _field(16, "run", int, "requests per verification batch (max_num_seqs); PSD keeps 2m")
     seed: int = _field(0, "run", int, "seed of the one numpy Generator every random draw uses")
@@ -71,6 +71,15 @@ class Scenario:
     adaptive_margin: float = _field(0.05, "run", float,
                                     "adaptive: hysteresis; a switch needs the other mode's priced tokens/s "
                                     "above the current one's by this fraction, in [0, 1]")
+    service_verifiers: int = _field(2, "run", int,
+                                    "decoupled: verifier replicas V, each a TP group with its own scheduler "
+                                    "and KV, request i served by replica i mod V (round robin)")
+    service_drafters: int = _field(1, "run", int,
+                                   "decoupled: drafter GPUs D shared by the V replicas over one link, first "
+                                   "come first served")
+    service_branches: int = _field(2, "run", int,
+                                   "decoupled: accepted lengths b, the most probable under the acceptance "
+                                   "model, each request's next drafts are prepared for, in 1..k+1")
     confidence_spread: float = _field(4.0, "run", float,
                                       "psd+tetris: Beta concentration of per-token draft confidence")
     sampler_output: str = _field("full", "run", str,

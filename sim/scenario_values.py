@@ -13,7 +13,7 @@ from psdsim.sim.numbers import shown
 from psdsim.sim.scenario_paths import MODEL_FIELDS, PATH_FIELDS
 from psdsim.sim.user_input import KIND_NAMES, typed
 
-METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris", "adaptive")
+METHODS = ("ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris", "adaptive", "decoupled")
 ADAPTIVE_MODES = ("psd", "sd", "ar")   # the modes the adaptive method switches between
 SCHEDULERS = ("vllm-v0", "vllm-v1")
 PREEMPTION_MODES = ("recompute", "swap")
@@ -43,6 +43,9 @@ MAX_MODEL_LEN = 1 << 20   # a million tokens of context, past every model's wind
 MAX_REQUESTS = 10**12
 MAX_K = 32   # draft tokens a step proposes: the scenario's bound and the reference engine's
 MAX_CONCENTRATION = 1e9
+# Verifier replicas and drafter GPUs of a decoupled service: past a rack's 64 GPUs a shared link
+# is no longer one link.
+MAX_SERVICE = 64
 CONCENTRATION_WHY = "where a Beta draw's spread (below 2e-5) is lost in the acceptance itself"
 MAX_MEMORY_GB = 1e6
 MEMORY_WHY = "a petabyte, more memory than any machine's GPU or host has"

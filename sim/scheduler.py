@@ -38,6 +38,7 @@ Simplifications: prefill chunks never preempt (a chunk without free blocks waits
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -53,6 +54,9 @@ from psdsim.sim.requests import (
     WAITING,
     RequestTable,
 )
+
+if TYPE_CHECKING:
+    from psdsim.sim.scenario import Scenario
 
 EMPTY = np.empty(0, dtype=np.int64)
 
@@ -506,6 +510,14 @@ class Scheduler:
             t.retire([r])
             self.ended += 1
         return slots
+
+
+def scheduler_for(s: Scenario, table: RequestTable, kv: KVPools, swap_blocks: int,
+                  max_running: int) -> Scheduler:
+    """The scheduler the scenario's engine settings ask for, over `table` and `kv`."""
+    return Scheduler(table, kv, version=s.scheduler, chunked=s.chunked_prefill,
+                     swap=s.preemption_mode == "swap", swap_blocks=swap_blocks, max_running=max_running,
+                     token_budget=s.max_num_batched_tokens)
 
 
 class EngineHooks:

@@ -68,6 +68,12 @@ class Workload:
         prompt = None if self.prompt is None else self.prompt[lo:hi]
         return Workload(**cols, prompt=prompt, acceptance_mean=self.acceptance_mean)
 
+    def select(self, rows: np.ndarray) -> Workload:
+        """The requests at indices `rows` (copies), in that order."""
+        cols = {name: getattr(self, name)[rows] for name in _COLUMNS}
+        prompt = None if self.prompt is None else self.prompt[rows]
+        return Workload(**cols, prompt=prompt, acceptance_mean=self.acceptance_mean)
+
 
 def _joined(parts: list[Workload]) -> Workload:
     """Consecutive blocks as one workload, column by column."""

@@ -125,7 +125,8 @@ def _verdict_inputs(configs: Sequence[Any], rows: Sequence[dict[str, Any]],
 
 
 def verdict_label(v: dict[str, Any], space: Sequence[str]) -> str:
-    return " ".join([v["method"], *(f"{k}={v['config'][k]}" for k in space if k in v["config"])])
+    config = v["config"]
+    return " ".join([v["method"], *(f"{k}={config[k]}" for k in space if config.get(k) is not None)])
 
 
 def plan_sensitivities(pd: PlanDraws, labels: Sequence[str]) -> list[Sensitivity]:

@@ -65,7 +65,8 @@ def plan_lines(result: PlanResult) -> list[str]:
     if result.verdicts:
         out += ["", "  when PSD's extra GPU pays off (against SD with the same fields):"]
         for v in result.verdicts:
-            cfg = " ".join(f"{k}={v['config'][k]}" for k in result.spec.space if k in v["config"])
+            cfg = " ".join(f"{k}={v['config'][k]}" for k in result.spec.space
+                           if v["config"].get(k) is not None)
             head = "pays off" if v["pays_off"] else "does not pay off"
             out.append(f"  - {v['method']} {cfg}: {head}. {v['why']}")
             out += [f"      {name}: {text}" for name, text in zip(v["regimes"], v["evidence"], strict=True)]

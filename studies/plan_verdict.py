@@ -33,10 +33,11 @@ LINK_HEAVY = 0.15
 OVERLAP_LOW = 0.85
 COMPUTE_MARGIN = 1.1   # PSD pays more than GPUs (link, tail, 2m KV): a 10% margin on the ceiling
 CONFIG_KEYS = ("method", "gpu", "tensor_parallel_size", "drafter_gpu", "link", "target", "draft", "k", "m",
-               "tail", "balance_by")
+               "tail", "balance_by", "service_verifiers", "service_drafters", "service_branches")
+SERVICE_KEYS = CONFIG_KEYS[-3:]   # the decoupled service's alone
 # the methods on PSD's deployment (a drafter GPU beside the verifier group) judged against SD, and
 # the name each verdict gives them
-ON_PSD_GPUS = {"psd": "PSD", "psd+tetris": "PSD", "adaptive": "adaptive"}
+ON_PSD_GPUS = {"psd": "PSD", "psd+tetris": "PSD", "adaptive": "adaptive", "decoupled": "decoupled"}
 # PSD's own fields, at the values SD accepts in a PSD configuration's SD twin
 SD_TWIN = {"method": "sd", "extra": 0, "balance_by": "requests", "tail": "sd"}
 METRIC_KEYS = ("output_tok_s", "throughput_tok_s", "vsr", "parallelization_rate", "link_share",
@@ -51,7 +52,7 @@ def hourly_cost(s: Scenario, price: dict[str, float]) -> float | None:
     """$ per hour of the configuration's GPUs (verifier group and dedicated drafters), or None
     when a GPU it uses has no price."""
     layout = layout_for(s)
-    gpus = [(s.gpu, layout.verifier_tp)]
+    gpus = [(s.gpu, layout.verifier_tp * layout.verifier_groups)]
     if layout.drafter == DEDICATED:
         gpus.append((s.drafter_gpu_key, layout.drafter_gpus))
     if any(g not in price for g, _ in gpus):
@@ -69,6 +70,8 @@ def row(s: Scenario, search: RateSearch, price: dict[str, float] | None = None) 
     out["drafter_gpu"] = s.drafter_gpu_key
     if not s.speculates:
         out.update(draft=None, k=None, drafter_gpu=None, link=None)
+    if s.method != "decoupled":
+        out.update(dict.fromkeys(SERVICE_KEYS))
     out.update({
         "gpus": gpus,
         "max_rate_req_s": search.rate,

@@ -23,7 +23,7 @@ from psdsim.commands.intervals import add_intervals_arg, draw_intervals
 HELP = "simulate ar, sd and psd (or --methods) on the same scenario and seed"
 COMPARE_PAIRS = (("psd", "sd"), ("psd", "ar"), ("sd", "ar"), ("psd+tetris", "sd"),
                  ("psd", "sd-2m"), ("psd", "sd-5gpu"), ("psd", "pearl"), ("adaptive", "psd"),
-                 ("adaptive", "sd"))
+                 ("adaptive", "sd"), ("decoupled", "psd"), ("decoupled", "sd"))
 
 
 def add_arguments(p: argparse.ArgumentParser, argv: Sequence[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from psdsim.sim.methods.adaptive_mode import AdaptiveMode
 from psdsim.sim.methods.ar import AutoRegressive
 from psdsim.sim.methods.common import EngineMethod
+from psdsim.sim.methods.decoupled import DecoupledReplica
 from psdsim.sim.methods.pearl import PEARL
 from psdsim.sim.methods.pipelined import PipelinedSD
 from psdsim.sim.methods.sd import MemoryFairSD, StandardSD
@@ -13,6 +14,7 @@ from psdsim.sim.scenario import Scenario
 METHODS: dict[str, type[EngineMethod]] = {
     "ar": AutoRegressive, "sd": StandardSD, "sd-2m": MemoryFairSD, "sd-5gpu": StandardSD,
     "psd": PipelinedSD, "psd+tetris": PipelinedSD, "pearl": PEARL, "adaptive": AdaptiveMode,
+    "decoupled": DecoupledReplica,
 }
 
 

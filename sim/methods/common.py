@@ -57,6 +57,9 @@ class SimContext:
 class EngineMethod(EngineHooks):
     """Base of the methods: holds the context and the scheduler hooks' defaults."""
 
+    # whether the run is V engines sharing drafter GPUs (sim/decoupled_run.py), not one engine
+    shares_drafters = False
+
     def __init__(self, sim: SimContext) -> None:
         self.sim = sim
         self.lookahead = sim.scenario.k if sim.scenario.speculates else 0

@@ -66,13 +66,18 @@ def occupancy_figure(result: Any) -> Any:
     from matplotlib.ticker import MaxNLocator
 
     st, s = result.steps, result.scenario
+    title = f"{s.name}: {s.method}, k={s.k}, m={s.m}, {s.scheduler}"
+    if "replica" in st:   # a decoupled service: one replica's engine (the others run alike beside it)
+        first = st["replica"] == 0
+        st = {name: values[first] for name, values in st.items()}
+        title += f", replica 0 of {s.service_verifiers}"
     t = st["start_s"]
     ratios = [2.2, 1, 1, 1.6] if s.batch_managed else [2.2, 1, 1.6]
     fig, axes = plt.subplots(len(ratios), 1, figsize=(9, 1.4 * sum(ratios) + 0.6), sharex=True,
                              height_ratios=ratios, layout="constrained")
     running, *middle, kv = axes
     _running_set(running, st, s)
-    running.set_title(f"{s.name}: {s.method}, k={s.k}, m={s.m}, {s.scheduler}")
+    running.set_title(title)
     if s.batch_managed:
         imbalance, queue = middle
         decode = st["kind"] == DECODE
@@ -134,6 +139,8 @@ def _extra_work(ax: Any, st: Any, top: float) -> None:
     wasted = st["pre_drafts_wasted"] > 0
     if wasted.any():
         marks.append(("pre-drafts thrown away (tail)", wasted, "x", "C5"))
+    if "drafts_missed" in st:
+        marks.append(("drafts missed, re-drafted (decoupled)", st["drafts_missed"] > 0, "x", "C6"))
     for n, (name, at, marker, colour) in enumerate(marks):
         if at.any():
             ax.plot(t[at], np.full(int(at.sum()), top * (1.04 + 0.05 * n)), marker, ms=4,

@@ -54,6 +54,8 @@ def describe_hardware(s: Scenario) -> str:
     layout = layout_for(s)
     tp = layout.verifier_tp
     verifier = f"{target} on {tp}×{s.gpu} (TP={tp}, {s.tp_link_key})"
+    if layout.verifier_groups > 1:
+        verifier = f"{target} on {layout.verifier_groups} replicas of {tp}×{s.gpu} (TP={tp}, {s.tp_link_key})"
     if layout.drafter == NONE:
         return verifier
     if layout.drafter == COLOCATED:

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from psdsim.sim.decoupled_run import replica_track
 from psdsim.sim.devices import TO_DRAFTER, TO_VERIFIER
 from psdsim.sim.layout import COLOCATED, layout_for
 from psdsim.sim.output.atomic_writes import write_file
@@ -56,6 +57,9 @@ def _track_names(result: Result) -> dict[str, str]:
         names.update({drafter_track(i): f"drafter GPU {i}" for i in range(layout.drafter_gpus)})
     names[TO_VERIFIER] = "link → verifier (inputs)"
     names[VERIFIER] = f"verifier (target, TP={layout.verifier_tp})"
+    for r in range(layout.verifier_groups if s.method == "decoupled" else 0):   # replicas side by side
+        names[replica_track(DRIVER, r)] = f"driver of verifier {r}"
+        names[replica_track(VERIFIER, r)] = f"verifier {r} (target, TP={layout.verifier_tp})"
     names[TO_DRAFTER] = "link → drafter (sampler output)"
     return names
 

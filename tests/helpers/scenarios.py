@@ -92,7 +92,7 @@ def cases() -> dict[str, tuple[Scenario, Callable[[], Any] | None]]:
     return out
 
 
-METHODS = ["ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris", "adaptive"]
+METHODS = ["ar", "sd", "psd", "sd-2m", "sd-5gpu", "pearl", "psd+tetris", "adaptive", "decoupled"]
 
 
 @st.composite
@@ -152,6 +152,9 @@ def scenarios(draw: st.DrawFn, methods: list[str] = METHODS) -> Scenario:
         # tiny pools force preemption; None keeps the GPU-sized pool
         num_gpu_blocks_override=draw(st.one_of(st.none(), st.integers(max_model_len // 16 + 2,
                                                                        max_model_len // 16 + 100))),
+        service_verifiers=draw(st.integers(1, 3)),
+        service_drafters=draw(st.integers(1, 2)),
+        service_branches=draw(st.integers(1, 2)),
         seed=draw(st.integers(0, 2**32 - 1)),
     )
 

@@ -25,6 +25,13 @@ def test_invariants_hold_while_the_adaptive_mode_switches(s: Scenario):
     _check_invariants(s)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(["decoupled"]))
+def test_invariants_hold_over_a_decoupled_service(s: Scenario):
+    """V replicas side by side sharing drafters and a link: more draws of their interplay."""
+    _check_invariants(s)
+
+
 def _check_invariants(s: Scenario) -> None:
     r = simulate(s)
     assert r.fits
@@ -71,13 +78,22 @@ def _check_invariants(s: Scenario) -> None:
         modes, drafted_now = steps["mode"][decode], steps["drafted"][decode]
         leaving = (modes[:-1] == "psd") & (modes[1:] != "psd")
         assert (drafted_now[:-1][leaving] == 0).all()
+    if s.method == "decoupled":   # b branches a verified request; a miss wastes them all
+        prepared, verified = steps["drafts_prepared"], steps["verified"]
+        assert (prepared == verified * s.service_branches).all()
+        assert (steps["drafts_missed"] <= verified).all()
+        assert (steps["drafts_wasted"] <= prepared).all() and (steps["drafts_wasted"] >= 0).all()
+        assert (steps["drafter_queue_s"] >= 0).all()
     # Pre-drafts thrown away are at most those drafted, and only the pre-drafting tail has any.
     wasted = steps["pre_drafts_wasted"]
     assert (wasted <= steps["drafted"] * width).all() and (wasted >= 0).all()
     assert wasted.sum() == 0 or s.tail != "sd"
-    # Simulated time never goes backwards and steps do not overlap.
+    # Simulated time never goes backwards and an engine's steps do not overlap (a decoupled
+    # service's replicas are engines side by side).
     assert (steps["end_s"] >= steps["start_s"]).all()
-    assert (steps["start_s"][1:] >= steps["end_s"][:-1]).all()
+    for engine in np.unique(steps["replica"]) if "replica" in steps else [None]:
+        mine = steps["replica"] == engine if engine is not None else slice(None)
+        assert (steps["start_s"][mine][1:] >= steps["end_s"][mine][:-1]).all()
     # KV blocks are never over-allocated and none leak.
     assert r.kv is not None
     assert 0 <= r.kv.peak_blocks <= r.kv.total_blocks
