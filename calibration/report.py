@@ -9,6 +9,7 @@ import numpy as np
 
 from psdsim.calibration.calibrate import Calibration
 from psdsim.calibration.fit import BOOTSTRAP_RESAMPLES
+from psdsim.sim.numbers import percent
 from psdsim.sim.output.plots import default_style, figure_bytes
 from psdsim.sim.profile_schema import FEATURES, TERMS
 
@@ -27,7 +28,7 @@ def _seconds(x: float) -> str:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None or math.isnan(x) else f"{100 * x:.2f}%"
+    return "-" if x is None or math.isnan(x) else percent(x, 2)
 
 
 def report_lines(c: Calibration) -> list[str]:
