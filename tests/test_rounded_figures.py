@@ -55,3 +55,11 @@ def test_validation_errors_and_values():
 
 def test_calibration_fit_errors():
     assert calibration_pct(1e-7) == "< 0.005%" and calibration_pct(0.0) == "0.00%"
+
+
+def test_interval_cells_use_it():
+    from psdsim.sim.output.intervals import interval_text
+    from psdsim.sim.uncertainty import Interval
+
+    assert interval_text(Interval(0.004, 0.0, 0.01)) == "< 0.05 (0.0–< 0.05)"
+    assert interval_text(Interval(0.004, 0.004, 0.004), 2) == "< 0.005"

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from psdsim.sim.numbers import percent
+from psdsim.sim.numbers import fixed, percent
 from psdsim.sim.output.report import COMPARE_ROWS, LABEL, RATIO_KEYS, TABLE_WIDTH
 from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs, sensitivity_csv, tornado_png
 from psdsim.sim.uncertainty import (
@@ -32,8 +32,8 @@ def interval_text(iv: Interval | None, digits: int = 1) -> str:
     if iv is None:
         return "–"
     if iv.point:
-        return f"{iv.median:,.{digits}f}"
-    return f"{iv.median:,.{digits}f} ({iv.low:,.{digits}f}–{iv.high:,.{digits}f})"
+        return fixed(iv.median, digits)
+    return f"{fixed(iv.median, digits)} ({fixed(iv.low, digits)}–{fixed(iv.high, digits)})"
 
 
 def _pair_names(pairs: Sequence[tuple[str, str]]) -> list[str]:
