@@ -4,6 +4,12 @@ line naming its field, or a run that says what it did with an input it did not u
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
+from psdsim.cli import main
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scenario_caveats import warnings
 
@@ -16,3 +22,24 @@ def test_adaptive_fields_set_for_another_method_say_they_are_not_read():
         assert any(n.startswith("ignored: adaptive_modes and adaptive_margin") and method in n for n in notes)
     assert not any("adaptive_" in n for n in warnings(Scenario(method="adaptive", adaptive_margin=0.5)))
     assert not any("adaptive_" in n for n in warnings(Scenario(method="sd")))
+
+
+BENCH = Path(__file__).resolve().parents[1] / "examples" / "traces" / "vllm_bench.json"
+
+
+@pytest.mark.parametrize("completed", [3, 13, True, "12"])
+def test_a_bench_result_whose_count_is_not_its_lists_is_refused(tmp_path, capsys, completed):
+    """An edited or merged result: 12 requests in its lists, `completed` another count; its
+    figures were printed as the measurement of requests the file does not say it completed."""
+    doc = {**json.loads(BENCH.read_text()), "completed": completed}
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(doc))
+    assert main(["validate", "--bench", str(f), "--set", "method=ar", "--set", "target=llama-3.1-8b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("psdsim: error: --bench: r.json: field 'completed'") and "\n" not in err
+
+
+def test_the_shipped_and_the_real_bench_results_count_their_lists():
+    for path in (BENCH, Path(__file__).parent / "data" / "vllm_cpu" / "bench_serve.json"):
+        doc = json.loads(path.read_text())
+        assert doc["completed"] == len(doc["latencies"])
