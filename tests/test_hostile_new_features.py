@@ -5,6 +5,7 @@ line naming its field, or a run that says what it did with an input it did not u
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,16 @@ def test_the_shipped_and_the_real_bench_results_count_their_lists():
     for path in (BENCH, Path(__file__).parent / "data" / "vllm_cpu" / "bench_serve.json"):
         doc = json.loads(path.read_text())
         assert doc["completed"] == len(doc["latencies"])
+
+
+@pytest.mark.parametrize("dur", [math.nan, math.inf, -5.0])
+def test_a_kineto_gpu_op_without_a_time_is_refused_not_read_as_zero(tmp_path, capsys, monkeypatch, dur):
+    """A kernel of duration NaN (or negative) was read as 0 s: the verify range around it fit as a
+    pass faster than it ran, without a word."""
+    from tests.test_calibrate_hostile_traces import kineto
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", str(kineto(tmp_path, dur=dur)), "--out", "p.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("psdsim: error: ") and err.count("\n") == 1 and "has duration" in err
+    assert not (tmp_path / "p.json").exists()
