@@ -39,7 +39,7 @@ def report_lines(c: Calibration) -> list[str]:
             out.append("  GPUs: " + ", ".join(f"{d}={n}" for d, n in sorted(info.gpus.items())))
         if info.kernel_s > 0:
             out.append(f"  kernel time inside matched ranges: {_pct(info.attributed_s / info.kernel_s)} of "
-                       f"{info.kernel_s:.3f} s (the rest is work the range rules do not name)")
+                       f"{_seconds(info.kernel_s)} (the rest is work the range rules do not name)")
     out.append(f"samples: {len(c.samples)} ({', '.join(f'{k} {v}' for k, v in _kinds(c).items())}); "
                + _timing(c))
     out.append("")

@@ -63,3 +63,13 @@ def test_interval_cells_use_it():
 
     assert interval_text(Interval(0.004, 0.0, 0.01)) == "< 0.05 (0.0–< 0.05)"
     assert interval_text(Interval(0.004, 0.004, 0.004), 2) == "< 0.005"
+
+
+def test_calibrations_kernel_time_is_not_printed_as_zero(tmp_path):
+    """A trace of a millisecond of kernels printed `of 0.001 s`, a shorter one `of 0.000 s`."""
+    from psdsim.calibration.calibrate import calibrate
+    from psdsim.calibration.report import report_lines
+    from tests.test_calibrate_hostile_traces import kineto
+
+    line = next(x for x in report_lines(calibrate([kineto(tmp_path)])) if "kernel time" in x)
+    assert "of 0.000 s" not in line and (" us (" in line or " ms (" in line), line
