@@ -57,3 +57,16 @@ def test_a_kineto_gpu_op_without_a_time_is_refused_not_read_as_zero(tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("psdsim: error: ") and err.count("\n") == 1 and "has duration" in err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_plan_objective_past_the_clock_is_refused(tmp_path):
+    """latency_p99_ms = 1e308 was taken, never bound, and printed as a 309-digit objective."""
+    from psdsim.sim.errors import ScenarioError
+    from psdsim.studies.plan import load_plan
+
+    plan = tmp_path / "p.toml"
+    plan.write_text("[base]\nrequests = 20\n[slo]\nlatency_p99_ms = 1e308\n")
+    with pytest.raises(ScenarioError, match=r"^slo.latency_p99_ms: 1e\+308 ms is past the 1e\+09 s"):
+        load_plan(plan)
+    plan.write_text("[base]\nrequests = 20\n[slo]\nlatency_p99_ms = 1e12\n")
+    assert load_plan(plan).objectives["latency_p99_ms"] == 1e12
