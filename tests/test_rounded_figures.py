@@ -73,3 +73,10 @@ def test_calibrations_kernel_time_is_not_printed_as_zero(tmp_path):
 
     line = next(x for x in report_lines(calibrate([kineto(tmp_path)])) if "kernel time" in x)
     assert "of 0.000 s" not in line and (" us (" in line or " ms (" in line), line
+
+
+def test_compare_ratios_use_it():
+    fits = {"fits": True}
+    summaries = {"a": {**fits, "vsr": 1e-6}, "b": {**fits, "vsr": 0.5}}
+    _, ratio = report._compare_cells(summaries, [("a", "b")], ("vsr",), 3, True)
+    assert ratio == ["< 0.005×"]

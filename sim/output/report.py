@@ -288,7 +288,7 @@ def _compare_cells(summaries: dict[str, dict[str, Any]], pairs: Sequence[tuple[s
     for a, b in pairs:
         x, y = lookup(summaries[a], path), lookup(summaries[b], path)
         ok = ratio and isinstance(x, (int, float)) and isinstance(y, (int, float)) and y
-        ratios_.append(f"{x / y:.2f}×" if ok else "")
+        ratios_.append(f"{fixed(x / y, 2)}×" if ok else "")
     return values, ratios_
 
 
