@@ -32,7 +32,7 @@ from psdsim.calibration.phases import COMM_KERNEL, Built, GpuWork, TimedRange, T
 from psdsim.calibration.ranges import RangeRule, classify
 from psdsim.calibration.trace_error import TraceError
 from psdsim.sim.footprint import available_bytes, size_text
-from psdsim.sim.numbers import finite
+from psdsim.sim.numbers import finite, shown
 
 GZIP_MAGIC = b"\x1f\x8b"
 # Trace JSON deflates some tens of times (tests/calibration/test_kineto.py's synthetic trace: about
@@ -170,6 +170,9 @@ class _Scan:
     kernels: int = 0
     kernel_us: float = 0.0
     skipped: int = 0                                            # events without a numeric ts
+    # the first GPU op whose duration is no time (NaN, infinite, negative, missing): read as 0 s it
+    # took its time out of the range around it, which then fit as a faster pass than it ran
+    bad_op: str | None = None
 
 
 def _scan(events: list[Any], rules: tuple[RangeRule, ...]) -> _Scan:
@@ -185,6 +188,9 @@ def _scan(events: list[Any], rules: tuple[RangeRule, ...]) -> _Scan:
             if isinstance(name, str):
                 _range(scan, rules, name, ts, dur, (_ident(ev.get("pid")), _ident(ev.get("tid"))))
             continue
+        if (dur is None or dur < 0) and scan.bad_op is None:
+            scan.bad_op = (f"GPU op {str(name)[:60]!r} at ts {shown(ev.get('ts'))} has duration "
+                           f"{shown(ev.get('dur'))}")
         kernel = cat in KERNEL_CATS
         if kernel:
             scan.kernels += 1
@@ -222,6 +228,9 @@ def _range(scan: _Scan, rules: tuple[RangeRule, ...], name: str, ts: float | Non
 
 
 def _check(scan: _Scan, path: Path) -> None:
+    if scan.bad_op is not None:
+        raise TraceError(path, f"{scan.bad_op}, not a time in microseconds >= 0",
+                         "the trace is corrupt (edited, or written by a failing profiler): record it again")
     if scan.kernels == 0:
         raise TraceError(path, "no GPU kernels in the trace", "record CUDA activity too: "
                          "torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")

@@ -9,6 +9,7 @@ import numpy as np
 
 from psdsim.calibration.calibrate import Calibration
 from psdsim.calibration.fit import BOOTSTRAP_RESAMPLES
+from psdsim.sim.numbers import percent
 from psdsim.sim.output.plots import default_style, figure_bytes
 from psdsim.sim.profile_schema import FEATURES, TERMS
 
@@ -27,7 +28,7 @@ def _seconds(x: float) -> str:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None or math.isnan(x) else f"{100 * x:.2f}%"
+    return "-" if x is None or math.isnan(x) else percent(x, 2)
 
 
 def report_lines(c: Calibration) -> list[str]:
@@ -38,7 +39,7 @@ def report_lines(c: Calibration) -> list[str]:
             out.append("  GPUs: " + ", ".join(f"{d}={n}" for d, n in sorted(info.gpus.items())))
         if info.kernel_s > 0:
             out.append(f"  kernel time inside matched ranges: {_pct(info.attributed_s / info.kernel_s)} of "
-                       f"{info.kernel_s:.3f} s (the rest is work the range rules do not name)")
+                       f"{_seconds(info.kernel_s)} (the rest is work the range rules do not name)")
     out.append(f"samples: {len(c.samples)} ({', '.join(f'{k} {v}' for k, v in _kinds(c).items())}); "
                + _timing(c))
     out.append("")

@@ -9,6 +9,10 @@ private copies of that test had grown apart in what they let through.
 step; numpy's per-call cost (~1.5-3 us a reduction here) is most of such a sum, while Python
 sums a list of a few dozen integers in a fraction of that (benchmarks/sim_speed.py).
 
+`fixed`, `percent`: a figure printed to a few decimals; a value that is not zero but rounds to
+zero ("0.0 tok/s", "KV peak 0%", an error of "+0.0%") would read as "none at all", so it prints as
+the bound it lies below ("< 0.05") and only an exact zero prints as zero.
+
 `integer`, `number`: every number typed as text (flags, --set, CSV cells) is read by these, so a
 full-width '３' is refused everywhere alike instead of passing as 3 where int() happens to be used.
 """
@@ -41,6 +45,24 @@ def isum(values: np.ndarray) -> int:
         return sum(values.tolist())
     return int(values.sum())
 
+
+
+def fixed(value: float, digits: int = 1, *, sign: bool = False, grouping: bool = True) -> str:
+    """`value` to `digits` decimals (`sign`: with its sign; `grouping`: thousands separated); a
+    nonzero value that would print as zero prints as "< 0.05" ("> -0.05"), an exact zero as 0.0."""
+    if value == 0:
+        return f"{0:.{digits}f}"
+    text = f"{value:{'+' if sign else ''}{',' if grouping else ''}.{digits}f}"
+    if text.lstrip("+-") != f"{0:.{digits}f}":
+        return text
+    bound = f"{5 * 10.0 ** -(digits + 1):.{digits + 1}f}"
+    return f"< {'+' if sign else ''}{bound}" if value > 0 else f"> -{bound}"
+
+
+def percent(fraction: float, digits: int = 0, *, sign: bool = False) -> str:
+    """A fraction as a percentage to `digits` decimals, by `fixed`'s rule: "< 0.5%", never "0%"
+    for a share that is not zero."""
+    return f"{fixed(100 * fraction, digits, sign=sign, grouping=False)}%"
 
 
 def integer(text: str) -> int:

@@ -8,6 +8,9 @@ from __future__ import annotations
 from psdsim.sim.scenario_checks import catalog_for
 from psdsim.sim.scenario_fields import FIELDS, Scenario
 
+# The fields only the adaptive method reads; another method set with them runs as if they were not
+# there, which a reader of `--set adaptive_margin=0.5` must be told.
+ADAPTIVE_ONLY = ("adaptive_modes", "adaptive_margin")
 # Analytic constants that only the roofline engine reads: an engine execution profile (sim/execution.py)
 # replaces them with its own per-kernel and framework terms.
 ROOFLINE_ONLY = ("launch_overhead_us", "step_overhead_ms")
@@ -46,6 +49,10 @@ def warnings(s: Scenario) -> list[str]:
         out.append(f"ignored: {' and '.join(changed)} {verb} the roofline engine only; the {s.engine_key} "
                    "engine profile prices launches and framework work itself (set engine = \"roofline\" to "
                    "use them)")
+    unread = [name for name in ADAPTIVE_ONLY if getattr(s, name) != FIELDS[name].default]
+    if unread and s.method != "adaptive":
+        out.append(f"ignored: {' and '.join(unread)} {'is' if len(unread) == 1 else 'are'} read by method "
+                   f"adaptive only; {s.method} runs without {'it' if len(unread) == 1 else 'them'}")
     return out + _code_warnings(s)
 
 

@@ -52,6 +52,7 @@ from psdsim.sim.scenario_values import (
     SPAN_WHY,
     SWAP_IN_BATCHES,
     TAILS,
+    arrival_span_s,
     least_rate,
     typed_field,
 )
@@ -344,9 +345,9 @@ def _check_workload(s: Scenario, cat: Catalog) -> None:
     if s.rate is not None:
         _positive(s, "rate")
         _at_most(s, "rate", MAX_RATE, "a billion requests a second, more than any service receives")
-        span = s.requests / s.rate
-        _need(span <= MAX_SPAN_S, "rate", f"{s.requests:,} requests at {s.rate:g} a second arrive over "
-              f"~{span:.3g} s, past the {MAX_SPAN_S:g} s within which the simulated clock (a float64) "
+        span = arrival_span_s(s.requests, s.rate)
+        _need(span <= MAX_SPAN_S, "rate", f"{s.requests:,} requests at {s.rate:g} a second may arrive over "
+              f"{span:.3g} s, past the {MAX_SPAN_S:g} s within which the simulated clock (a float64) "
               "resolves a tenth of a microsecond", f"raise rate to at least {least_rate(s.requests)}")
     _in_range(s, "abort_fraction", 0.0, 1.0)
     _positive(s, "abort_window_s")

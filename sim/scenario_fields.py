@@ -146,8 +146,8 @@ class Scenario:
     output_len: int = _field(256, "workload", int, "output tokens per request (EOS ignored)")
     prompt_len: int = _field(0, "workload", int, "fixed prompt length; 0 = dataset distribution")
     rate: float | None = _field(None, "workload", float,
-                                "Poisson arrival rate, requests/s (requests / rate at most 1e9 s); "
-                                "absent = all at t=0",
+                                "Poisson arrival rate, requests/s (the arrivals within 1e9 s but "
+                                "for a 1e-9 chance: a little over requests / rate); absent = all at t=0",
                                 optional=True)
     trace: str = _field("", "workload", str,
                         "request trace replacing dataset, rate and lengths: psdsim's CSV or JSONL, an "

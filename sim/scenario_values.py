@@ -5,6 +5,7 @@ bounds they share (the most draft tokens, the simulated clock's span).
 
 from __future__ import annotations
 
+import math
 from dataclasses import Field
 from typing import Any
 
@@ -55,13 +56,33 @@ MAX_RATE = 1e9
 MAX_NAME = 200   # characters of `name` (plain ASCII): its folder NAME-METHOD-HASH stays under 255 bytes
 
 
+SPAN_RISK = 1e-9   # the chance left that a run's Poisson arrivals outlast arrival_span_s
+
+
+def arrival_span_s(requests: int, rate: float) -> float:
+    """A time that the last of `requests` Poisson arrivals at `rate` passes with a chance below
+    SPAN_RISK. Checking the mean span, requests / rate, let half the runs at the slowest rate
+    taken outlast the clock and be refused only at their summary. The last arrival is a sum of
+    `requests` exponential gaps; by the Chernoff bound of such a sum (a Gamma variable) it passes
+    n (1 + e) / rate with a chance of at most exp(-n (e - ln(1 + e))), and e solves that bound
+    = SPAN_RISK (by bisection: e - ln(1 + e) grows with e)."""
+    n = max(requests, 1)
+    target = -math.log(SPAN_RISK) / n
+    low, high = 0.0, 1.0
+    while high - math.log1p(high) < target:
+        high *= 2
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if mid - math.log1p(mid) < target else (low, mid)
+    return n * (1 + high) / rate
+
+
 def least_rate(requests: int) -> str:
-    """The slowest rate at which `requests` arrivals fit in MAX_SPAN_S, written short and
-    rounded up: a refusal's fix names a value that is itself taken (30 requests: 3.01e-08, as
-    30 / 3e-08 is a hair past 1e9 s)."""
-    rate = requests / MAX_SPAN_S
+    """The slowest rate at which `requests` arrivals fit in MAX_SPAN_S (arrival_span_s), written
+    short and rounded up: a refusal's fix names a value that is itself taken."""
+    rate = arrival_span_s(requests, 1.0) / MAX_SPAN_S
     text = f"{rate:.3g}"
-    while requests / float(text) > MAX_SPAN_S:
+    while arrival_span_s(requests, float(text)) > MAX_SPAN_S:
         rate *= 1.001
         text = f"{rate:.3g}"
     return text

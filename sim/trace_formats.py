@@ -7,7 +7,9 @@ never converted by hand first:
   `output_tokens`.
 - the Azure LLM inference traces, 2023 and 2024 (CSV, Azure/AzurePublicDataset): `TIMESTAMP`
   (a date-time: 2023's naive with seven fractional digits, 2024's with a UTC offset; a naive
-  one is read as UTC), `ContextTokens`, `GeneratedTokens`.
+  one is read as UTC; offsets that differ are each converted to UTC exactly, and naive ones
+  mixed with offset ones are refused, as nobody can tell which clock a naive one is on),
+  `ContextTokens`, `GeneratedTokens`.
 - BurstGPT (CSV, HPMLL/BurstGPT): `Timestamp` (seconds), `Request tokens`, `Response tokens`;
   `Model`, `Total tokens` and `Log Type` are not needed. Its failed requests have 0 response
   tokens, which no request can replay: its `_without_fails` files leave them out.
@@ -53,6 +55,18 @@ def datetime_ns(text: str) -> int:
         raise ValueError(f"not {example} (no such date or time)") from None
     seconds = (whole - _EPOCH) // timedelta(seconds=1)
     return seconds * NS_PER_S + int((m[2] or "").ljust(9, "0"))
+
+
+def utc_offset(text: str) -> str | None:
+    """The UTC offset a date-time (one `datetime_ns` reads) names, as `+HH:MM` (`Z` is
+    `+00:00`); None for a naive one."""
+    m = _DATETIME.fullmatch(text.strip())
+    zone = m[3] if m else None
+    if zone is None:
+        return None
+    if zone == "Z":
+        return "+00:00"
+    return zone if ":" in zone else f"{zone[:3]}:{zone[3:]}"
 
 
 @dataclass(frozen=True)

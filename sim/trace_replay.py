@@ -38,6 +38,7 @@ from psdsim.sim.trace_formats import (
     bench_rows,
     closest,
     known_headers,
+    utc_offset,
 )
 
 REQUIRED = NATIVE.columns
@@ -284,13 +285,41 @@ def read_trace(path: str | Path, max_model_len: int, replay: Replay = Replay()) 
         prompt.append(int(pl))
         output.append(int(ol))
         acceptance.append(acc)
+    zones = _zone_notes(p, rows, fmt)
     seconds = _seconds(p, rows, arrivals, fmt)
     kept = _replayed(p, rows, seconds, fmt, replay)
     arrival = np.array([replay.time(seconds[i]) for i in kept])
     order = np.argsort(arrival, kind="stable")
     return Trace(arrival[order], np.array(prompt, dtype=np.int64)[kept][order],
                  np.array(output, dtype=np.int64)[kept][order], np.array(acceptance)[kept][order],
-                 _order_notes(p, [rows[i][0] for i in kept], arrival))
+                 zones + _order_notes(p, [rows[i][0] for i in kept], arrival))
+
+
+def _zone_notes(path: Path, rows: Rows, fmt: TraceFormat) -> tuple[str, ...]:
+    """Date-times on more than one clock: a naive one beside one with a UTC offset is refused
+    (read as UTC it may be hours off, and no one can tell); several offsets are each converted
+    to UTC exactly, which the note says, since the file's wall-clock times are not what replays."""
+    if fmt.parse_arrival is None:
+        return ()
+    naive: str | None = None     # the first row without an offset
+    offsets: dict[str, str] = {}  # each offset and the first row giving it
+    for where, row in rows:
+        raw = str(row[fmt.arrival])
+        zone = utc_offset(raw)
+        if zone is None:
+            naive = naive or where
+        else:
+            offsets.setdefault(zone, where)
+        if naive and offsets:
+            shown, where0 = next(iter(offsets.items()))
+            given, other = (f"UTC offset {zone}", f"{naive} has none") if zone else \
+                ("no UTC offset", f"{where0} has {shown}")
+            raise _fail(path, where, fmt.arrival, f"{raw!r} has {given}, but {other}: which clock is it on?",
+                        f"give every {fmt.arrival} a UTC offset (e.g. +00:00), or none")
+    if len(offsets) < 2:
+        return ()
+    zones = ", ".join(f"{zone} from {where}" for zone, where in offsets.items())
+    return (f"trace: {path.name} mixes UTC offsets ({zones}): every {fmt.arrival} converted to UTC",)
 
 
 def _order_notes(path: Path, where: list[str], arrival: np.ndarray) -> tuple[str, ...]:

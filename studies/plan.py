@@ -34,7 +34,14 @@ from psdsim.sim.numbers import finite
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario, load_scenario
 from psdsim.sim.scenario_parse import SEE_FIELDS
-from psdsim.sim.scenario_values import MAX_RATE, MAX_SPAN_S, field_example, least_rate
+from psdsim.sim.scenario_values import (
+    MAX_RATE,
+    MAX_SPAN_S,
+    SPAN_WHY,
+    arrival_span_s,
+    field_example,
+    least_rate,
+)
 from psdsim.sim.user_input import did_you_mean, unknown_table
 from psdsim.studies.parallel import map_in_order
 from psdsim.studies.sweep_design import MAX_POINTS, field_value
@@ -117,9 +124,10 @@ def _check_rate_bounds(spec: PlanSpec) -> None:
         raise _bad("search.rate_max", f"{spec.rate_max:g} is past {MAX_RATE:g} requests a second, "
                    "the most a run takes", f"set rate_max to at most {MAX_RATE:g}")
     requests = max([spec.base.requests, *spec.space.get("requests", [])])
-    if requests / spec.rate_min > MAX_SPAN_S:
-        raise _bad("search.rate_min", f"{requests:,} requests at {spec.rate_min:g} a second arrive over "
-                   f"~{requests / spec.rate_min:.3g} s, past the {MAX_SPAN_S:g} s a run's clock resolves",
+    span = arrival_span_s(requests, spec.rate_min)
+    if span > MAX_SPAN_S:
+        raise _bad("search.rate_min", f"{requests:,} requests at {spec.rate_min:g} a second may arrive "
+                   f"over {span:.3g} s, past the {MAX_SPAN_S:g} s a run's clock resolves",
                    f"set rate_min to at least {least_rate(requests)}")
 
 
@@ -179,6 +187,9 @@ def _objectives(table: Mapping[str, Any]) -> dict[str, float]:
         number = finite(value)
         if number is None or number <= 0:
             raise _bad(f"slo.{key}", f"must be a positive number of ms, got {value!r}", f"write {key} = 2000")
+        if number > MAX_SPAN_S * 1e3:   # no run's latency can reach it: an objective that never binds
+            raise _bad(f"slo.{key}", f"{number:g} ms is past {SPAN_WHY}",
+                       f"write {key} of at most {MAX_SPAN_S * 1e3:g}, or remove it")
         out[key] = float(value)
     if not any(k != "queue_p99_ms" for k in out):
         raise _bad("slo", "no latency objective", "give at least one of latency_p99_ms, ttft_p99_ms, "

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from psdsim.sim.numbers import fixed
 from psdsim.sim.output.csv_table import table_csv
 from psdsim.sim.output.plots import K_AXIS, M_AXIS, default_style, figure_formats, legend_outside
 from psdsim.sim.run import simulate
@@ -25,7 +26,12 @@ def _label(result: PlanResult, row: dict[str, Any]) -> str:
 
 
 def _f(x: float | None, fmt: str = ".3g") -> str:
-    return "-" if x is None else format(x, fmt)
+    """`x` in `fmt`; fixed-point formats by `fixed`, so that a small figure never reads as 0."""
+    if x is None:
+        return "-"
+    if fmt.endswith("f"):
+        return fixed(x, int(fmt[-2]), grouping="," in fmt)
+    return format(x, fmt)
 
 
 def objectives_lines(spec: PlanSpec) -> list[str]:

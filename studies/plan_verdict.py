@@ -25,6 +25,7 @@ from typing import Any
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.footprint import check_at_once
 from psdsim.sim.layout import DEDICATED, layout_for
+from psdsim.sim.numbers import percent
 from psdsim.sim.scenario import Scenario
 from psdsim.studies.plan import PlanSpec, RateSearch, configurations, search_all
 
@@ -108,17 +109,17 @@ def _regimes(psd: dict[str, Any], sd: dict[str, Any]) -> list[tuple[str, str]]:
     found = []
     if psd["preemptions"] or (psd["kv_peak"] or 0) >= KV_FULL:
         found.append(("KV-bound", f"PSD keeps 2m requests' KV: {psd['preemptions']} preemptions, KV peak "
-                                  f"{(psd['kv_peak'] or 0):.0%} (>= {KV_FULL:.0%})"))
+                                  f"{percent(psd['kv_peak'] or 0)} (>= {KV_FULL:.0%})"))
     if (psd["link_share"] or 0) >= LINK_HEAVY:
-        found.append(("communication-bound", f"the link holds {psd['link_share']:.0%} of each PSD step "
+        found.append(("communication-bound", f"the link holds {percent(psd['link_share'])} of each PSD step "
                                              f"(>= {LINK_HEAVY:.0%})"))
     if psd["parallelization_rate"] is not None and psd["parallelization_rate"] < OVERLAP_LOW:
-        found.append(("tail-bound", f"only {psd['parallelization_rate']:.0%} of PSD's decode steps overlap "
-                                    f"drafting (< {OVERLAP_LOW:.0%})"))
+        found.append(("tail-bound", f"only {percent(psd['parallelization_rate'])} of PSD's decode steps "
+                                    f"overlap drafting (< {OVERLAP_LOW:.0%})"))
     r = (sd["mean_draft_ms"] or 0) / sd["mean_verify_ms"] if sd["mean_verify_ms"] else None
     if r is not None:
         gpu_ratio = psd["gpus"] / sd["gpus"]
-        ceiling = (f"drafting is {r:.0%} of verification in SD, so hiding it gains at most {1 + r:.2f}x "
+        ceiling = (f"drafting is {percent(r)} of verification in SD, so hiding it gains at most {1 + r:.2f}x "
                    "per step")
         if r > 1:
             found.append(("drafter-bound", f"drafting takes {r:.2f}x verification in SD: PSD's steps wait "
@@ -161,9 +162,9 @@ def verdicts(configs: list[Scenario], rows: list[dict[str, Any]]) -> list[dict[s
             pays = gain > 1
         both = psd["max_rate_req_s"] and sd["max_rate_req_s"]
         regimes = _regimes(psd, sd) if both else []
-        costs = (f"PSD's link holds {psd['link_share'] or 0:.0%} of a step, "
-                 f"{psd['parallelization_rate'] or 0:.0%} of its decode steps overlap drafting, "
-                 f"KV peak {psd['kv_peak'] or 0:.0%}") if both else ""
+        costs = (f"PSD's link holds {percent(psd['link_share'] or 0)} of a step, "
+                 f"{percent(psd['parallelization_rate'] or 0)} of its decode steps overlap drafting, "
+                 f"KV peak {percent(psd['kv_peak'] or 0)}") if both else ""
         out.append({"config": {k: psd[k] for k in CONFIG_KEYS if k != "method"}, "method": s.method,
                     "psd_rate": psd["max_rate_req_s"], "sd_rate": sd["max_rate_req_s"],
                     "per_gpu_gain": gain, "pays_off": pays, "why": why,

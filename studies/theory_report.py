@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from psdsim.sim.numbers import percent
 from psdsim.sim.output.atomic_writes import write_files
 from psdsim.sim.output.plots import default_style, figure_file, legend_outside
 from psdsim.studies.theory_bridge import BridgeReport
@@ -51,7 +52,8 @@ def bridge_lines(rep: BridgeReport) -> list[str]:
     f = rep.fit
     lines = [
         f"frontier fit (accepted + 1 per verification vs drafting time, {f.points} k values): "
-        f"alpha = {f.alpha:.6g}, F = {f.scale:.6g}, rmse {f.rmse:.3g}, max rel error {f.max_rel_error:.2%}",
+        f"alpha = {f.alpha:.6g}, F = {f.scale:.6g}, rmse {f.rmse:.3g}, "
+        f"max rel error {percent(f.max_rel_error, 2)}",
         f"measured: t = k x {rep.t_token:.6g}, V = {rep.model.V:.6g}, link c = {rep.model.comm:.6g}, "
         f"serial SD {rep.model.serial_sd:.6g}, PSD {rep.model.serial_psd:.6g} (means over k)",
         "   k   sim SD  theory SD  meas.V SD    sim PSD  theory PSD  meas.V PSD   parallel",
@@ -66,7 +68,7 @@ def bridge_lines(rep: BridgeReport) -> list[str]:
         f"best k: theory SD {rep.predicted_best_k['sd']}, PSD {rep.predicted_best_k['psd']}; "
         f"simulated SD {rep.simulated_best_k['sd']}, PSD {rep.simulated_best_k['psd']}",
         f"PSD/SD at best k: theory {rep.predicted_ratio:.4f}, simulated {rep.simulated_ratio:.4f} "
-        f"({rep.ratio_error:+.2%})",
+        f"({percent(rep.ratio_error, 2, sign=True)})",
         "theory = the constant-V model; meas.V = the fitted frontier with each k's measured times.",
     ]
     return lines
@@ -101,9 +103,9 @@ def _gain(r: float) -> str:
     """R as the time PSD saves, or costs where it is slower (a multiple when that is large: 1 - 1/R
     printed -2.4e307% for the R of an absurd link time)."""
     if r >= 1:
-        return f"PSD {1 - 1 / r:.1%} less time per token"
+        return f"PSD {percent(1 - 1 / r, 1)} less time per token"
     if r >= 0.01:
-        return f"PSD {1 / r - 1:.1%} more time per token"
+        return f"PSD {percent(1 / r - 1, 1)} more time per token"
     return f"PSD {1 / r:.3g}x the time per token"
 
 

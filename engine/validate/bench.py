@@ -26,6 +26,7 @@ from psdsim.sim.catalog.hf_config import is_config_path
 from psdsim.sim.documents import DuplicateKey, duplicate_key_error, load_json, parse_document
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.input_paths import input_file
+from psdsim.sim.numbers import shown
 from psdsim.sim.output.report import infeasible_error
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import FIELDS, Scenario, catalog_for, load_scenario
@@ -125,6 +126,15 @@ def _check_requests(path: Path, lists: Mapping[str, np.ndarray]) -> None:
         _refuse(path, "field 'output_lens': each must be a whole number of tokens >= 1")
 
 
+def _check_completed(path: Path, doc: Mapping[str, Any], requests: int) -> None:
+    """vLLM counts the requests that completed; a result whose count is not its lists' (an edited
+    or a merged file) measures requests other than those its figures claim."""
+    completed = doc.get("completed")
+    if completed is not None and (isinstance(completed, bool) or completed != requests):
+        _refuse(path, f"field 'completed': {shown(completed)}, but its per-request lists hold {requests} "
+                "completed requests (an edited or merged result?)")
+
+
 def _duration(path: Path, doc: Mapping[str, Any], lists: Mapping[str, np.ndarray]) -> float:
     """The run's duration, which spans every request from the first sent to the last finished."""
     duration = _seconds(doc.get("duration"))
@@ -149,6 +159,7 @@ def measured(path: Path, doc: Mapping[str, Any]) -> dict[str, float]:
         _refuse(path, "its per-request lists differ in length ("
                 + ", ".join(f"{key} {len(v)}" for key, v in lists.items()) + ")")
     _check_requests(path, lists)
+    _check_completed(path, doc, len(lists["latencies"]))
     duration = _duration(path, doc, lists)
     with np.errstate(all="ignore"):   # a figure past a float's range is refused just below
         out = figures(lists["ttfts"], lists["latencies"], lists["output_lens"], duration)

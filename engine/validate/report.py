@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from psdsim.engine.validate.describe import SIM_METHOD, EngineRun
-from psdsim.sim.numbers import finite
+from psdsim.sim.numbers import finite, fixed, percent
 from psdsim.sim.output.plots import default_style, figure_bytes, figure_legend, label_k_axis
 
 METRICS: tuple[tuple[str, str], ...] = (
@@ -190,13 +190,13 @@ def format_value(x: float | None, key: str) -> str:
     if x is None:
         return "–"
     if key in ("parallelization_rate", "vsr"):
-        return f"{x:.3f}"
+        return fixed(x, 3, grouping=False)
     return f"{x:.4g}" if abs(x) < 100 else f"{x:.0f}"
 
 
 def format_error(x: float | None) -> str:
-    """A relative error as a signed percentage."""
-    return "–" if x is None else f"{100 * x:+.1f}%"
+    """A relative error as a signed percentage (an error too small to show as "< +0.05%")."""
+    return "–" if x is None else percent(x, 1, sign=True)
 
 
 Column = tuple[str, Callable[[Mapping[str, Any]], str], int]   # title, value of a row, width

@@ -81,9 +81,12 @@ def default_out(s: Any, label: str) -> Path:
 
 def study_out(command: str, spec: Path, *tail: str) -> Path:
     """results/COMMAND-STEM-TAIL for a study's spec file, naming the command once: plan.toml lands
-    in results/plan-HASH, not results/plan-plan-HASH."""
+    in results/plan-HASH, not results/plan-plan-HASH. A spec's name may take the file system's
+    255 bytes: the folder's is then cut short (fitting_name), the tail's hash kept."""
+    from psdsim.sim.output.locks import fitting_name
+
     stem = [] if spec.stem == command else [spec.stem]
-    return Path("results") / "-".join([command, *stem, *tail])
+    return Path("results") / fitting_name("-".join([command, *stem]), tail)
 
 
 def guarded_write(out: Path, write: Callable[[], T], option: str = "--out",

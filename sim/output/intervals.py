@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from psdsim.sim.numbers import fixed, percent
 from psdsim.sim.output.report import COMPARE_ROWS, LABEL, RATIO_KEYS, TABLE_WIDTH
 from psdsim.sim.sensitivity import METHOD, Sensitivity, noise_floor, rank_inputs, sensitivity_csv, tornado_png
 from psdsim.sim.uncertainty import (
@@ -31,8 +32,8 @@ def interval_text(iv: Interval | None, digits: int = 1) -> str:
     if iv is None:
         return "–"
     if iv.point:
-        return f"{iv.median:,.{digits}f}"
-    return f"{iv.median:,.{digits}f} ({iv.low:,.{digits}f}–{iv.high:,.{digits}f})"
+        return fixed(iv.median, digits)
+    return f"{fixed(iv.median, digits)} ({fixed(iv.low, digits)}–{fixed(iv.high, digits)})"
 
 
 def _pair_names(pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -162,6 +163,6 @@ def measure_first(rows: Sequence[Sensitivity], draws: int) -> list[str]:
              f"|rho| = {noise_floor(given):.2f}", f"  by chance at this N{chance})"]
     measurable = [r for r in first if r.input.field != "seed"]
     for i, r in enumerate(measurable[:SHOWN_INPUTS], 1):
-        lines += [f"    {i}. {r.input.name:<48} rho {r.rho:+.2f}  rho² {r.share:4.0%}  "
+        lines += [f"    {i}. {r.input.name:<48} rho {r.rho:+.2f}  rho² {percent(r.share):>4}  "
                   f"range {r.input.low:.4g}–{r.input.high:.4g}", f"       {r.input.why}"]
     return lines

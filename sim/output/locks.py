@@ -9,6 +9,7 @@ held lock also carries the folders a command fills file by file under it (claime
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -82,6 +83,24 @@ def lock_file(real: Path) -> Path:
 def staging_prefix(real: Path) -> str:
     """The start of the name of a staging file or folder for `real`, beside it."""
     return f".{real.name}.psdsim-{_MARK}-"
+
+
+NAME_BYTES = 255   # the most a file or folder name may hold (NAME_MAX on Linux and macOS)
+# The longest destination name whose staging names (staging_prefix, then tempfile's 8 characters)
+# still fit in NAME_BYTES.
+MAX_DESTINATION_NAME = NAME_BYTES - len(staging_prefix(Path("_")).encode()) + 1 - 8
+
+
+def fitting_name(name: str, tail: Sequence[str] = ()) -> str:
+    """`name` and `tail` joined by '-' as a default destination name, `name` cut short (between
+    characters) where the whole would pass MAX_DESTINATION_NAME. A cut name carries a hash of the
+    whole `name`, so two long names that differ only past the cut keep their own folders."""
+    whole = "-".join([name, *tail])
+    if len(whole.encode()) <= MAX_DESTINATION_NAME:
+        return whole
+    rest = [hashlib.sha256(name.encode()).hexdigest()[:8], *tail]
+    room = MAX_DESTINATION_NAME - len("-".join(["", *rest]).encode())
+    return "-".join([name.encode()[:room].decode(errors="ignore"), *rest])
 
 
 @contextlib.contextmanager

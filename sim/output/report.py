@@ -12,6 +12,7 @@ from typing import Any
 
 from psdsim.sim.errors import ScenarioError
 from psdsim.sim.layout import COLOCATED, NONE, layout_for
+from psdsim.sim.numbers import fixed, percent
 from psdsim.sim.scenario import Scenario, catalog_for
 
 APPROXIMATE = "figures are approximate until calibrated"
@@ -31,7 +32,7 @@ def _num(value: Any, digits: int = 1) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
-        return f"{value:,.{digits}f}"
+        return fixed(value, digits)
     return f"{value:,}"
 
 
@@ -45,7 +46,7 @@ def requests_text(count: int, s: Scenario) -> str:
 
 
 def _pools(usage: dict[str, float]) -> str:
-    return ", ".join(f"{pool} {value:.0%}" for pool, value in usage.items())
+    return ", ".join(f"{pool} {percent(value)}" for pool, value in usage.items())
 
 
 def describe_hardware(s: Scenario) -> str:
@@ -133,7 +134,7 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
         f" max {_num(sm['imbalance_max'])}",
     ]
     if sm["slo_attainment"] is not None:
-        lines.append(f"  SLOs met by {sm['slo_attainment']:.1%} of requests: goodput "
+        lines.append(f"  SLOs met by {percent(sm['slo_attainment'], 1)} of requests: goodput "
                      f"{_num(sm['goodput_req_s'], 3)} req/s, {_num(sm['goodput_tok_s'])} tok/s")
     lines += ["", *(f"  {line}" for line in RUN_LEGEND)]
     tail = []
@@ -289,7 +290,7 @@ def _compare_cells(summaries: dict[str, dict[str, Any]], pairs: Sequence[tuple[s
     for a, b in pairs:
         x, y = lookup(summaries[a], path), lookup(summaries[b], path)
         ok = ratio and isinstance(x, (int, float)) and isinstance(y, (int, float)) and y
-        ratios_.append(f"{x / y:.2f}×" if ok else "")
+        ratios_.append(f"{fixed(x / y, 2)}×" if ok else "")
     return values, ratios_
 
 
@@ -390,7 +391,7 @@ def format_catalog(cat: Any) -> str:
 
 def _pct(g: dict[str, Any], name: str) -> str:
     value = g.get(name)
-    return f"{value:+.1%}" if value is not None else "–"
+    return percent(value, 1, sign=True) if value is not None else "–"
 
 
 def format_paper(title: str, runs: int, note: str | None, gains: dict[str, dict[str, Any]],
@@ -406,8 +407,8 @@ def format_paper(title: str, runs: int, note: str | None, gains: dict[str, dict[
                  f"{'vs best BL':>12}{'vs sd-2m':>10}{'vs sd-5gpu':>12}")
     for key, g in gains.items():
         std = g.get("best_throughput_std")
-        lines.append(f"  {key:<24}{g['best_k']:>7}{g['best_throughput']:>9.1f}"
-                     f"{f'{std:.1f}' if std is not None else '–':>6}"
+        lines.append(f"  {key:<24}{g['best_k']:>7}{fixed(g['best_throughput'], grouping=False):>9}"
+                     f"{fixed(std) if std is not None else '–':>6}"
                      f"{_pct(g, 'max_throughput_gain_vs_sd'):>11}{_pct(g, 'max_e2el_gain_vs_sd'):>12}"
                      f"{_pct(g, 'gain_vs_best_baseline'):>12}{_pct(g, 'best_vs_sd-2m'):>10}"
                      f"{_pct(g, 'best_vs_sd-5gpu'):>12}")

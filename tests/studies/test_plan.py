@@ -53,9 +53,9 @@ def _plan(tmp_path: Path, text: str = PLAN) -> Path:
     # bounds past what a run takes: the search failed midway naming `rate`, a field the plan forbids
     ("[slo]\nlatency_p99_ms = 5\n[search]\nrate_max = 1e300\n", r"^search.rate_max: 1e\+300 is past 1e\+09"),
     ("[base]\nrequests = 30\n[slo]\nlatency_p99_ms = 5\n[search]\nrate_min = 1e-300\n",
-     r"^search.rate_min: 30 requests at 1e-300 .* fix: set rate_min to at least 3.01e-08$"),
+     r"^search.rate_min: 30 requests at 1e-300 .* fix: set rate_min to at least 8.03e-08$"),
     ("[base]\nrequests = 30\n[space]\nrequests = [30, 60]\n[slo]\nlatency_p99_ms = 5\n[search]\n"
-     "rate_min = 3.01e-8\n", r"^search.rate_min: 60 requests at 3.01e-08"),
+     "rate_min = 8.03e-8\n", r"^search.rate_min: 60 requests at 8.03e-08"),
 ])
 def test_bad_plans_are_one_line_errors(tmp_path: Path, text: str, match: str) -> None:
     with pytest.raises(ScenarioError, match=match) as exc:
@@ -259,7 +259,7 @@ def test_a_refusal_of_too_slow_a_rate_suggests_a_rate_that_is_taken() -> None:
         text = least_rate(requests)
         assert requests / float(text) <= MAX_SPAN_S
         validate(Scenario(requests=requests, rate=float(text)))
-    with pytest.raises(ScenarioError, match=r"fix: raise rate to at least 3.01e-08$"):
+    with pytest.raises(ScenarioError, match=r"fix: raise rate to at least 8.03e-08$"):
         validate(Scenario(requests=30, rate=3e-08))
 
 
