@@ -26,26 +26,9 @@ from psdsim.calibration.kineto import GZIP_FLOOR_BYTES, gunzip_bounded
 from psdsim.calibration.synthetic import GpuOp, NsysWriter, NvtxRange
 from psdsim.calibration.trace_error import TraceError
 from psdsim.cli import main
-from tests.helpers.traces import KinetoTrace, minedraft_records
+from tests.helpers.traces import KinetoTrace, kineto_trace, minedraft_records
 
 BIG = "1" + "0" * 400   # a JSON integer no float holds
-
-
-def kineto(tmp: Path, verify_suffix: str = "", dur: float | None = None) -> Path:
-    """Twelve verify and draft ranges with kernels: a trace that calibrates."""
-    t = KinetoTrace()
-    now = 0.0
-    for i in range(12):
-        tokens, ctx = 16 * (i + 1), 1000 + 300 * i
-        d = 20 + 0.5 * tokens + 0.003 * ctx
-        t.annotate(f"psdsim:verify batch=8 tokens={tokens} ctx={ctx}{verify_suffix}", now, 10.0)
-        t.launch(now + 1, now + 12, d if dur is None else dur)
-        now += d + 50
-        b, k = 1 + i % 4, 1 + i % 3
-        t.annotate(f"psdsim:draft batch={b} k={k} ctx={ctx}", now, 10.0)
-        t.launch(now + 1, now + 12, 10 + 2 * b * k)
-        now += 10 + 2 * b * k + 50
-    return t.write(tmp / "t.json")
 
 
 def nsys(tmp: Path, *sql: str) -> Path:
@@ -98,13 +81,14 @@ def _set(key: str, value: object, only_first: bool = False) -> Callable[[list[di
 # (case, how to make the trace, words the error line holds; None: it may also calibrate)
 CASES: dict[str, tuple[Callable[[Path], Path], str | None]] = {
     "kineto: a kernel duration of 400 digits": (
-        lambda d: text_file(d / "t.json", kineto(d).read_text().replace('"dur": 10.0', f'"dur": {BIG}', 1)),
+        lambda d: text_file(d / "t.json",
+                            kineto_trace(d).read_text().replace('"dur": 10.0', f'"dur": {BIG}', 1)),
         None),
     "kineto: one line nested 100000 deep": (
         lambda d: text_file(d / "t.json", '{"x": ' + "[" * 100000 + "]" * 100000 + "}"), "not JSON"),
-    "kineto: a range attribute of 1e999": (lambda d: kineto(d, " ctx2=1e999"), None),
-    "kineto: no drafts proposed (k=0)": (lambda d: kineto(d, " k=0 accepted=0"), None),
-    "kineto: more accepted than proposed": (lambda d: kineto(d, " k=1 accepted=1000"),
+    "kineto: a range attribute of 1e999": (lambda d: kineto_trace(d, " ctx2=1e999"), None),
+    "kineto: no drafts proposed (k=0)": (lambda d: kineto_trace(d, " k=0 accepted=0"), None),
+    "kineto: more accepted than proposed": (lambda d: kineto_trace(d, " k=1 accepted=1000"),
                                             "accepted more drafts"),
     "minedraft: a time of 400 digits": (
         lambda d: minedraft(d, _set("measured_target_time", "BIG"), lambda s: s.replace('"BIG"', BIG)),
@@ -127,7 +111,8 @@ CASES: dict[str, tuple[Callable[[Path], Path], str | None]] = {
                                            for r in _steps(rs)]),
         "accepted more drafts"),
     "kineto: a proposal of 1e18 drafts (hung the per-token rate)": (
-        lambda d: kineto(d, " k=1000000000000000000 accepted=1"), "more than 32 draft tokens a request"),
+        lambda d: kineto_trace(d, " k=1000000000000000000 accepted=1"),
+        "more than 32 draft tokens a request"),
     "minedraft: a proposed_len of 2**63 (hung the per-token rate)": (
         lambda d: minedraft(d, _set("proposed_len", 2**63)), "more than 32 draft tokens a request"),
     "nsys: a range of 1e300 tokens (a profile psdsim refuses was written)": (
@@ -192,7 +177,8 @@ def test_a_path_holding_separators_is_not_taken_apart(tmp_path, capsys):
 @pytest.mark.parametrize(("rule", "words"), [("verify=(", "bad regular expression"),
                                              ("verify", "is not KIND=REGEX"), ("nokind=x", "unknown kind")])
 def test_a_bad_range_rule_names_the_flag_and_its_own_fix(tmp_path, capsys, rule, words):
-    assert main(["calibrate", str(kineto(tmp_path)), "--range", rule, "--out", str(tmp_path / "p.json")]) == 2
+    argv = ["calibrate", str(kineto_trace(tmp_path)), "--range", rule, "--out", str(tmp_path / "p.json")]
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("psdsim: error: --range: ") and words in err
     assert "give a trace" not in err     # the fix is the rule's, not the trace's
@@ -255,7 +241,7 @@ def test_a_profile_every_run_of_the_named_hardware_refuses_is_not_written(tmp_pa
     """Microsecond passes of Qwen3-32B on 4 L40S (the weights alone take 18.5 ms to read) once
     wrote a profile and a `use it` command that exits 2; without --gpu/--target/--tp nothing
     names the hardware, and the profile is written."""
-    trace, out = kineto(tmp_path), tmp_path / "p.json"
+    trace, out = kineto_trace(tmp_path), tmp_path / "p.json"
     named = ["--gpu", "l40s", "--target", "qwen3-32b", "--tp", "4"]
     assert main(["calibrate", str(trace), "--out", str(out), *named]) == 2
     err = capsys.readouterr().err

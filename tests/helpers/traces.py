@@ -222,3 +222,20 @@ output_len = {OUT_LEN}
 prompt_len = {PROMPT}
 {table}""", encoding="utf-8")
     return folder
+
+
+def kineto_trace(tmp: Path, verify_suffix: str = "", dur: float | None = None) -> Path:
+    """Twelve verify and draft ranges with kernels: a trace that calibrates."""
+    t = KinetoTrace()
+    now = 0.0
+    for i in range(12):
+        tokens, ctx = 16 * (i + 1), 1000 + 300 * i
+        d = 20 + 0.5 * tokens + 0.003 * ctx
+        t.annotate(f"psdsim:verify batch=8 tokens={tokens} ctx={ctx}{verify_suffix}", now, 10.0)
+        t.launch(now + 1, now + 12, d if dur is None else dur)
+        now += d + 50
+        b, k = 1 + i % 4, 1 + i % 3
+        t.annotate(f"psdsim:draft batch={b} k={k} ctx={ctx}", now, 10.0)
+        t.launch(now + 1, now + 12, 10 + 2 * b * k)
+        now += 10 + 2 * b * k + 50
+    return t.write(tmp / "t.json")

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from psdsim.cli import main
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scenario_caveats import warnings
+from tests.helpers import paths
 
 
 def test_adaptive_fields_set_for_another_method_say_they_are_not_read():
@@ -25,7 +25,7 @@ def test_adaptive_fields_set_for_another_method_say_they_are_not_read():
     assert not any("adaptive_" in n for n in warnings(Scenario(method="sd")))
 
 
-BENCH = Path(__file__).resolve().parents[1] / "examples" / "traces" / "vllm_bench.json"
+BENCH = paths.ROOT / "examples" / "traces" / "vllm_bench.json"
 
 
 @pytest.mark.parametrize("completed", [3, 13, True, "12"])
@@ -41,7 +41,7 @@ def test_a_bench_result_whose_count_is_not_its_lists_is_refused(tmp_path, capsys
 
 
 def test_the_shipped_and_the_real_bench_results_count_their_lists():
-    for path in (BENCH, Path(__file__).parent / "data" / "vllm_cpu" / "bench_serve.json"):
+    for path in (BENCH, paths.DATA / "vllm_cpu" / "bench_serve.json"):
         doc = json.loads(path.read_text())
         assert doc["completed"] == len(doc["latencies"])
 
@@ -50,10 +50,10 @@ def test_the_shipped_and_the_real_bench_results_count_their_lists():
 def test_a_kineto_gpu_op_without_a_time_is_refused_not_read_as_zero(tmp_path, capsys, monkeypatch, dur):
     """A kernel of duration NaN (or negative) was read as 0 s: the verify range around it fit as a
     pass faster than it ran, without a word."""
-    from tests.test_calibrate_hostile_traces import kineto
+    from tests.helpers.traces import kineto_trace
 
     monkeypatch.chdir(tmp_path)
-    assert main(["calibrate", str(kineto(tmp_path, dur=dur)), "--out", "p.json"]) == 2
+    assert main(["calibrate", str(kineto_trace(tmp_path, dur=dur)), "--out", "p.json"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("psdsim: error: ") and err.count("\n") == 1 and "has duration" in err
     assert not (tmp_path / "p.json").exists()

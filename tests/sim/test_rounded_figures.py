@@ -69,9 +69,9 @@ def test_calibrations_kernel_time_is_not_printed_as_zero(tmp_path):
     """A trace of a millisecond of kernels printed `of 0.001 s`, a shorter one `of 0.000 s`."""
     from psdsim.calibration.calibrate import calibrate
     from psdsim.calibration.report import report_lines
-    from tests.test_calibrate_hostile_traces import kineto
+    from tests.helpers.traces import kineto_trace
 
-    line = next(x for x in report_lines(calibrate([kineto(tmp_path)])) if "kernel time" in x)
+    line = next(x for x in report_lines(calibrate([kineto_trace(tmp_path)])) if "kernel time" in x)
     assert "of 0.000 s" not in line and (" us (" in line or " ms (" in line), line
 
 
