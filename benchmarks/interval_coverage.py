@@ -233,7 +233,7 @@ def _pass_ms(row: dict, graphs: bool, launch_us: float, mem: float, comp: float,
     pm = PassModel(model, gpu, 1, cat.links["nvlink4"], engine, mem, comp)
     b, q, ctx = row["B"], row["q"], row["ctx"]
     tokens = b * q
-    return pm.combine(pm.cpu(0), pm.gpu(tokens, tokens, b * ctx, tokens * (ctx + (q + 1) / 2))) * 1e3
+    return pm.combine(pm.cpu(0), pm.gpu(tokens, tokens, b * ctx, gpu_passes.attention_pairs(row))) * 1e3
 
 
 def report(groups: dict[str, list[Covered]], draws: int) -> str:
