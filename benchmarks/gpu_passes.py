@@ -5,8 +5,10 @@ fixed GPU time per kernel (CUDA graph), and, in eager mode, against the CPU's la
 kernel. Here the implementation is plain, unfused PyTorch (a Qwen3-shaped decoder: q/k RMSNorm,
 rotary embedding, KV-cache writes, SDPA with the KV groups folded into the query length, SwiGLU,
 the LM head over every scored position: docs/measurements/h200_step_bench.py, the script that
-recorded docs/measurements/h200_passes.jsonl), whose kernels per layer are counted below, so the
-prediction is for exactly what runs.
+recorded docs/measurements/h200_passes.jsonl), whose kernels per layer, elementwise kernels' bytes
+and attention pairs are counted below from its code, so the prediction is for exactly what runs
+(the execution model adds those bytes to the roofline and prices the attention kernel apart at
+ATTENTION_EFFICIENCY: no fused engine's profile sets either).
 
     python benchmarks/gpu_passes.py              # CUDA GPU: time the passes now, then compare
     python benchmarks/gpu_passes.py --recorded   # no GPU needed: docs/measurements/h200_passes.jsonl
