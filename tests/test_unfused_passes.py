@@ -96,3 +96,22 @@ def test_chained_draft_passes_are_single_passes_summed(batch: int, k: int, ctx: 
     pm = _pass(dataclasses.replace(EAGER, attention_efficiency=eff, elementwise_hidden=hidden))
     singles = sum(pm.gpu(batch, batch, ctx + j * batch, ctx + j * batch) for j in range(k))
     assert pm.draft_gpu(batch, k, ctx) == pytest.approx(singles, rel=1e-12)
+
+
+ENGINE_TOML = ("[engines.e]\nname = 'E'\nkind = 'execution'\nsource = 's'\nkernels_per_layer = 10\n"
+               "launch_us = 20.0\n")
+
+
+@pytest.mark.parametrize("field, value, ok", [
+    ("attention_efficiency", 0.35, True), ("attention_efficiency", 1.5, False),
+    ("attention_efficiency", -0.1, False), ("elementwise_mlp", 5.0, True),
+    ("elementwise_heads", -1.0, False)])
+def test_a_user_profile_is_refused_naming_the_field(tmp_path, field: str, value: float, ok: bool) -> None:
+    from psdsim.sim.catalog import CatalogError, load_catalog
+    f = tmp_path / "e.toml"
+    f.write_text(ENGINE_TOML + f"{field} = {value}\n")
+    if ok:
+        assert getattr(load_catalog(f).engines["e"], field) == value
+    else:
+        with pytest.raises(CatalogError, match=field):
+            load_catalog(f)
