@@ -5,8 +5,10 @@ fixed GPU time per kernel (CUDA graph), and, in eager mode, against the CPU's la
 kernel. Here the implementation is plain, unfused PyTorch (a Qwen3-shaped decoder: q/k RMSNorm,
 rotary embedding, KV-cache writes, SDPA with the KV groups folded into the query length, SwiGLU,
 the LM head over every scored position: docs/measurements/h200_step_bench.py, the script that
-recorded docs/measurements/h200_passes.jsonl), whose kernels per layer are counted below, so the
-prediction is for exactly what runs.
+recorded docs/measurements/h200_passes.jsonl), whose kernels per layer, elementwise kernels' bytes
+and attention pairs are counted below from its code, so the prediction is for exactly what runs
+(the execution model adds those bytes to the roofline and prices the attention kernel apart at
+ATTENTION_EFFICIENCY: no fused engine's profile sets either).
 
     python benchmarks/gpu_passes.py              # CUDA GPU: time the passes now, then compare
     python benchmarks/gpu_passes.py --recorded   # no GPU needed: docs/measurements/h200_passes.jsonl
@@ -48,11 +50,40 @@ def kernels_per_layer(q: int) -> int:
     return 31 if q == 1 else 35
 
 
+def elementwise_vectors(q: int) -> dict[str, float]:
+    """Vectors each token's elementwise kernels read and write per layer of Decoder.forward, by
+    width (the GEMMs' and the attention kernel's own operands are the roofline's):
+    hidden: RMSNorm 2 (read, write), residual add 3 (two reads, a write), twice = 10;
+    query heads: the strided q's RMSNorm 4 (copy, norm), rotary 10 (mul 2, neg of one half 1,
+    cat 2, mul 2, add 3); with q > 1 the re-layouts of the rotated q and of the attention output
+    2 each = 14, 18;  KV heads: k's RMSNorm 4 and rotary 10, the K and V cache writes 2 each = 18;
+    MLP: SiLU of the gate half 2, the product 3 = 5. Left out, per position rather than per
+    token: the cos/sin cats (up to 4 head_dim vectors); per layer: the boolean mask's conversion
+    (its re-reads across heads are assumed served by the L2 cache)."""
+    return {"elementwise_hidden": 10, "elementwise_heads": 14 if q == 1 else 18,
+            "elementwise_kv_heads": 18, "elementwise_mlp": 5}
+
+
+# The attention kernel: SDPA's flash backend takes no attn_mask, so with the bench's boolean mask
+# (q > 1) another backend runs, and without one (q = 1) PyTorch's FlashAttention-2; neither is the
+# Hopper-native FlashAttention-3. FlashAttention-2 reaches 35% of an H100's peak (Shah et al. 2024,
+# arXiv:2407.08608, abstract), the best of the pre-Hopper kernels: this efficiency is its upper bound.
+ATTENTION_EFFICIENCY = 0.35
+
+
 def implementation(q: int, launch_us: float) -> EngineProfile:
     """The measured implementation as an execution profile (no sampler: the pass ends at logits)."""
     return EngineProfile(key="pytorch-unfused", name="plain PyTorch decoder, unfused", kind="execution",
                          source="benchmarks/gpu_passes.py", kernels_per_layer=kernels_per_layer(q),
-                         kernels_per_pass=2, kernel_us=KERNEL_US, launch_us=launch_us)
+                         kernels_per_pass=2, kernel_us=KERNEL_US, launch_us=launch_us,
+                         attention_efficiency=ATTENTION_EFFICIENCY, **elementwise_vectors(q))
+
+
+def attention_pairs(row: dict) -> float:
+    """(query, key) pairs the pass's attention computes: every one of its B x q queries against all
+    ctx + q keys. A kernel skips the masked half of a causal block only when told it is causal
+    (is_causal); handed an explicit mask, as the bench does, it computes every score."""
+    return row["B"] * row["q"] * (row["ctx"] + row["q"])
 
 
 def predict(row: dict, launch_us: float, graphs: bool) -> float:
@@ -65,7 +96,7 @@ def predict(row: dict, launch_us: float, graphs: bool) -> float:
     pm = PassModel(model, gpu, 1, cat.links["nvlink4"], engine, MEM_EFF, COMPUTE_EFF)
     b, q, ctx = row["B"], row["q"], row["ctx"]
     tokens = b * q
-    gpu_s = pm.gpu(tokens, tokens, b * ctx, tokens * (ctx + (q + 1) / 2))
+    gpu_s = pm.gpu(tokens, tokens, b * ctx, attention_pairs(row))
     return pm.combine(pm.cpu(0), gpu_s) * 1e3
 
 

@@ -45,8 +45,9 @@ def fit(passes: Sequence[PassDraws]) -> dict[Cell, tuple[float, float]]:
     return out
 
 
-def held_out(draws: int) -> tuple[int, int]:
-    """Passes inside their interval when each half's range comes from the other half, and the count."""
+def held_out(draws: int) -> dict[str, tuple[int, int]]:
+    """Per engine mode: passes inside their interval when each half's range comes from the other
+    half, and the count."""
     plain = pass_draws(draws, launch_spread=False, error=None)
     seen: dict[Cell, int] = {}
     half = []
@@ -54,12 +55,14 @@ def held_out(draws: int) -> tuple[int, int]:
         cell = (p.field, p.mode)
         half.append(seen.get(cell, 0) % 2)
         seen[cell] = seen.get(cell, 0) + 1
-    inside = 0
+    inside: dict[str, int] = {}
     for fold in (0, 1):
         ranges = fit([p for p, h in zip(plain, half, strict=True) if h != fold])
         scaled = pass_draws(draws, launch_spread=False, error=ranges)
-        inside += sum(covered(p).inside for p, h in zip(scaled, half, strict=True) if h == fold)
-    return inside, len(plain)
+        for p, h in zip(scaled, half, strict=True):
+            if h == fold:
+                inside[p.mode] = inside.get(p.mode, 0) + covered(p).inside
+    return {mode: (n, sum(p.mode == mode for p in plain)) for mode, n in inside.items()}
 
 
 def main() -> int:
@@ -70,9 +73,11 @@ def main() -> int:
     print("| field | mode | low | high |\n|---|---|---|---|")
     for (field, mode), (low, high) in sorted(ranges.items()):
         print(f"| {field} | {mode} | {low:.3f} | {high:.3f} |")
-    inside, total = held_out(args.draws)
+    by_mode = held_out(args.draws)
+    inside, total = (sum(counts[i] for counts in by_mode.values()) for i in (0, 1))
+    modes = "; ".join(f"{mode} {n} / {count}" for mode, (n, count) in by_mode.items())
     print(f"\nheld out (each half's range fitted on the other half): {inside} / {total} passes covered "
-          f"({inside / total:.0%})")
+          f"({inside / total:.0%}; {modes})")
     return 0
 
 

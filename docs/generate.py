@@ -213,7 +213,7 @@ The engine ranges are the 5th to 95th percentile of measured / predicted median 
 passes of each mode (docs/measurements/h200_passes.jsonl; target passes: the verify and prefill
 rows), widened so that a uniform draw over the range has them as its own 5th and 95th
 percentiles: `python benchmarks/model_error_fit.py` fits them, and fitting each half of the passes
-and counting the other half covers 165 of 188 (88 %). A profile fitted to the user's own traces
+and counting the other half covers 167 of 188 (89 %). A profile fitted to the user's own traces
 has measured the pass's form where its term covers the regime, so the form's error is gone there;
 what its bootstrap does not carry is the drift between the traces' run and the next one, so its
 range is the spread whole repeated validations showed on this project's machine (most runs within

@@ -109,6 +109,12 @@ FEEDS: dict[tuple[str, str, str], frozenset[str]] = {
     ("engines", "engine", "spec_worker_ms"): frozenset({"draft"}),
     ("engines", "engine", "spec_worker_request_us"): frozenset({"draft"}),
     ("engines", "engine", "spec_worker_draft_us"): frozenset({"draft"}),
+    # an unfused implementation's elementwise bytes and an attention kernel priced apart: every pass
+    ("engines", "engine", "elementwise_hidden"): PASSES,
+    ("engines", "engine", "elementwise_heads"): PASSES,
+    ("engines", "engine", "elementwise_kv_heads"): PASSES,
+    ("engines", "engine", "elementwise_mlp"): PASSES,
+    ("engines", "engine", "attention_efficiency"): PASSES,
 }
 
 Roles = Mapping[tuple[str, str], frozenset[str]]   # (table, entry key) -> its roles in the run

@@ -212,6 +212,13 @@ class ForwardModel:
         return ((compute if compute > mem else mem) + self._launch + self._ar_fixed
                 + tokens * self._ar_per_token)
 
+    def attention_seconds(self, ctx_tokens: float, pairs: float, flops_per_s: float) -> float:
+        """The attention kernel alone: its KV reads or its FLOPs at `flops_per_s`, whichever is
+        longer (sim/execution.py prices it apart from the GEMMs' roofline where an engine's
+        attention kernel has its own efficiency)."""
+        mem, compute = ctx_tokens * self._kv / self._bw, pairs * self._attn / flops_per_s
+        return compute if compute > mem else mem
+
     def draft_passes(self, batch: int, k: int, ctx: int) -> float:
         """k autoregressive passes of `batch` tokens; pass j reads and attends over ctx + j*batch
         cached tokens. Same terms as `seconds`, unrolled: this runs every simulated step."""

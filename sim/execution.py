@@ -17,6 +17,12 @@ and output processing. How the two sides combine depends on the engine:
 Per pass, with n = layers x (kernels per layer + 2 all-reduces when TP > 1) + kernels per pass:
     gpu = roofline(bytes, FLOPs, all-reduces) + n x kernel_us (+ 2L x collective_us, eager)
           + logits gather to the first TP rank + the sampler's full-vocabulary passes
+          + tokens x the unfused elementwise kernels' bytes / bandwidth
+    An unfused implementation runs its norms, rotary and activations as kernels of their own,
+    one after another between the GEMMs: their bytes never hide under a compute-bound GEMM, so
+    they add to the roofline instead of joining its max. Where the engine's attention kernel has
+    its own efficiency (`attention_efficiency`), attention is priced the same way, as its own
+    kernel: max(KV reads, its FLOPs at that share of peak) beside the GEMMs' roofline.
     cpu = n x launch_us (+ 2L x collective_launch_us) + the sampler's host work     (eager)
         = graph_launch_us + the sampler's host work                                 (graphs)
 
@@ -51,6 +57,7 @@ from psdsim.sim.layout import DEDICATED, layout_for
 from psdsim.sim.scenario import Scenario
 
 LOGIT_BYTES = 2  # bf16 logits gathered to the first TP rank before sampling
+ACTIVATION_BYTES = 2  # bf16 activations, as the elementwise kernels read and write them
 DRIVER_PREP = "driver prep"  # its timeline slice (the driver's track)
 
 
@@ -61,8 +68,8 @@ class PassModel:
     floors, launches, the sampler's per-row costs), so a pass adds a few arithmetic operations to
     the roofline's; `wall` prices a whole pass in one call (this runs every simulated step)."""
 
-    __slots__ = ("_fabric", "_gather_bytes", "_roof", "_samp_host", "_samp_row", "_sample_bw", "_tp",
-                 "cpu_pass", "eager", "gpu_pass", "layers")
+    __slots__ = ("_attention_rate", "_elementwise", "_fabric", "_gather_bytes", "_roof", "_samp_host",
+                 "_samp_row", "_sample_bw", "_tp", "cpu_pass", "eager", "gpu_pass", "layers")
 
     def __init__(self, model: Model, gpu: GPU, tp: int, fabric: Link, engine: EngineProfile,
                  mem_efficiency: float, compute_efficiency: float) -> None:
@@ -87,6 +94,9 @@ class PassModel:
             gpu.memory_bandwidth_gbps * 1e9 * mem_efficiency)
         self._samp_host = engine.sampler_host_ms * 1e-3
         self._samp_row = engine.sampler_host_row_us * 1e-6
+        bandwidth = gpu.memory_bandwidth_gbps * 1e9 * mem_efficiency
+        self._elementwise = elementwise_bytes_per_token(model, engine, tp) / bandwidth   # s per token
+        self._attention_rate = gpu.tflops(model.compute) * 1e12 * engine.attention_efficiency
 
     def gpu(self, tokens: float, rows: float, ctx: float, pairs: float) -> float:
         """GPU seconds of a pass of `tokens` tokens sampling `rows` positions."""
@@ -94,7 +104,12 @@ class PassModel:
 
     def _gpu(self, tokens: float, rows: float, ctx: float, pairs: float, sample: float) -> float:
         """`gpu` with its `sample_gpu(rows)` part already priced."""
-        return self._roof.seconds(tokens, rows, ctx, pairs) + self.gpu_pass + sample
+        if self._attention_rate:
+            roof = self._roof.seconds(tokens, rows, 0.0, 0.0) + self._roof.attention_seconds(
+                ctx, pairs, self._attention_rate)
+        else:
+            roof = self._roof.seconds(tokens, rows, ctx, pairs)
+        return roof + tokens * self._elementwise + self.gpu_pass + sample
 
     def sample_gpu(self, rows: float) -> float:
         """GPU seconds of gathering `rows` full-vocabulary logit rows to the first rank and
@@ -122,13 +137,28 @@ class PassModel:
 
     def draft_gpu(self, batch: int, k: int, ctx: int) -> float:
         """GPU seconds of k chained draft passes of `batch` rows (pass j over ctx + j*batch)."""
-        roof = self._roof.draft_passes(batch, k, ctx)
-        fixed = self.gpu_pass + self.sample_gpu(batch)
+        if self._attention_rate:   # pass j attends over ctx + j*batch cached tokens, as draft_passes
+            roof = sum(self._roof.seconds(batch, batch, 0.0, 0.0) + self._roof.attention_seconds(
+                ctx + j * batch, ctx + j * batch, self._attention_rate) for j in range(k))
+        else:
+            roof = self._roof.draft_passes(batch, k, ctx)
+        fixed = self.gpu_pass + self.sample_gpu(batch) + batch * self._elementwise
         return roof + k * fixed
 
     def draft_wall(self, batch: int, k: int, ctx: int) -> float:
         """The wall time of k chained draft passes of `batch` rows."""
         return self.combine(k * self.cpu(batch), self.draft_gpu(batch, k, ctx))
+
+
+def elementwise_bytes_per_token(model: Model, engine: EngineProfile, tp: int) -> float:
+    """Bytes one token's unfused elementwise kernels read and write over all layers on one rank of a
+    TP group: hidden-wide vectors (norms, residual adds) on every rank, head- and MLP-wide ones
+    split over the group."""
+    mlp = (model.experts_per_token * model.moe_intermediate + model.shared_intermediate if model.moe
+           else model.intermediate)
+    split = (engine.elementwise_heads * model.heads * model.head_dim
+             + engine.elementwise_kv_heads * model.kv_heads * model.head_dim + engine.elementwise_mlp * mlp)
+    return model.layers * ACTIVATION_BYTES * (engine.elementwise_hidden * model.hidden + split / tp)
 
 
 class EngineCost(OptionalCosts):

@@ -177,11 +177,20 @@ def check_link(link: Link, where: str) -> None:
                            f"{MIN_RATE:g} GB/s")
 
 
+ELEMENTWISE = ("elementwise_hidden", "elementwise_heads", "elementwise_kv_heads", "elementwise_mlp")
+
+
 def check_engine(e: EngineProfile, where: str) -> None:
     if e.kind not in ENGINE_KINDS:
         raise CatalogError(f"{where}: kind must be one of {', '.join(ENGINE_KINDS)}")
     if e.kind == "execution" and e.kernels_per_layer < 1:
         raise CatalogError(f"{where}: kernels_per_layer must be >= 1")
+    if not 0.0 <= e.attention_efficiency <= 1.0:
+        raise CatalogError(f"{where}: attention_efficiency must be in [0, 1] (0: attention inside the "
+                           f"pass's roofline), got {e.attention_efficiency!r}")
+    negative = next((name for name in ELEMENTWISE if getattr(e, name) < 0), None)
+    if negative:
+        raise CatalogError(f"{where}: {negative} must be >= 0, got {getattr(e, negative)!r}")
 
 
 def check_alpha(prior: AcceptancePrior, where: str) -> None:

@@ -269,6 +269,15 @@ class EngineProfile:
     spec_worker_draft_us: float = 0.0    # ... per drafted request per draft token
     timer_syncs: int = 0              # MineDraft: Timer synchronize() calls per target pass
     extra_draft_rows: bool = False    # V0 MultiStepWorker: one more draft row per all-accepted request
+    # Unfused elementwise kernels (norms, rotary, activations run as separate kernels): the vectors
+    # each token reads and writes per layer, in widths of the hidden size, the query heads
+    # (heads x head_dim), the KV heads and the MLP; 0 for an engine whose fused layer moves no
+    # more than its GEMMs and attention do (sim/execution.py)
+    elementwise_hidden: float = 0.0
+    elementwise_heads: float = 0.0
+    elementwise_kv_heads: float = 0.0
+    elementwise_mlp: float = 0.0
+    attention_efficiency: float = 0.0  # attention kernel's share of peak FLOPs; 0: inside the pass roofline
 
 
 @dataclass(frozen=True)
