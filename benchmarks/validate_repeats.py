@@ -3,7 +3,7 @@
     python benchmarks/validate_repeats.py [--runs 4] [--out DIR]
 
 tests/data/validate_small is one run of `psdsim validate` (6 requests of 12 tokens, k = 1, 2,
-m = 2: tests/test_validate_prediction.py's command) with one repeat per configuration, so it
+m = 2: tests/engine/test_validate_prediction.py's command) with one repeat per configuration, so it
 cannot say how much of its error is the machine's. This runs the same command `--runs` times
 (each into DIR/runI; a run whose measured.json is already there is kept, so an interrupted
 measurement resumes) and writes each run's measured throughput and p50 latency per
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from recording import MEASUREMENTS, commit
 
 from psdsim.engine.validate.report import metric
-from tests.test_validate_prediction import ARGS
+from tests.helpers.engines import ARGS
 
 RECORD = MEASUREMENTS / "validate_small_repeats.json"
 METRICS = ("throughput_tok_s", "latency_ms.p50")

@@ -7,9 +7,10 @@ every run (the model's gap) from misses that move between runs (the machine's no
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from tests.helpers import paths
+
+sys.path.insert(0, str(paths.ROOT / "benchmarks"))
 
 from interval_coverage import Covered, over_runs, repeated_measurements, run_by_run, side
 
