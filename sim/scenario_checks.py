@@ -203,6 +203,7 @@ def _check_adaptive(s: Scenario) -> None:
     _need("psd" in named, "adaptive_modes", f"{s.adaptive_modes!r} leaves out psd, the deployment's own mode",
           "include psd, e.g. psd,sd")
     _in_range(s, "adaptive_margin", 0.0, 1.0)
+    _check_adaptive_m(s)
     if s.method != "adaptive":
         return
     _need(s.sub_batches == 2 and s.drafters == 1, "sub_batches",
@@ -211,6 +212,19 @@ def _check_adaptive(s: Scenario) -> None:
     _need(s.kv_patch != "intended", "kv_patch",
           "kv_patch = intended grows only the verified sub-batch's KV, which SD and AR steps do not have",
           "use kv_patch=has_deferred (MineDraft's) or default")
+
+
+def _check_adaptive_m(s: Scenario) -> None:
+    """adaptive_m changes the adaptive method's m between its bounds, which hold the scenario's m."""
+    _need(not s.adaptive_m or s.method == "adaptive", "adaptive_m",
+          f"changing m is built for the adaptive method, not {s.method}",
+          "set method=adaptive, or remove adaptive_m")
+    for name, default in (("adaptive_m_min", 1), ("adaptive_m_max", 0)):
+        _need(s.adaptive_m or getattr(s, name) == default, name,
+              "applies only with adaptive_m = true", f"set adaptive_m=true, or remove {name}")
+    _in_range(s, "adaptive_m_min", 1, s.m)
+    if s.adaptive_m_max:
+        _in_range(s, "adaptive_m_max", s.m, 4096)
 
 
 def _model_name(value: str) -> str:

@@ -1,0 +1,112 @@
+"""The adaptive method's rule for m (`adaptive_m = true`, sim/methods/adaptive_mode.py;
+docs/methods.md, "Adjusting m"): how many requests each of PSD's two sub-batches may hold, acted
+on through the scheduler's running cap 2m, decided before each PSD step.
+
+MineDraft's paper leaves open (§A) what PSD should do when its load grows until verification is
+compute-bound: "adaptively adjust m". Our reading takes the theory's optimum (theory/model.py,
+docs/theory.md): a PSD step costs max(t, V + c) per sub-batch, and drafting is free exactly while
+t <= V + c (t* = V: a half's drafting hides behind the other half's verification). With
+V = V0 + v·n and t = t0 + d·n per sub-batch of n, more requests per sub-batch pay while the
+verifier's fixed cost V0 is spread over them (memory-bound verification) and drafting stays
+hidden; once the pass is compute-bound (V0 small against v·n) or drafting grows past the pass,
+they buy little throughput and lengthen every step. From what the engine observes (its running
+and waiting requests, its KV pool, the last PSD step's drafting and verification times), with
+`adaptive_margin` as hysteresis, m moves by a step of max(1, m // 4) (large enough that a step
+where V0 dominates prices well above the default margin, about step/m more tokens/s):
+
+- Grow, while requests wait and the running set fills its 2m seats, where the KV pool holds the
+  newcomers (each at the blocks a running request holds now), drafting at the larger m stays
+  hidden (priced: t <= V + c), and its PSD step prices tokens/s more than the margin above now.
+- Shrink where the step just run preempted (the KV pool ran out: fewer seats stop the scheduler
+  admitting the victims again only to preempt them), or where requests wait, the last PSD step's
+  drafting exceeded its verification by more than the margin, and the smaller m costs at most
+  the margin of tokens/s (the drafter is the bottleneck and its cost grows with the batch: the
+  seats buy latency, not throughput). Without waiting requests no seat is contested and m holds.
+
+Between growing (t <= V + c) and shrinking (t > (1 + margin)(V + c)) lies a band where m holds,
+so a load near either threshold does not move m at every step. The prices are sim/methods/
+mode_rule.ModePrices', PSD's pair of steps at the halves the running set would make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psdsim.sim.methods.mode_rule import PSD, Half, ModePrices, split_evenly
+
+
+def m_step(m: int) -> int:
+    """How far m moves at once (see the module docstring)."""
+    return max(1, m // 4)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the engine sees before a PSD step."""
+
+    running: int        # requests in the running set, prefilling ones included
+    waiting: int        # requests queued for a seat
+    room_blocks: int    # free KV blocks above the admission watermark
+    blocks_each: int    # KV blocks a running request holds now, on average
+    preempted: bool     # the step just run preempted requests: the KV pool ran out
+    drafting_s: float   # the last PSD step that drafted beside its pass: that drafting
+    verifying_s: float  # and its pass with the messages beside it (0: no such step yet)
+
+
+@dataclass(frozen=True)
+class MBounds:
+    low: int
+    high: int   # 0: no bound of its own
+
+
+def resized(halves: tuple[Half, Half], requests: int) -> tuple[Half, Half]:
+    """The two sub-batches `requests` requests would make, split by count, each holding the
+    context (and extra draft rows) the running ones hold per request now."""
+    n = halves[0].requests + halves[1].requests
+    ctx, rows = halves[0].context + halves[1].context, halves[0].extra_rows + halves[1].extra_rows
+    whole = Half(requests, ctx * requests // n, rows * requests // n)
+    return split_evenly((whole, Half(0, 0, 0)))
+
+
+class MRule:
+    """The next m from the current one (see the module docstring)."""
+
+    def __init__(self, prices: ModePrices, bounds: MBounds, margin: float) -> None:
+        self.prices, self.bounds, self.margin = prices, bounds, margin
+
+    def next_m(self, m: int, seen: Observed, halves: tuple[Half, Half], rate: float) -> int:
+        """m for the coming steps; `halves`: PSD's sub-batches as they are (both non-empty)."""
+        high = self.bounds.high or m + m_step(m)
+        up, down = min(high, m + m_step(m)), max(self.bounds.low, m - m_step(m))
+        if seen.preempted and down < m:
+            return down
+        if up > m and seen.running >= 2 * m and self._grows(seen, halves, rate, up):
+            return up
+        if down < m and self._drafting_exceeds(seen) and self._costs_little(seen, halves, rate, down):
+            return down
+        return m
+
+    def _speed(self, halves: tuple[Half, Half], rate: float) -> float:
+        return self.prices.rates((PSD,), halves, rate)[PSD]
+
+    def _grows(self, seen: Observed, halves: tuple[Half, Half], rate: float, up: int) -> bool:
+        n = halves[0].requests + halves[1].requests
+        newcomers = min(seen.waiting, 2 * up - seen.running)
+        if newcomers <= 0 or newcomers * seen.blocks_each > seen.room_blocks:
+            return False
+        grown = resized(halves, n + newcomers)
+        drafting, verifying = self.prices.psd_overlap(grown)
+        pays = self._speed(grown, rate) > self._speed(halves, rate) * (1.0 + self.margin)
+        return drafting <= verifying and pays
+
+    def _drafting_exceeds(self, seen: Observed) -> bool:
+        return seen.verifying_s > 0.0 and seen.drafting_s > seen.verifying_s * (1.0 + self.margin)
+
+    def _costs_little(self, seen: Observed, halves: tuple[Half, Half], rate: float, down: int) -> bool:
+        """Fewer seats at most `margin` slower, where requests wait for them (else the cap binds
+        nothing: no seat is contested)."""
+        n = halves[0].requests + halves[1].requests
+        kept = min(n, 2 * down)
+        if not seen.waiting or kept == n:
+            return False
+        return self._speed(resized(halves, kept), rate) * (1.0 + self.margin) >= self._speed(halves, rate)
