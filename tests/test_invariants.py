@@ -118,7 +118,8 @@ def _check_invariants(s: Scenario) -> None:
     assert (req["finish_s"][finished] >= req["first_token_s"][finished]).all()
     # Batch sizes add up: decoding sub-batches plus prefilling requests make the running set.
     assert (steps["batch0"] + steps["batch1"] + steps["prefilling"] == steps["running"]).all()
-    cap = {"psd": s.sub_batches * s.m, "psd+tetris": 2 * s.m, "sd-2m": 2 * s.m, "adaptive": 2 * s.m}
+    most_m = int(steps["m"].max()) if "m" in steps else s.m   # adaptive_m moves m between its bounds
+    cap = {"psd": s.sub_batches * s.m, "psd+tetris": 2 * s.m, "sd-2m": 2 * s.m, "adaptive": 2 * most_m}
     assert (steps["running"] <= cap.get(s.method, s.m)).all()
     if s.batch_managed:
         # a step drafts the sub-batch it does not verify; pre-drafting the tail (one sub-batch

@@ -39,6 +39,7 @@ and nothing drafted beside it drains).
 from __future__ import annotations
 
 from array import array
+from collections import deque
 from collections.abc import Generator
 from typing import Any
 
@@ -54,6 +55,7 @@ from psdsim.sim.methods.pipelined import PipelinedSD
 from psdsim.sim.methods.sd import StandardSD
 from psdsim.sim.methods.sub_batching import BatchManagerSubBatching
 from psdsim.sim.records import STEP_COLUMNS, StepRecord
+from psdsim.sim.requests import FINISHED
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import StepPlan
 
@@ -106,11 +108,14 @@ class AdaptiveMode(EngineMethod):
         self.pending: str | None = None   # the mode to enter once PSD's drafts in flight are verified
         self.switched = False             # the rule switched while the coming step was planned
         self.modes, self.switches = bytearray(), bytearray()   # per step: its mode's index, `switch`
-        # adaptive_m: m's rule, the m in force, the last PSD drafting beside a pass and that pass
+        # adaptive_m: m's rule, the m in force, and PSD's last two steps that drafted beside their
+        # pass: that drafting and the pass (a pair, one step of each sub-batch, as the theory's)
         self.m_rule = (MRule(self.prices, MBounds(s.adaptive_m_min, s.adaptive_m_max), self.margin)
                        if s.adaptive_m else None)
         self.m, self.ms = s.m, array("H")
-        self.overlap = (0.0, 0.0)
+        self.overlaps: deque[tuple[float, float]] = deque(maxlen=2)
+        self.finished = self.finished_blocks = 0   # requests finished and the KV blocks they ended with
+        self.ran_out_at = 0                         # the fewest running requests KV ran out at (0: never)
 
     # -- scheduler hooks: PSD's sub-batches follow the running set in every mode ----------------
 
@@ -124,6 +129,10 @@ class AdaptiveMode(EngineMethod):
         self.psd.resumed(slots)
 
     def left(self, slots: np.ndarray) -> None:
+        if self.m_rule is not None:
+            done = slots[self.sim.table.state[slots] == FINISHED]
+            self.finished += len(done)
+            self.finished_blocks += int(self.sim.scheduler.kv.held[done].sum())
         self.psd.left(slots)
 
     def target_tokens(self, slots: np.ndarray) -> np.ndarray:
@@ -185,11 +194,18 @@ class AdaptiveMode(EngineMethod):
         assert self.m_rule is not None
         sched = self.sim.scheduler
         kv, running, last = sched.kv, sched.running, self.sim.steps.last
+        s = self.sim.scenario
+        preempted = 0 if last is None else last[PREEMPTED]
+        if preempted:
+            ran_out = len(running) + preempted
+            self.ran_out_at = min(self.ran_out_at or ran_out, ran_out)
+        each = (-(-self.finished_blocks // self.finished) if self.finished
+                else int(kv.blocks_for(s.max_model_len + self.lookahead)))
         seen = Observed(running=len(running), waiting=len(sched.waiting),
-                        room_blocks=kv.free - kv.watermark,
-                        blocks_each=-(-int(kv.held[running].sum()) // max(1, len(running))),
-                        preempted=last is not None and last[PREEMPTED] > 0,
-                        drafting_s=self.overlap[0], verifying_s=self.overlap[1])
+                        pool_blocks=kv.total - kv.watermark, blocks_each=each,
+                        preempted=preempted, ran_out_at=self.ran_out_at,
+                        drafting_s=sum(o[0] for o in self.overlaps),
+                        verifying_s=sum(o[1] for o in self.overlaps))
         self.m = self.m_rule.next_m(self.m, seen, halves, self.length.estimate.rate)
         sched.max_running = 2 * self.m
 
@@ -213,7 +229,8 @@ class AdaptiveMode(EngineMethod):
         yield from (self.psd if self.mode == PSD else self.sd).step(plan)
         last = self.sim.steps.last
         if self.mode == PSD and last is not None and last[PARALLELISED] and last[DRAFTED]:
-            self.overlap = (last[DRAFT_S] - last[PREP_S], last[VERIFY_S] + last[COMM_S] - last[RETURN_S])
+            beside = last[VERIFY_S] + last[COMM_S] - last[RETURN_S]   # the pass and its inputs' messages
+            self.overlaps.append((last[DRAFT_S] - last[PREP_S], beside))
         if self.mode == AR and len(plan.decode):   # the estimate keeps learning without drafts
             self.length.estimate.expect(self.sim.table.acceptance[plan.decode])
 

@@ -10,22 +10,29 @@ V = V0 + v·n and t = t0 + d·n per sub-batch of n, more requests per sub-batch 
 verifier's fixed cost V0 is spread over them (memory-bound verification) and drafting stays
 hidden; once the pass is compute-bound (V0 small against v·n) or drafting grows past the pass,
 they buy little throughput and lengthen every step. From what the engine observes (its running
-and waiting requests, its KV pool, the last PSD step's drafting and verification times), with
-`adaptive_margin` as hysteresis, m moves by a step of max(1, m // 4) (large enough that a step
-where V0 dominates prices well above the default margin, about step/m more tokens/s):
+and waiting requests, its KV pool, the drafting and verification times of PSD's last pair of
+steps), with `adaptive_margin` as hysteresis, m moves by a step of max(1, m // 4) (large enough
+that a step where V0 dominates prices well above the default margin, about step/m more tokens/s):
 
 - Grow, while requests wait and the running set fills its 2m seats, where the KV pool holds the
-  newcomers (each at the blocks a running request holds now), drafting at the larger m stays
-  hidden (priced: t <= V + c), and its PSD step prices tokens/s more than the margin above now.
+  running requests and the newcomers each at the blocks a request holds when it ends (as the
+  requests finished so far held them on average; before any has, at max_model_len, the most a
+  request may hold: a pool that holds them only at their prompts would preempt them as they
+  grow) and has never run out at as many running requests, where drafting at the larger m stays
+  hidden (priced: t <= V + c), and where its PSD step prices tokens/s more than the margin above
+  now.
 - Shrink where the step just run preempted (the KV pool ran out: fewer seats stop the scheduler
-  admitting the victims again only to preempt them), or where requests wait, the last PSD step's
-  drafting exceeded its verification by more than the margin, and the smaller m costs at most
-  the margin of tokens/s (the drafter is the bottleneck and its cost grows with the batch: the
-  seats buy latency, not throughput). Without waiting requests no seat is contested and m holds.
+  admitting the victims again only to preempt them), unless the set that ran out held more than
+  2m (the excess a shrink left running, which the scheduler's own preemption sheds: one shortage
+  is one step down, not one at each step until the excess is gone); or where requests wait,
+  PSD's last pair of steps drafted longer than they verified by more than the margin, and the
+  smaller m costs at most the margin of tokens/s (the drafter is the bottleneck and its cost
+  grows with the batch: the seats buy latency, not throughput). Without waiting requests no seat
+  is contested and m holds.
 
 Between growing (t <= V + c) and shrinking (t > (1 + margin)(V + c)) lies a band where m holds,
 so a load near either threshold does not move m at every step. The prices are sim/methods/
-mode_rule.ModePrices', PSD's pair of steps at the halves the running set would make.
+mode_rule.ModePrices', PSD's pair of steps at the two even halves each m's running set would make.
 """
 
 from __future__ import annotations
@@ -46,11 +53,12 @@ class Observed:
 
     running: int        # requests in the running set, prefilling ones included
     waiting: int        # requests queued for a seat
-    room_blocks: int    # free KV blocks above the admission watermark
-    blocks_each: int    # KV blocks a running request holds now, on average
-    preempted: bool     # the step just run preempted requests: the KV pool ran out
-    drafting_s: float   # the last PSD step that drafted beside its pass: that drafting
-    verifying_s: float  # and its pass with the messages beside it (0: no such step yet)
+    pool_blocks: int    # the KV pool's blocks less the admission watermark
+    blocks_each: int    # KV blocks a request is expected to hold at its end (see AdaptiveMode)
+    preempted: int      # requests the step just run preempted: the KV pool ran out
+    ran_out_at: int     # the fewest running requests the pool has run out at in the run (0: never)
+    drafting_s: float   # PSD's last two steps that drafted beside their pass: that drafting
+    verifying_s: float  # and their passes with the messages beside them (0: no such step yet)
 
 
 @dataclass(frozen=True)
@@ -78,8 +86,8 @@ class MRule:
         """m for the coming steps; `halves`: PSD's sub-batches as they are (both non-empty)."""
         high = self.bounds.high or m + m_step(m)
         up, down = min(high, m + m_step(m)), max(self.bounds.low, m - m_step(m))
-        if seen.preempted and down < m:
-            return down
+        if seen.preempted:   # the set that ran out within m's seats: fewer; else it was the excess
+            return down if seen.running + seen.preempted <= 2 * m else m
         if up > m and seen.running >= 2 * m and self._grows(seen, halves, rate, up):
             return up
         if down < m and self._drafting_exceeds(seen) and self._costs_little(seen, halves, rate, down):
@@ -89,14 +97,20 @@ class MRule:
     def _speed(self, halves: tuple[Half, Half], rate: float) -> float:
         return self.prices.rates((PSD,), halves, rate)[PSD]
 
+    def _now(self, halves: tuple[Half, Half], rate: float) -> float:
+        """Tokens/s at the running set split evenly, as every other m is priced: a refill that
+        left the sub-batches uneven is not a reason to move m."""
+        return self._speed(resized(halves, halves[0].requests + halves[1].requests), rate)
+
     def _grows(self, seen: Observed, halves: tuple[Half, Half], rate: float, up: int) -> bool:
         n = halves[0].requests + halves[1].requests
         newcomers = min(seen.waiting, 2 * up - seen.running)
-        if newcomers <= 0 or newcomers * seen.blocks_each > seen.room_blocks:
+        after = seen.running + newcomers
+        if newcomers <= 0 or after * seen.blocks_each > seen.pool_blocks or 0 < seen.ran_out_at <= after:
             return False
         grown = resized(halves, n + newcomers)
         drafting, verifying = self.prices.psd_overlap(grown)
-        pays = self._speed(grown, rate) > self._speed(halves, rate) * (1.0 + self.margin)
+        pays = self._speed(grown, rate) > self._now(halves, rate) * (1.0 + self.margin)
         return drafting <= verifying and pays
 
     def _drafting_exceeds(self, seen: Observed) -> bool:
@@ -109,4 +123,4 @@ class MRule:
         kept = min(n, 2 * down)
         if not seen.waiting or kept == n:
             return False
-        return self._speed(resized(halves, kept), rate) * (1.0 + self.margin) >= self._speed(halves, rate)
+        return self._speed(resized(halves, kept), rate) * (1.0 + self.margin) >= self._now(halves, rate)
