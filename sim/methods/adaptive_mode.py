@@ -29,6 +29,9 @@ What a switch does:
   sub-batch it verifies first: the switch's cost, one drafting nothing hides.
 - SD and AR: nothing is held, nothing to do.
 
+With `adaptive_m`, while PSD runs and its mode holds, m's rule (sim/methods/m_rule.py) also sets
+the scheduler's running cap 2m before each step; the step table's `m` column is the m in force.
+
 The rule decides before each step is planned (the scheduler's `planning` hook), so the hooks the
 plan asks answer for the mode that runs it. The step table gets two columns: `mode` (psd, sd or
 ar: which step ran) and `switch` (the rule changed the mode, or re-split PSD's sub-batches, when
