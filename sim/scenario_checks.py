@@ -29,6 +29,7 @@ from psdsim.sim.scenario_values import (
     KV_PATCHES,
     MAX_CONCENTRATION,
     MAX_K,
+    MAX_M,
     MAX_MEMORY_GB,
     MAX_MODEL_LEN,
     MAX_NAME,
@@ -150,7 +151,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _need(s.method in METHODS, "method", f"unknown method {s.method!r}",
           f"use one of: {', '.join(METHODS)}")
     _in_range(s, "k", 1, MAX_K)
-    _in_range(s, "m", 1, 4096)
+    _in_range(s, "m", 1, MAX_M)
     _in_range(s, "extra", 0, MAX_K)
     if s.method == "psd+tetris":
         _need(s.extra >= 1, "extra", "psd+tetris drafts k + extra tokens, extra must be >= 1",
@@ -224,7 +225,7 @@ def _check_adaptive_m(s: Scenario) -> None:
               "applies only with adaptive_m = true", f"set adaptive_m=true, or remove {name}")
     _in_range(s, "adaptive_m_min", 1, s.m)
     if s.adaptive_m_max:
-        _in_range(s, "adaptive_m_max", s.m, 4096)
+        _in_range(s, "adaptive_m_max", s.m, MAX_M)
 
 
 def _model_name(value: str) -> str:

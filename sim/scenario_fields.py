@@ -78,7 +78,7 @@ class Scenario:
     adaptive_m_min: int = _field(1, "run", int, "adaptive_m: the smallest m it may run, at most m")
     adaptive_m_max: int = _field(0, "run", int,
                                  "adaptive_m: the largest m it may run, at least m; 0 = no bound of its own "
-                                 "(the KV pool's and the rule's)")
+                                 "(m's, 4096)")
     confidence_spread: float = _field(4.0, "run", float,
                                       "psd+tetris: Beta concentration of per-token draft confidence")
     sampler_output: str = _field("full", "run", str,

@@ -42,6 +42,7 @@ MODEL_ERROR_BOUNDS = (0.1, 10.0)
 MAX_MODEL_LEN = 1 << 20   # a million tokens of context, past every model's window
 MAX_REQUESTS = 10**12
 MAX_K = 32   # draft tokens a step proposes: the scenario's bound and the reference engine's
+MAX_M = 4096   # requests per verification batch: m's bound, and adaptive_m's where it has none
 MAX_CONCENTRATION = 1e9
 CONCENTRATION_WHY = "where a Beta draw's spread (below 2e-5) is lost in the acceptance itself"
 MAX_MEMORY_GB = 1e6

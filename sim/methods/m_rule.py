@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from psdsim.sim.methods.mode_rule import PSD, Half, ModePrices, split_evenly
+from psdsim.sim.scenario_values import MAX_M
 
 
 def m_step(m: int) -> int:
@@ -64,7 +65,7 @@ class Observed:
 @dataclass(frozen=True)
 class MBounds:
     low: int
-    high: int   # 0: no bound of its own
+    high: int   # 0: no bound of its own (m's, MAX_M)
 
 
 def resized(halves: tuple[Half, Half], requests: int) -> tuple[Half, Half]:
@@ -84,7 +85,7 @@ class MRule:
 
     def next_m(self, m: int, seen: Observed, halves: tuple[Half, Half], rate: float) -> int:
         """m for the coming steps; `halves`: PSD's sub-batches as they are (both non-empty)."""
-        high = self.bounds.high or m + m_step(m)
+        high = self.bounds.high or MAX_M
         up, down = min(high, m + m_step(m)), max(self.bounds.low, m - m_step(m))
         if seen.preempted:   # the set that ran out within m's seats: fewer; else it was the excess
             return down if seen.running + seen.preempted <= 2 * m else m
