@@ -60,7 +60,7 @@ M_ROWS = [
     ("offline, acceptance 0.35", ["acceptance=0.35"]),
     ("H100 + NVLink, 4 req/s", [*H100, "rate=4"]),
     ("H100 + NVLink, offline", H100),
-    ("Qwen3-8B/0.6B on 1 L40S, m = 16, offline", [*SMALL_TARGET, "m=16"]),
+    ("Qwen3-8B/0.6B on 1 L40S, m = 64, offline", SMALL_TARGET),
     ("offline, gpu_memory_utilization 0.45", ["gpu_memory_utilization=0.45"]),
 ]
 M_RUNS = (("psd", ["method=psd"]), ("adaptive", ["method=adaptive"]),
@@ -71,7 +71,7 @@ def m_row(out: Lines, label: str, fields: list[str]) -> None:
     """One Part 3 row: each of M_RUNS on the same requests (see the module docstring)."""
     results = {name: simulate(load_scenario(overrides=["requests=300", "seed=1", *fields, *extra]))
                for name, extra in M_RUNS}
-    cells = "".join(f"{results[n].summary['output_tok_s']:>9.1f}" for n, _ in M_RUNS)
+    cells = "".join(f"{results[n].summary['output_tok_s']:>12.1f}" for n, _ in M_RUNS)
     tpot = "".join(f"{results[n].summary['tpot_ms']['p50']:>7.1f}" for n, _ in M_RUNS[1:3])
     queue = "".join(f"{results[n].summary['queue_ms']['p99'] / 1e3:>7.1f}" for n, _ in M_RUNS[1:3])
     ms = results["+adaptive_m"].steps["m"].astype(int)
@@ -139,7 +139,7 @@ def main() -> None:
         "adaptive_m, psd at m = 64; +adaptive_m over adaptive; p50 TPOT ms and p99 queueing s (adaptive, "
         "+adaptive_m); the m adaptive_m ran: its range (the m most steps ran); preemptions (adaptive, "
         "+adaptive_m)")
-    out(f"{'workload':<42}" + "".join(f"{n:>9}" for n, _ in M_RUNS) + f"{'gain':>8}{'TPOT':>14}"
+    out(f"{'workload':<42}" + "".join(f"{n:>12}" for n, _ in M_RUNS) + f"{'gain':>8}{'TPOT':>14}"
         + f"{'queue':>14}{'m':>14}{'preempt':>12}")
     for label, fields in M_ROWS:
         m_row(out, label, fields)

@@ -124,6 +124,17 @@ def test_drafting_within_the_margin_of_verification_holds_m():
     assert rule.next_m(16, _seen(drafting_s=1.06, verifying_s=1.0, waiting=0), HALVES, 0.5) == 16
 
 
+@pytest.mark.parametrize("t0, d, grows", [(20.0, 0.5, True), (10.0, 2.0, False)])
+def test_m_grows_toward_hidden_drafting_but_not_away_from_it(t0, d, grows):
+    """V = 10 + n with halves of 4 (V = 14 ms): t = 20 + n/2 drafts 22 ms, not hidden, but at 5 it
+    drafts 22.5 beside 15, a smaller share (1.5 against 1.57), and 5/22.5 beats 4/22 by 22%: m
+    grows toward t* = V. t = 10 + 2n drafts 18 beside 14 and 20 beside 15 at 5, a larger share:
+    m holds, though 5/20 would beat 4/18 by 12.5%."""
+    rule = MRule(LinearPrices(10.0, 1.0, t0, d), MBounds(1, 0), 0.05)   # type: ignore[arg-type]
+    halves = (Half(4, 40, 0), Half(4, 40, 0))
+    assert rule.next_m(4, _seen(running=8), halves, 0.5) == (5 if grows else 4)
+
+
 def test_the_kv_pool_gates_growth_and_a_preemption_shrinks_m():
     """V = 20 + n, t = n: growing from 16 to 20 pays (20/40 against 16/36) where the pool holds
     the 32 running requests and 8 newcomers at 2 blocks each; a preemption shrinks m whatever the

@@ -19,8 +19,10 @@ that a step where V0 dominates prices well above the default margin, about step/
   requests finished so far held them on average; before any has, at max_model_len, the most a
   request may hold: a pool that holds them only at their prompts would preempt them as they
   grow) and has never run out at as many running requests, where drafting at the larger m stays
-  hidden (priced: t <= V + c), and where its PSD step prices tokens/s more than the margin above
-  now.
+  hidden (priced: t <= V + c) or hides no worse than now (t / (V + c) does not rise: where the
+  drafter's fixed cost exceeds the verifier's, V grows faster with the batch than t and a larger m
+  moves toward t* = V, not away from it), and where its PSD step prices tokens/s more than the
+  margin above now.
 - Shrink where the step just run preempted (the KV pool ran out: fewer seats stop the scheduler
   admitting the victims again only to preempt them), unless the set that ran out held more than
   2m (the excess a shrink left running, which the scheduler's own preemption sheds: one shortage
@@ -30,8 +32,9 @@ that a step where V0 dominates prices well above the default margin, about step/
   grows with the batch: the seats buy latency, not throughput). Without waiting requests no seat
   is contested and m holds.
 
-Between growing (t <= V + c) and shrinking (t > (1 + margin)(V + c)) lies a band where m holds,
-so a load near either threshold does not move m at every step. The prices are sim/methods/
+Between growing (t <= V + c, or t / (V + c) not rising) and shrinking (t > (1 + margin)(V + c)
+and fewer seats within the margin of tokens/s) lies a band where m holds, so a load near either
+threshold does not move m at every step. The prices are sim/methods/
 mode_rule.ModePrices', PSD's pair of steps at the two even halves each m's running set would make.
 """
 
@@ -111,8 +114,11 @@ class MRule:
             return False
         grown = resized(halves, n + newcomers)
         drafting, verifying = self.prices.psd_overlap(grown)
-        pays = self._speed(grown, rate) > self._now(halves, rate) * (1.0 + self.margin)
-        return drafting <= verifying and pays
+        if drafting > verifying:   # not hidden at the larger m: at least no less hidden than now
+            drafting_now, verifying_now = self.prices.psd_overlap(resized(halves, n))
+            if drafting * verifying_now > drafting_now * verifying:
+                return False
+        return self._speed(grown, rate) > self._now(halves, rate) * (1.0 + self.margin)
 
     def _drafting_exceeds(self, seen: Observed) -> bool:
         return seen.verifying_s > 0.0 and seen.drafting_s > seen.verifying_s * (1.0 + self.margin)
