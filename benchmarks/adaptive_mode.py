@@ -7,6 +7,10 @@ and the share of adaptive's steps in each mode with its switches; across accepta
 rate), m, the GPU and link, and a target small enough for AR to win.
 Part 2, `psdsim plan examples/adaptive_plan.toml` at the catalog's acceptance and at 0.3: the
 largest request rate each configuration sustains under the plan's objectives.
+Part 3, adjusting m (`adaptive_m = true`): the same requests under psd and adaptive at the row's m,
+adaptive with adaptive_m, and psd at m = 64, from a load below 2m to a queue that never empties;
+output tokens/s, p50 TPOT, p99 queueing, and the m adaptive_m ran (its range and the m most steps
+ran), with its preemptions against adaptive's.
 
     python benchmarks/adaptive_mode.py [--record] [--no-plan]
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 from recording import ROOT, Lines, add_record_flag, write
 
 from psdsim.sim.run import simulate
@@ -42,6 +47,39 @@ ROWS = [
     ("H100 + NVLink, offline, acceptance 0.35", [*H100, "acceptance=0.35"]),
     ("Qwen3-8B/0.6B on 1 L40S, m = 64, offline", SMALL_TARGET),
 ]
+
+
+M_ROWS = [
+    ("0.5 req/s (below 2m)", ["rate=0.5"]),
+    ("1 req/s", ["rate=1"]),
+    ("2 req/s", ["rate=2"]),
+    ("4 req/s", ["rate=4"]),
+    ("8 req/s", ["rate=8"]),
+    ("offline", []),
+    ("offline, m = 4", ["m=4"]),
+    ("offline, acceptance 0.35", ["acceptance=0.35"]),
+    ("H100 + NVLink, 4 req/s", [*H100, "rate=4"]),
+    ("H100 + NVLink, offline", H100),
+    ("Qwen3-8B/0.6B on 1 L40S, m = 64, offline", SMALL_TARGET),
+    ("offline, gpu_memory_utilization 0.45", ["gpu_memory_utilization=0.45"]),
+]
+M_RUNS = (("psd", ["method=psd"]), ("adaptive", ["method=adaptive"]),
+          ("+adaptive_m", ["method=adaptive", "adaptive_m=true"]), ("psd m=64", ["method=psd", "m=64"]))
+
+
+def m_row(out: Lines, label: str, fields: list[str]) -> None:
+    """One Part 3 row: each of M_RUNS on the same requests (see the module docstring)."""
+    results = {name: simulate(load_scenario(overrides=["requests=300", "seed=1", *fields, *extra]))
+               for name, extra in M_RUNS}
+    cells = "".join(f"{results[n].summary['output_tok_s']:>12.1f}" for n, _ in M_RUNS)
+    tpot = "".join(f"{results[n].summary['tpot_ms']['p50']:>7.1f}" for n, _ in M_RUNS[1:3])
+    queue = "".join(f"{results[n].summary['queue_ms']['p99'] / 1e3:>7.1f}" for n, _ in M_RUNS[1:3])
+    ms = results["+adaptive_m"].steps["m"].astype(int)
+    values, counts = np.unique(ms, return_counts=True)
+    ran = f"{ms.min()}-{ms.max()} ({values[counts.argmax()]})"
+    gain = results["+adaptive_m"].summary["output_tok_s"] / results["adaptive"].summary["output_tok_s"] - 1
+    preempted = "".join(f"{int(results[n].steps['preempted'].sum()):>6}" for n, _ in M_RUNS[1:3])
+    out(f"{label:<42}{cells}{100 * gain:>+7.1f}%{tpot}{queue}{ran:>14}{preempted}")
 
 
 def compare_row(out: Lines, label: str, fields: list[str]) -> None:
@@ -96,13 +134,23 @@ def main() -> None:
             out(f"Part 2: psdsim plan examples/adaptive_plan.toml, {title}: largest sustainable req/s")
             out(f"  {'configuration':<16}{'ar':>9}{'sd':>9}{'psd':>9}{'adaptive':>9}{'ad./psd':>10}")
             plan_rows(out, overrides)
+    out("")
+    out("Part 3: adaptive_m; output tok/s (makespan) of psd and adaptive at the row's m, adaptive with "
+        "adaptive_m, psd at m = 64; +adaptive_m over adaptive; p50 TPOT ms and p99 queueing s (adaptive, "
+        "+adaptive_m); the m adaptive_m ran: its range (the m most steps ran); preemptions (adaptive, "
+        "+adaptive_m)")
+    out(f"{'workload':<42}" + "".join(f"{n:>12}" for n, _ in M_RUNS) + f"{'gain':>8}{'TPOT':>14}"
+        + f"{'queue':>14}{'m':>14}{'preempt':>12}")
+    for label, fields in M_ROWS:
+        m_row(out, label, fields)
     if args.record:
         notes = ("Part 1: seed 1, 300 requests; default models and GPUs (Qwen3-32B on 4 x L40S, Qwen3-1.7B "
                  "drafting across PCIe), k = 3, m = 16, unless the row says otherwise; output tok/s is all "
                  "output tokens over the makespan (offline rows: capacity; rows with a rate: what the "
                  "arrivals allow). Part 2: the plan's objectives (p99 latency 60 s, TTFT 5 s, queueing "
                  "10 s) on H100s, 200 requests per run, rates within 5%; ar runs on 4 GPUs, the others on 5 "
-                 "but sd (4).")
+                 "but sd (4). Part 3: as Part 1, m = 16 unless the row says otherwise; adaptive_m with its "
+                 "default bounds (1 to no bound of its own) and margin (0.05).")
         path = write("adaptive_mode", "The adaptive mode against PSD, SD and AR", out, notes)
         print(f"recorded: {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
 

@@ -55,7 +55,7 @@ BYTES_PER_SPILLED_STEP = 16
 DISK_BYTES_PER_STEP = 288   # the step table's columns: 35 of 8 bytes or fewer, the kind (28)
 BYTES_PER_TRACED_STEP = 16 * 1024   # timeline slices and the trace document (2.4 + 8.8 KB, rounded up)
 # The adaptive mode's own step columns, never spilled: a byte each while it runs, then `mode` as
-# 3-character strings (12 bytes) and `switch` (1)
+# 3-character strings (12 bytes), `switch` (1) and, with adaptive_m, `m` (2)
 BYTES_PER_MODE_STEP = 16
 # A decoupled service's steps: its five columns as 8-byte arrays while the replicas run, and the
 # replicas' tables merged in memory (the step table's 288 bytes and the five columns again)

@@ -91,9 +91,11 @@ class StepRows:
         self._parts: list[list[np.ndarray]] = [[] for _ in STEP_COLUMNS]   # packed, in memory
         self._held = 0                                   # rows in the packed parts
         self._files: list[SpillFile | None] | None = None   # once spilling: a file per column
+        self.last: tuple | None = None   # the last step's row: what a method may observe of it
 
     def append(self, values: tuple) -> None:
         self._rows.append(values)
+        self.last = values
         if len(self._rows) >= CHUNK_ROWS:
             self._pack()
 

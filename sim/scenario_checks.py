@@ -29,6 +29,7 @@ from psdsim.sim.scenario_values import (
     KV_PATCHES,
     MAX_CONCENTRATION,
     MAX_K,
+    MAX_M,
     MAX_MEMORY_GB,
     MAX_MODEL_LEN,
     MAX_NAME,
@@ -152,7 +153,7 @@ def _check_run(s: Scenario, cat: Catalog) -> None:
     _need(s.method in METHODS, "method", f"unknown method {s.method!r}",
           f"use one of: {', '.join(METHODS)}")
     _in_range(s, "k", 1, MAX_K)
-    _in_range(s, "m", 1, 4096)
+    _in_range(s, "m", 1, MAX_M)
     _in_range(s, "extra", 0, MAX_K)
     if s.method == "psd+tetris":
         _need(s.extra >= 1, "extra", "psd+tetris drafts k + extra tokens, extra must be >= 1",
@@ -213,6 +214,7 @@ def _check_adaptive(s: Scenario) -> None:
     _need("psd" in named, "adaptive_modes", f"{s.adaptive_modes!r} leaves out psd, the deployment's own mode",
           "include psd, e.g. psd,sd")
     _in_range(s, "adaptive_margin", 0.0, 1.0)
+    _check_adaptive_m(s)
     if s.method != "adaptive":
         return
     _need(s.sub_batches == 2 and s.drafters == 1, "sub_batches",
@@ -221,6 +223,19 @@ def _check_adaptive(s: Scenario) -> None:
     _need(s.kv_patch != "intended", "kv_patch",
           "kv_patch = intended grows only the verified sub-batch's KV, which SD and AR steps do not have",
           "use kv_patch=has_deferred (MineDraft's) or default")
+
+
+def _check_adaptive_m(s: Scenario) -> None:
+    """adaptive_m changes the adaptive method's m between its bounds, which hold the scenario's m."""
+    _need(not s.adaptive_m or s.method == "adaptive", "adaptive_m",
+          f"changing m is built for the adaptive method, not {s.method}",
+          "set method=adaptive, or remove adaptive_m")
+    for name, default in (("adaptive_m_min", 1), ("adaptive_m_max", 0)):
+        _need(s.adaptive_m or getattr(s, name) == default, name,
+              "applies only with adaptive_m = true", f"set adaptive_m=true, or remove {name}")
+    _in_range(s, "adaptive_m_min", 1, s.m)
+    if s.adaptive_m_max:
+        _in_range(s, "adaptive_m_max", s.m, MAX_M)
 
 
 def _model_name(value: str) -> str:

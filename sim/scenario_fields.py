@@ -71,6 +71,14 @@ class Scenario:
     adaptive_margin: float = _field(0.05, "run", float,
                                     "adaptive: hysteresis; a switch needs the other mode's priced tokens/s "
                                     "above the current one's by this fraction, in [0, 1]")
+    adaptive_m: bool = _field(False, "run", bool,
+                              "adaptive: also change m (the running cap 2m) while PSD runs: more seats while "
+                              "requests wait and drafting stays hidden, fewer when KV runs out or drafting "
+                              "exceeds verification")
+    adaptive_m_min: int = _field(1, "run", int, "adaptive_m: the smallest m it may run, at most m")
+    adaptive_m_max: int = _field(0, "run", int,
+                                 "adaptive_m: the largest m it may run, at least m; 0 = no bound of its own "
+                                 "(m's, 4096)")
     service_verifiers: int = _field(2, "run", int,
                                     "decoupled: verifier replicas V, each a TP group with its own scheduler "
                                     "and KV, request i served by replica i mod V (round robin)")

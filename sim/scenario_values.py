@@ -43,6 +43,7 @@ MODEL_ERROR_BOUNDS = (0.1, 10.0)
 MAX_MODEL_LEN = 1 << 20   # a million tokens of context, past every model's window
 MAX_REQUESTS = 10**12
 MAX_K = 32   # draft tokens a step proposes: the scenario's bound and the reference engine's
+MAX_M = 4096   # requests per verification batch: m's bound, and adaptive_m's where it has none
 MAX_CONCENTRATION = 1e9
 # Verifier replicas and drafter GPUs of a decoupled service: past a rack's 64 GPUs a shared link
 # is no longer one link.

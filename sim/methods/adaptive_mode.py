@@ -29,6 +29,9 @@ What a switch does:
   sub-batch it verifies first: the switch's cost, one drafting nothing hides.
 - SD and AR: nothing is held, nothing to do.
 
+With `adaptive_m`, while PSD runs and its mode holds, m's rule (sim/methods/m_rule.py) also sets
+the scheduler's running cap 2m before each step; the step table's `m` column is the m in force.
+
 The rule decides before each step is planned (the scheduler's `planning` hook), so the hooks the
 plan asks answer for the mode that runs it. The step table gets two columns: `mode` (psd, sd or
 ar: which step ran) and `switch` (the rule changed the mode, or re-split PSD's sub-batches, when
@@ -38,6 +41,8 @@ and nothing drafted beside it drains).
 
 from __future__ import annotations
 
+from array import array
+from collections import deque
 from collections.abc import Generator
 from typing import Any
 
@@ -46,15 +51,20 @@ import numpy as np
 from psdsim.sim.costs import Chunks
 from psdsim.sim.methods.common import EngineMethod, SimContext
 from psdsim.sim.methods.draft_length import AdaptiveLength
+from psdsim.sim.methods.m_rule import MBounds, MRule, Observed
 from psdsim.sim.methods.mode_rule import AR, PSD, SD, Half, ModePrices, chosen, split_evenly
 from psdsim.sim.methods.passes import Drafting, drafting_s
 from psdsim.sim.methods.pipelined import PipelinedSD
 from psdsim.sim.methods.sd import StandardSD
 from psdsim.sim.methods.sub_batching import BatchManagerSubBatching
-from psdsim.sim.records import StepRecord
+from psdsim.sim.records import STEP_COLUMNS, StepRecord
+from psdsim.sim.requests import FINISHED
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import StepPlan
 
+# the last step's figures m's rule observes, by their place in a step row
+PREEMPTED, PARALLELISED, DRAFTED, DRAFT_S, PREP_S, VERIFY_S, COMM_S, RETURN_S = map(STEP_COLUMNS.index, (
+    "preempted", "parallelised", "drafted", "draft_s", "prep_s", "verify_s", "comm_s", "return_s"))
 MODE_NAMES = (PSD, SD, AR)   # the `mode` column's values; the run keeps their indices
 SYNC = "draft (KV sync)"     # the AR mode's draft pass on the timeline
 
@@ -101,6 +111,14 @@ class AdaptiveMode(EngineMethod):
         self.pending: str | None = None   # the mode to enter once PSD's drafts in flight are verified
         self.switched = False             # the rule switched while the coming step was planned
         self.modes, self.switches = bytearray(), bytearray()   # per step: its mode's index, `switch`
+        # adaptive_m: m's rule, the m in force, and PSD's last two steps that drafted beside their
+        # pass: that drafting and the pass (a pair, one step of each sub-batch, as the theory's)
+        self.m_rule = (MRule(self.prices, MBounds(s.adaptive_m_min, s.adaptive_m_max), self.margin)
+                       if s.adaptive_m else None)
+        self.m, self.ms = s.m, array("H")
+        self.overlaps: deque[tuple[float, float]] = deque(maxlen=2)
+        self.finished = self.finished_blocks = 0   # requests finished and the KV blocks they ended with
+        self.ran_out_at = 0                         # the fewest running requests KV ran out at (0: never)
 
     # -- scheduler hooks: PSD's sub-batches follow the running set in every mode ----------------
 
@@ -114,6 +132,10 @@ class AdaptiveMode(EngineMethod):
         self.psd.resumed(slots)
 
     def left(self, slots: np.ndarray) -> None:
+        if self.m_rule is not None:
+            done = slots[self.sim.table.state[slots] == FINISHED]
+            self.finished += len(done)
+            self.finished_blocks += int(self.sim.scheduler.kv.held[done].sum())
         self.psd.left(slots)
 
     def target_tokens(self, slots: np.ndarray) -> np.ndarray:
@@ -148,6 +170,8 @@ class AdaptiveMode(EngineMethod):
         rates = self.prices.rates(dict.fromkeys((*self.allowed, current)), halves, self.length.estimate.rate)
         best = chosen(current, rates, self.margin)
         if best == current:
+            if self.m_rule is not None and self.mode == PSD and not fallback:
+                self._resize(halves)
             return
         self.switched = True
         if best == PSD:
@@ -168,6 +192,26 @@ class AdaptiveMode(EngineMethod):
 
         return half(members[0]), half(members[1])
 
+    def _resize(self, halves: tuple[Half, Half]) -> None:
+        """m's rule (sim/methods/m_rule.py), acting through the scheduler's running cap."""
+        assert self.m_rule is not None
+        sched = self.sim.scheduler
+        kv, running, last = sched.kv, sched.running, self.sim.steps.last
+        s = self.sim.scenario
+        preempted = 0 if last is None else last[PREEMPTED]
+        if preempted:
+            ran_out = len(running) + preempted
+            self.ran_out_at = min(self.ran_out_at or ran_out, ran_out)
+        each = (-(-self.finished_blocks // self.finished) if self.finished
+                else int(kv.blocks_for(s.max_model_len + self.lookahead)))
+        seen = Observed(running=len(running), waiting=len(sched.waiting),
+                        pool_blocks=kv.total - kv.watermark, blocks_each=each,
+                        preempted=preempted, ran_out_at=self.ran_out_at,
+                        drafting_s=sum(o[0] for o in self.overlaps),
+                        verifying_s=sum(o[1] for o in self.overlaps))
+        self.m = self.m_rule.next_m(self.m, seen, halves, self.length.estimate.rate)
+        sched.max_running = 2 * self.m
+
     def _enter(self, mode: str) -> None:
         self.mode = mode
         self.length.speculating = self.sim.speculating = mode != AR
@@ -183,11 +227,20 @@ class AdaptiveMode(EngineMethod):
         self.switches.append(self.switched and decodes)
         if decodes:
             self.switched = False
+        if self.m_rule is not None:
+            self.ms.append(self.m)
         yield from (self.psd if self.mode == PSD else self.sd).step(plan)
+        last = self.sim.steps.last
+        if self.mode == PSD and last is not None and last[PARALLELISED] and last[DRAFTED]:
+            beside = last[VERIFY_S] + last[COMM_S] - last[RETURN_S]   # the pass and its inputs' messages
+            self.overlaps.append((last[DRAFT_S] - last[PREP_S], beside))
         if self.mode == AR and len(plan.decode):   # the estimate keeps learning without drafts
             self.length.estimate.expect(self.sim.table.acceptance[plan.decode])
 
     def step_columns(self) -> dict[str, np.ndarray]:
         codes = np.frombuffer(bytes(self.modes), dtype=np.uint8)
-        return {"mode": np.array(MODE_NAMES)[codes],
-                "switch": np.frombuffer(bytes(self.switches), dtype=bool).copy()}
+        columns = {"mode": np.array(MODE_NAMES)[codes],
+                   "switch": np.frombuffer(bytes(self.switches), dtype=bool).copy()}
+        if self.m_rule is not None:
+            columns["m"] = np.frombuffer(self.ms.tobytes(), dtype=np.uint16).copy()
+        return columns

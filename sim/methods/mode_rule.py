@@ -91,8 +91,24 @@ class ModePrices:
         # SD, and PSD with one sub-batch empty: its fallback step is SD's
         return tokens / (cost.draft(n + rows, k, ctx) + self._step_s(n, ctx, k, 0.0))
 
+    def psd_overlap(self, halves: tuple[Half, Half]) -> tuple[float, float]:
+        """PSD's pair of steps over `halves`: the drafting beside each pass and each pass with the
+        messages beside it, each summed over the pair (drafting is hidden where the first is at
+        most the second: the theory's t <= V + c)."""
+        with unrecorded(self.sim.cost):
+            a, b = halves
+            passes = (self._pass_s(half.requests, half.context, self.k)[0] for half in halves)
+            return self._draft(a) + self._draft(b), sum(passes)
+
     def _draft(self, half: Half) -> float:
         return self.sim.cost.draft(half.requests + half.extra_rows, self.k, half.context)
+
+    def _pass_s(self, batch: int, ctx: int, drafts: int) -> tuple[float, float]:
+        """The target's pass over `drafts` drafts for each of `batch` requests with the messages
+        beside it, and the messages after it and the drafting."""
+        scored = batch * (drafts + 1)
+        link_beside, link_after = link_seconds(self.sim, batch, ctx, NO_CHUNKS)(scored)
+        return self.sim.cost.verify(batch, scored, ctx) + link_beside, link_after
 
     def _step_s(self, batch: int, ctx: int, drafts: int, beside_s: float) -> float:
         """A step verifying `drafts` drafts for each of `batch` requests, `beside_s` of drafting
@@ -101,8 +117,7 @@ class ModePrices:
         has drafted), rejection sampling where drafts are scored, the framework's work."""
         sim, cost = self.sim, self.sim.cost
         scored = batch * (drafts + 1)
-        link_beside, link_after = link_seconds(sim, batch, ctx, NO_CHUNKS)(scored)
-        verify = cost.verify(batch, scored, ctx) + link_beside
+        verify, link_after = self._pass_s(batch, ctx, drafts)
         return (cost.driver_prep(batch, scored) + max(beside_s, verify) + link_after
                 + (cost.reject(scored) if drafts else 0.0)
                 + cost.framework(len(sim.scheduler.running), batch))

@@ -4,56 +4,14 @@ and drafting grow linearly with the batch, so that the rule's thresholds are wor
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from psdsim.sim.costs import NO_CHUNKS, Chunks, OptionalCosts
 from psdsim.sim.methods.mode_rule import AR, PSD, SD, chosen, tokens_per_verification
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
+from tests.helpers.linear_cost import NEVER, LinearCost, request_trace
 from tests.helpers.scenarios import decode_rows, small
-
-NEVER = dict(acceptance=1e-9, acceptance_spread=1e9)   # no draft is ever accepted: 1 token a verification
-
-
-class LinearCost(OptionalCosts):
-    """verify = V0 + v x batch, a drafting (any k) = t0 + d x batch, ms; nothing else costs."""
-
-    overhead = 0.0
-
-    def __init__(self, V0: float, v: float, t0: float, d: float) -> None:
-        self.V0, self.v, self.t0, self.d = V0, v, t0, d
-
-    def draft(self, batch: int, k: int, ctx: int) -> float:
-        return (self.t0 + self.d * batch) * 1e-3 if batch and k else 0.0
-
-    def verify(self, batch: int, tokens: int, ctx: int, chunks: Chunks = NO_CHUNKS) -> float:
-        return ((self.V0 + self.v * batch) * 1e-3 if batch else 0.0) + (1e-3 if chunks.tokens else 0.0)
-
-    def draft_chunks(self, chunks: Chunks) -> float:
-        return 0.0
-
-    def comm(self, nbytes: int) -> float:
-        return 0.0
-
-    def broadcast(self, nbytes: int) -> float:
-        return 0.0
-
-    def reject(self, positions: int) -> float:
-        return 0.0
-
-    def swap(self, blocks: int) -> float:
-        return 0.0
-
-
-def _trace(tmp: Path, rows: list[tuple[float, int]]) -> str:
-    """A trace of (arrival s, output tokens) rows with 8-token prompts."""
-    path = tmp / "trace.csv"
-    path.write_text("arrival_s,prompt_tokens,output_tokens\n"
-                    + "".join(f"{a},8,{out}\n" for a, out in rows), encoding="utf-8")
-    return str(path)
 
 
 def _run(trace: str, requests: int, cost: LinearCost, **fields):
@@ -77,7 +35,7 @@ def test_psd_merges_into_sd_at_the_load_the_theory_gives(tmp_path, margin, last_
     margin m it is left once 20 + n > (1 + m)(12 + 2n): at n = 7 (m = 0), n = 5 (m = 0.1). The
     16 requests end one at a time from alternate sub-batches (1 token a verification), so the
     halves stay within one request of each other."""
-    trace = _trace(tmp_path, [(0.0, 3 + j) for j in range(16)])
+    trace = request_trace(tmp_path, [(0.0, 3 + j) for j in range(16)])
     r = _run(trace, 16, LinearCost(10.0, 1.0, 2.0, 1.0), m=8, adaptive_margin=margin,
              adaptive_modes="psd,sd", **NEVER)
     st = r.steps
@@ -101,7 +59,7 @@ def test_sd_splits_into_psd_when_the_load_grows(tmp_path):
     """Two requests alone: PSD's halves of one (2 max(t(1), V(1)) = 22 ms) lose to SD's 16 ms, so
     the first decode step is SD's; once 14 more arrive, 16 requests price PSD at 36 ms against SD's
     44 and the rule splits them: two sub-batches of 8 and an init step (not parallelised)."""
-    trace = _trace(tmp_path, [(0.0, 200), (0.0, 200)] + [(0.05, 100)] * 14)
+    trace = request_trace(tmp_path, [(0.0, 200), (0.0, 200)] + [(0.05, 100)] * 14)
     r = _run(trace, 16, LinearCost(10.0, 1.0, 2.0, 1.0), m=8, adaptive_modes="psd,sd", **NEVER)
     st = r.steps
     d = decode_rows(st)
@@ -119,7 +77,7 @@ def test_speculation_turns_off_below_the_acceptance_that_pays_for_it(tmp_path, a
     """Constant t = 4 ms, V = 10 ms, k = 1: SD yields (1 + a) tokens per 14 ms, AR one per
     max(t, V) = 10 ms (the draft model's one pass beside the target's), PSD (1 + a) per 20 ms: AR
     pays below a = 0.4. The rule starts from the configured acceptance."""
-    trace = _trace(tmp_path, [(0.0, 40)] * 8)
+    trace = request_trace(tmp_path, [(0.0, 40)] * 8)
     r = _run(trace, 8, LinearCost(10.0, 0.0, 4.0, 0.0), m=4, k=1, acceptance=acceptance,
              acceptance_spread=1e9)
     st = r.steps
@@ -139,7 +97,7 @@ def test_the_tail_is_split_again_where_two_halves_still_pay(tmp_path):
     2 max(t(4), V(4)) = 28 ms for as many: the rule splits them again, once the drafts in flight
     are verified (PSD's own first tail step)."""
     rows = [(0.0, 6 if j % 2 == 0 else 120) for j in range(16)]
-    trace = _trace(tmp_path, rows)
+    trace = request_trace(tmp_path, rows)
     r = _run(trace, 16, LinearCost(10.0, 1.0, 10.0, 1.0), m=8, adaptive_modes="psd", **NEVER)
     st = r.steps
     d = decode_rows(st)
