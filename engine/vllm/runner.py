@@ -7,7 +7,7 @@ The order matters, and why:
    per-request metrics nor spec-decode counters;
 3. the temperature workaround, probed and applied in the worker, before anything is sampled;
 4. the instance's health check (engine/vllm/health.py): a short generate during which the
-   worker's CPU share is read; a worker that did not get its core is stopped and 2-3 redone;
+   worker's CPU share is read; a worker that did not get its core is stopped and started again;
 5. an untimed warm-up generate (lazy initialisation, first-call kernel selection);
 6. the measured generate, between two metric snapshots (counters are cumulative since start).
 """
