@@ -25,8 +25,7 @@ from typing import Generic, TypeVar
 # measured starved instances ran at 1/2.4 of their normal speed, i.e. ~0.4 of a core.
 STARVED_SHARE = 0.6
 # instances tried before the last one is used anyway, and said to be starved: each costs an engine
-# start (about a minute on the shared 2-core machine), and where no core is idle a third start
-# finds what the second did
+# start (about a minute on the shared 2-core machine), and where no core is idle no start finds one
 ATTEMPTS = 2
 
 Instance = TypeVar("Instance")
