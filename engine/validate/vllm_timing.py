@@ -100,7 +100,7 @@ def time_ar_steps(cfg: VllmValidateConfig, model: str, vocab: int, rep: int) -> 
 
     base = cfg.base
     timing = base.with_changes(method="ar", m=max(cfg.batches), output_len=max(LONG, base.output_len))
-    llm, health = start_checked(engine_args(timing, model, None), timing, vocab)
+    llm, _, health = start_checked(engine_args(timing, model, None), timing, vocab)
     rng = np.random.default_rng([base.seed, 3, rep])
 
     def prompts(b: int) -> list[dict[str, list[int]]]:

@@ -144,10 +144,10 @@ PROBE_TOKENS = 64   # each of the probe's m requests: ~0.2-1 s of steps, many cl
 
 
 def start_checked(args: dict[str, Any], cfg: VllmConfig, vocab: int,
-                  ready: Callable[[Any], object] = lambda llm: None) -> tuple[Any, dict[str, Any]]:
+                  ready: Callable[[Any], Any] = lambda llm: None) -> tuple[Any, Any, dict[str, Any]]:
     """`LLM(**args)` whose worker got its core while it ran a probe generate of m short prompts
-    (engine/vllm/health.py), `ready` applied to each instance started before its probe; and what
-    the checks found, for the summary."""
+    (engine/vllm/health.py), `ready` applied to each instance started before its probe; what
+    `ready` gave the instance kept; and what the checks found, for the summary."""
     from vllm import LLM, SamplingParams
 
     from psdsim.engine.vllm.health import run_with_its_core
@@ -163,8 +163,8 @@ def start_checked(args: dict[str, Any], cfg: VllmConfig, vocab: int,
 
     checked = run_with_its_core(start, lambda llm: llm.generate(prompts, params, use_tqdm=False),
                                 lambda llm: llm.llm_engine.engine_core.shutdown())
-    return checked.instance, {"ready": found["ready"], "worker_cpu_share": [c.share for c in checked.checks],
-                              "starved": checked.starved}
+    health = {"worker_cpu_share": [c.share for c in checked.checks], "starved": checked.starved}
+    return checked.instance, found["ready"], health
 
 
 def _metrics(llm: Any) -> dict[str, Any] | None:
@@ -184,10 +184,9 @@ def run(cfg: VllmConfig) -> dict[str, Any]:
     from vllm import SamplingParams
 
     import_s = time.perf_counter() - began
-    llm, health = start_checked(engine_args(cfg, target, draft), cfg, vocab,
-                                lambda llm: _fix_temperature(llm, cfg) if needs_fix else None)
+    llm, fix, health = start_checked(engine_args(cfg, target, draft), cfg, vocab,
+                                     lambda llm: _fix_temperature(llm, cfg) if needs_fix else None)
     init_s = time.perf_counter() - began - import_s   # engine starts and checks: processes, weights, KV
-    fix = health.pop("ready")
     params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.output_len, ignore_eos=True, n=cfg.n)
     prompts = [{"prompt_token_ids": ids} for ids in prompt_token_ids(cfg, vocab)]
     if cfg.warmup:
