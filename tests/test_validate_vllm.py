@@ -169,7 +169,8 @@ def _sd_truth(tmp_path: Path) -> dict[str, float]:
     split would run: the written scenarios simulated with that cost in their profile."""
     predict(_config(tmp_path / "truth"), _measured())
     folder = tmp_path / "truth" / "v"
-    profile = vllm_profile.with_spec_costs(load_profile(folder / "profile.json"), vllm_profile.SpecCosts(SPEC_STEP))
+    profile = vllm_profile.with_spec_costs(load_profile(folder / "profile.json"),
+                                           vllm_profile.SpecCosts(SPEC_STEP))
     (folder / "profile.json").write_text(profile.to_json())
     return {name: predicted_summary(load_scenario(folder / "scenarios" / f"{name}.toml"))["output_tok_s"]
             for name in ("sd_k1", "sd_k3")}
