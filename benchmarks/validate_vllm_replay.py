@@ -6,7 +6,9 @@ version of the file (read with `git show`, run beside this checkout's simulator)
 measurements in every column, so the differences are the models' alone, not the machine's. The
 question it answers: does pricing the per-step framework work once per step, apart from the passes,
 predict vLLM's SD better than pricing every draft pass as a whole AR step (3fb1a45)? And does one
-cost per SD step, fitted at k=1, predict the other k (against 9ad707c, the split alone)? Needs no vLLM.
+cost per SD step, fitted at k=1, predict the other k (against 9ad707c, the split alone)? And a cost
+per draft pass besides, fitted with it at k=1 and k=2 (against fcfced9, the per-step cost alone)?
+Needs no vLLM.
 
     python benchmarks/validate_vllm_replay.py REPORT_DIR --against 9ad707c --against 3fb1a45 [--record]
 """
@@ -99,11 +101,12 @@ def main() -> None:
         old = [rows_of(baseline(c), base, ks, measured, Path(tmp) / c) for c in args.against]
         split = split_steps(measured["ar_steps"])
     f, draft, verify = split.framework, split.profile.terms["draft"], split.profile.terms["verify"]
+    per_pass = f" and per draft pass {spec['pass_ms']:.2f} ms" if spec.get("pass_ms") is not None else ""
     say(f"per-step work {1e3 * f.fixed:.2f} ms + {1e6 * f.per_request:.0f} us per request; the target's "
         f"layers {1e3 * verify.coef[0]:.2f} ms + {1e6 * verify.coef[1]:.0f} us per token; a draft pass "
         f"{1e3 * draft.coef[0]:.2f} ms + {1e6 * draft.coef[1]:.0f} us per request; per SD step "
-        + (f"{spec['ms']:.2f} ms (fitted to {spec['fitted_on']}, marked *)" if spec["fitted_on"]
-           else spec["note"]))
+        + (f"{spec['ms']:.2f} ms{per_pass} (fitted to {' and '.join(spec['fitted_on'])}, marked *)"
+           if spec["fitted_on"] else spec["note"]))
     against = "".join(f"{'at ' + c:>14}" for c in args.against)
     say(f"{'run':<7}{'tok/s measured':>16}{'error now':>11}{against}"
         f"{'p50 ms measured':>17}{'error now':>11}{against}")
@@ -113,7 +116,7 @@ def main() -> None:
 
     for run, cells in new.items():
         tok, p50 = cells["output_tok_s"], cells["latency_ms.p50"]
-        name = run + ("*" if run == spec["fitted_on"] else "")
+        name = run + ("*" if run in (spec["fitted_on"] or []) else "")
         say(f"{name:<7}{tok['measured']:>16.1f}{pct(tok['error']):>11}{errors(run, 'output_tok_s')}"
             f"{p50['measured']:>17.0f}{pct(p50['error']):>11}{errors(run, 'latency_ms.p50')}")
     if args.record:

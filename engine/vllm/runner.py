@@ -6,8 +6,10 @@ The order matters, and why:
 2. `LLM(...)` with engine stats on (`disable_log_stats=False`), without which there are neither
    per-request metrics nor spec-decode counters;
 3. the temperature workaround, probed and applied in the worker, before anything is sampled;
-4. an untimed warm-up generate (lazy initialisation, first-call kernel selection);
-5. the measured generate, between two metric snapshots (counters are cumulative since start).
+4. the instance's health check (engine/vllm/health.py): a short generate during which the
+   worker's CPU share is read; a worker that did not get its core is stopped and started again;
+5. an untimed warm-up generate (lazy initialisation, first-call kernel selection);
+6. the measured generate, between two metric snapshots (counters are cumulative since start).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +140,33 @@ def _fix_temperature(llm: Any, cfg: VllmConfig) -> dict[str, Any]:
             "expand_ok_after": all(f["expand_ok_after"] for f in found)}
 
 
+PROBE_TOKENS = 64   # each of the probe's m requests: ~0.2-1 s of steps, many clock ticks of CPU time
+
+
+def start_checked(args: dict[str, Any], cfg: VllmConfig, vocab: int,
+                  ready: Callable[[Any], Any] = lambda llm: None) -> tuple[Any, Any, dict[str, Any]]:
+    """`LLM(**args)` whose worker got its core while it ran a probe generate of m short prompts
+    (engine/vllm/health.py), `ready` applied to each instance started before its probe; what
+    `ready` gave the instance kept; and what the checks found, for the summary."""
+    from vllm import LLM, SamplingParams
+
+    from psdsim.engine.vllm.health import run_with_its_core
+
+    params = SamplingParams(temperature=cfg.temperature, max_tokens=PROBE_TOKENS, ignore_eos=True)
+    prompts = [{"prompt_token_ids": [4 + (8 * i + j) % (vocab - 4) for j in range(8)]} for i in range(cfg.m)]
+    found: dict[str, Any] = {}
+
+    def start() -> Any:
+        llm = LLM(**args)
+        found["ready"] = ready(llm)
+        return llm
+
+    checked = run_with_its_core(start, lambda llm: llm.generate(prompts, params, use_tqdm=False),
+                                lambda llm: llm.llm_engine.engine_core.shutdown())
+    health = {"worker_cpu_share": [c.share for c in checked.checks], "starved": checked.starved}
+    return checked.instance, found["ready"], health
+
+
 def _metrics(llm: Any) -> dict[str, Any] | None:
     get = getattr(llm, "get_metrics", None)
     return snapshot(get()) if get is not None else None
@@ -151,12 +181,12 @@ def run(cfg: VllmConfig) -> dict[str, Any]:
     set_environment(cfg, needs_fix)
     target, draft, vocab = model_paths(cfg)
     began = time.perf_counter()
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     import_s = time.perf_counter() - began
-    llm = LLM(**engine_args(cfg, target, draft))
-    init_s = time.perf_counter() - began - import_s   # engine start: processes, weights, KV cache
-    fix = _fix_temperature(llm, cfg) if needs_fix else None
+    llm, fix, health = start_checked(engine_args(cfg, target, draft), cfg, vocab,
+                                     lambda llm: _fix_temperature(llm, cfg) if needs_fix else None)
+    init_s = time.perf_counter() - began - import_s   # engine starts and checks: processes, weights, KV
     params = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.output_len, ignore_eos=True, n=cfg.n)
     prompts = [{"prompt_token_ids": ids} for ids in prompt_token_ids(cfg, vocab)]
     if cfg.warmup:
@@ -176,7 +206,7 @@ def run(cfg: VllmConfig) -> dict[str, Any]:
     extra: dict[str, Any] = {
         "engine_version": version, "temperature": cfg.temperature, "enforce_eager": cfg.enforce_eager,
         "dtype": cfg.dtype, "target": target, "draft": draft, "import_s": import_s, "init_s": init_s,
-        "temperature_fix": fix,
+        "temperature_fix": fix, "health": health,
         "trace": str(cfg.profile_dir) if cfg.profile_dir is not None else None,
     }
     summary = summarize(outputs, method=cfg.method, k=cfg.k, m=cfg.m, start_wall=start_wall,

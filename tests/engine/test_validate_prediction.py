@@ -17,12 +17,11 @@ and says in its commit message what moved. The data was made by
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.engines import VALIDATE_SMALL, stored_report
+from tests.helpers.engines import VALIDATE_SMALL, same, stored_report
 
 RECORD = VALIDATE_SMALL / "predicted.json"
 
@@ -34,22 +33,6 @@ def predictions(out: Path) -> dict[str, Any]:
     return json.loads(json.dumps(doc, allow_nan=True))  # the form the record holds
 
 
-# Calibration fits its costs with scipy's least squares and the summary takes numpy's percentiles:
-# their last bits differ between releases (scipy 1.17 / numpy 2.4 moved them by 1-4 ulp, the same
-# simulator). Any change of the simulator's own moves a prediction by far more than this.
-REL = 1e-12
-
-
-def same(recorded: Any, now: Any) -> bool:
-    """Equal, floats to within REL (nested in dicts and lists as the summary nests them)."""
-    if isinstance(recorded, float) and isinstance(now, float):
-        return math.isclose(recorded, now, rel_tol=REL) or recorded == now or (recorded != recorded
-                                                                                and now != now)
-    if isinstance(recorded, dict) and isinstance(now, dict):
-        return recorded.keys() == now.keys() and all(same(recorded[k], now[k]) for k in recorded)
-    if isinstance(recorded, list) and isinstance(now, list):
-        return len(recorded) == len(now) and all(same(a, b) for a, b in zip(recorded, now, strict=True))
-    return recorded == now
 
 
 def test_the_prediction_from_stored_measurements_is_the_recorded_one(tmp_path: Path) -> None:

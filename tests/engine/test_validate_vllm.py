@@ -24,45 +24,31 @@ from psdsim.engine.validate.reference import predicted_summary
 from psdsim.engine.validate.report import error_interval
 from psdsim.engine.validate.vllm import predict, table_lines
 from psdsim.engine.validate.vllm_profile import split_steps, step_samples
-from psdsim.engine.validate.vllm_timing import DEPTH, LONG, ROLES, SHORT, VllmValidateConfig
+from psdsim.engine.validate.vllm_timing import DEPTH, VllmValidateConfig
 from psdsim.engine.vllm.config import VllmConfig
 from psdsim.sim.profile_reader import load_profile
 from psdsim.sim.run import simulate
 from psdsim.sim.scenario import load_scenario
-
-FRAMEWORK = (1.5e-3, 1.0e-4)    # per-step work: per step + per running request (seconds)
-LAYERS = (0.8e-3, 0.6e-4)       # the target's layers in one pass: per pass + per token
-DRAFT_LAYERS = (0.5e-3, 0.5e-4)
-PROMPT = (4e-3, 2e-5)           # a prompt pass: per pass + per prompt token
-# an AR decode step = the per-step work + one pass of the model's layers
-STEPS = {"target": LAYERS, "deep": (DEPTH * LAYERS[0], DEPTH * LAYERS[1]), "draft": DRAFT_LAYERS}
-
-
-def _step(role: str, b: int) -> float:
-    layers = STEPS[role]
-    return FRAMEWORK[0] + FRAMEWORK[1] * b + layers[0] + layers[1] * b
-
-
-def _seconds(role: str, b: int, n: int, prompt_len: int) -> float:
-    first = FRAMEWORK[0] + FRAMEWORK[1] * b + PROMPT[0] + PROMPT[1] * b * prompt_len
-    return first + (n - 1) * _step(role, b)
-
-
-def _rows(role: str, prompt_len: int = 16) -> list[dict[str, float]]:
-    return [{"repeat": rep, "batch": b, "output_len": n, "prompt_len": prompt_len,
-             "seconds": _seconds(role, b, n, prompt_len) * (1 + 0.002 * rep)}
-            for rep in range(2) for b in (1, 2, 4, 8) for n in (SHORT, LONG)]
-
-
-def _ar_steps() -> dict[str, list[dict[str, float]]]:
-    return {role: _rows(role) for role in ROLES}
+from tests.helpers.vllm_measurements import (
+    DRAFT_LAYERS,
+    FRAMEWORK,
+    LAYERS,
+    PROMPT,
+    ar_steps,
+    fake_run,
+    measured,
+    seconds,
+    step,
+    step_rows,
+    vllm_config,
+)
 
 
 def test_the_timed_pairs_give_each_decode_and_prompt_step():
-    decode, prompt = step_samples(_rows("target"))
+    decode, prompt = step_samples(step_rows("target"))
     assert len(decode) == len(prompt) == 8
     for s in decode[:4]:   # repeat 0: exact
-        assert s.duration_s == pytest.approx(_step("target", s.batch), rel=1e-9)
+        assert s.duration_s == pytest.approx(step("target", s.batch), rel=1e-9)
         assert s.tokens == s.batch and s.k == 0
     for s in prompt[:4]:
         want = FRAMEWORK[0] + FRAMEWORK[1] * s.batch + PROMPT[0] + PROMPT[1] * s.tokens
@@ -73,7 +59,7 @@ def test_the_deeper_target_splits_per_step_work_from_the_passes():
     """The per-step work comes out of the two depths, once; a draft pass costs the draft's layers,
     not a whole AR step (which is what the validation charged before: 4.4 ms per draft pass where
     an SD step grows by ~2.5 ms per draft token)."""
-    split = split_steps(_ar_steps())
+    split = split_steps(ar_steps())
     assert (split.framework.fixed, split.framework.per_request) == pytest.approx(FRAMEWORK, rel=0.02)
     terms = split.profile.terms
     assert terms["verify"].coef[:2] == pytest.approx(LAYERS, rel=0.02)
@@ -85,8 +71,8 @@ def test_the_deeper_target_splits_per_step_work_from_the_passes():
 
 def test_a_split_the_noise_decides_is_refused():
     """A deeper target timed no slower than the target leaves no layers to price."""
-    steps = _ar_steps()
-    steps["deep"] = _rows("target")
+    steps = ar_steps()
+    steps["deep"] = step_rows("target")
     with pytest.raises(TraceError, match="noise swamps the split"):
         split_steps(steps)
 
@@ -95,44 +81,29 @@ def test_noise_cannot_make_a_fitted_cost_negative(tmp_path: Path):
     """A deeper target whose steps grow faster with the batch than its layers can explain (noise,
     as measured on a loaded 2-core machine) would give a negative per-request cost taken apart
     model by model; the joint fit keeps every cost >= 0, and the catalog it writes loads."""
-    steps = _ar_steps()
+    steps = ar_steps()
     steps["deep"] = [{**row, "seconds": row["seconds"] + 1e-3 * row["batch"] * (row["output_len"] - 1)}
                      for row in steps["deep"]]
     split = split_steps(steps)
     assert split.framework.per_request == 0.0 and split.framework.fixed > 0
     assert min(split.profile.terms["verify"].coef + split.profile.terms["draft"].coef) >= 0
-    report = predict(_config(tmp_path), _measured(ar_steps=steps))
+    report = predict(vllm_config(tmp_path), measured(ar_steps=steps))
     assert report["framework"]["step_request_us"] == 0.0
 
 
 def test_timings_without_the_deeper_target_are_refused():
-    steps = _ar_steps()
+    steps = ar_steps()
     del steps["deep"]
     with pytest.raises(TraceError, match="no AR timings of the deep"):
         split_steps(steps)
 
 
-def _fake_run(tok_s: float, mal: float | None = None, p50: float = 100.0) -> dict[str, object]:
-    return {"output_tok_s": tok_s, "e2el_ms": 10.0, "latency_ms": {"p50": p50, "p99": 120.0},
-            "vsr": None if mal is None else 0.7, "mean_acceptance_length": mal, "engine_version": "test"}
-
-
-def _measured(**extra: object) -> dict[str, object]:
-    return {"ar_steps": _ar_steps(), "runs": {"ar": _fake_run(500.0), "sd_k1": _fake_run(400.0, 1.8),
-                                              "sd_k3": _fake_run(450.0, 2.6)}, **extra}
-
-
-def _config(tmp_path: Path) -> VllmValidateConfig:
-    base = VllmConfig(m=4, requests=4, prompt_len=16, output_len=32)
-    return VllmValidateConfig(base, tmp_path / "v", ks=(1, 3))
-
-
 def test_the_prediction_runs_the_fitted_steps(tmp_path: Path):
     """AR with every request in one batch: the simulated makespan is one prompt step and
     output_len - 1 decode steps, each the per-step work plus the target's layers."""
-    report = predict(_config(tmp_path), _measured())
+    report = predict(vllm_config(tmp_path), measured())
     rows = {r["run"]: r for r in report["rows"]}
-    makespan = _seconds("target", 4, 32, 16)
+    makespan = seconds("target", 4, 32, 16)
     ar = rows["ar"]["metrics"]["output_tok_s"]
     assert ar["predicted"] == pytest.approx(4 * 32 / makespan, rel=0.02)
     assert ar["error"] == pytest.approx((ar["predicted"] - 500.0) / 500.0)
@@ -149,7 +120,7 @@ def test_an_sd_step_pays_the_per_step_work_once_and_k_draft_passes(tmp_path: Pat
     """The written SD scenario, simulated: every pure decode step's framework time is the per-step
     work of its running requests, its drafting k passes of the draft's layers plus the per-SD-step
     cost once, its target pass the target's layers over the positions it scores."""
-    report = predict(_config(tmp_path), _measured())
+    report = predict(vllm_config(tmp_path), measured())
     spec = report["spec_step"]["ms"] * 1e-3
     steps = simulate(load_scenario(tmp_path / "v" / "scenarios" / "sd_k3.toml")).steps
     decode = (steps["kind"] == "decode") & (steps["prefill_tokens"] == 0)
@@ -167,9 +138,10 @@ SPEC_STEP = 6e-3   # the known per-SD-step cost the synthetic SD runs below are 
 def _sd_truth(tmp_path: Path) -> dict[str, float]:
     """SD throughput at k=1 and k=3 as an engine that pays SPEC_STEP once per SD step on top of the
     split would run: the written scenarios simulated with that cost in their profile."""
-    predict(_config(tmp_path / "truth"), _measured())
+    predict(vllm_config(tmp_path / "truth"), measured())
     folder = tmp_path / "truth" / "v"
-    profile = vllm_profile.with_spec_step(load_profile(folder / "profile.json"), SPEC_STEP)
+    profile = vllm_profile.with_spec_costs(load_profile(folder / "profile.json"),
+                                           vllm_profile.SpecCosts(SPEC_STEP))
     (folder / "profile.json").write_text(profile.to_json())
     return {name: predicted_summary(load_scenario(folder / "scenarios" / f"{name}.toml"))["output_tok_s"]
             for name in ("sd_k1", "sd_k3")}
@@ -179,9 +151,9 @@ def test_the_per_sd_step_cost_is_fitted_at_k1_and_predicts_the_other_k(tmp_path:
     """SD runs that pay a known cost per SD step, which AR runs cannot show: the fit recovers it
     from k=1 alone (in-sample) and predicts k=3 with it (held out); the split alone misses k=3."""
     truth = _sd_truth(tmp_path)
-    runs = {"ar": _fake_run(500.0), "sd_k1": _fake_run(truth["sd_k1"], 1.8),
-            "sd_k3": _fake_run(truth["sd_k3"], 2.6)}
-    report = predict(_config(tmp_path), _measured(runs=runs))
+    runs = {"ar": fake_run(500.0), "sd_k1": fake_run(truth["sd_k1"], 1.8),
+            "sd_k3": fake_run(truth["sd_k3"], 2.6)}
+    report = predict(vllm_config(tmp_path), measured(runs=runs))
     assert report["spec_step"]["ms"] == pytest.approx(1e3 * SPEC_STEP, rel=0.02)
     assert report["profile"]["draft"]["coef"][3] == pytest.approx(SPEC_STEP, rel=0.02)
     rows = {r["run"]: r for r in report["rows"]}
@@ -191,15 +163,15 @@ def test_the_per_sd_step_cost_is_fitted_at_k1_and_predicts_the_other_k(tmp_path:
     lines = "\n".join(table_lines(report))
     assert "sd_k1*" in lines and "sd_k3 " in lines and "fitted to sd_k1; every other k held out" in lines
     # without the term (a k=1 run that hides nothing) the same k=3 is over-predicted
-    fast = predict(VllmValidateConfig(_config(tmp_path).base, tmp_path / "w", ks=(3,)),
-                   _measured(runs={"ar": runs["ar"], "sd_k3": runs["sd_k3"]}))
+    fast = predict(VllmValidateConfig(vllm_config(tmp_path).base, tmp_path / "w", ks=(3,)),
+                   measured(runs={"ar": runs["ar"], "sd_k3": runs["sd_k3"]}))
     assert fast["rows"][1]["metrics"]["output_tok_s"]["error"] > 0.1
 
 
 def test_without_a_k1_run_nothing_is_fitted_and_the_report_says_so_once(tmp_path: Path):
-    runs = {"ar": _fake_run(500.0), "sd_k3": _fake_run(450.0, 2.6)}
-    cfg = VllmValidateConfig(_config(tmp_path).base, tmp_path / "v", ks=(3,))
-    report = predict(cfg, _measured(runs=runs))
+    runs = {"ar": fake_run(500.0), "sd_k3": fake_run(450.0, 2.6)}
+    cfg = VllmValidateConfig(vllm_config(tmp_path).base, tmp_path / "v", ks=(3,))
+    report = predict(cfg, measured(runs=runs))
     assert report["spec_step"]["ms"] is None and report["profile"]["draft"]["coef"][3] == 0.0
     assert not any(r["in_sample"] for r in report["rows"] if r["method"] == "sd")
     said = [line for line in table_lines(report) if "k=1" in line]
@@ -208,15 +180,15 @@ def test_without_a_k1_run_nothing_is_fitted_and_the_report_says_so_once(tmp_path
 
 def test_the_per_sd_step_cost_is_never_negative(tmp_path: Path):
     """SD at k=1 measured faster than the split predicts leaves nothing to charge: 0, not less."""
-    runs = {"ar": _fake_run(500.0), "sd_k1": _fake_run(1e6, 1.8), "sd_k3": _fake_run(450.0, 2.6)}
-    assert predict(_config(tmp_path), _measured(runs=runs))["spec_step"]["ms"] == 0.0
+    runs = {"ar": fake_run(500.0), "sd_k1": fake_run(1e6, 1.8), "sd_k3": fake_run(450.0, 2.6)}
+    assert predict(vllm_config(tmp_path), measured(runs=runs))["spec_step"]["ms"] == 0.0
 
 
 def test_repeated_runs_give_each_metric_its_interval(tmp_path: Path):
-    repeats = {"ar": [_fake_run(490.0), _fake_run(510.0)],
-               "sd_k1": [_fake_run(380.0, 1.8, 90.0), _fake_run(420.0, 1.8, 110.0)],
-               "sd_k3": [_fake_run(440.0, 2.6), _fake_run(460.0, 2.6)]}
-    report = predict(_config(tmp_path), _measured(repeats=repeats))
+    repeats = {"ar": [fake_run(490.0), fake_run(510.0)],
+               "sd_k1": [fake_run(380.0, 1.8, 90.0), fake_run(420.0, 1.8, 110.0)],
+               "sd_k3": [fake_run(440.0, 2.6), fake_run(460.0, 2.6)]}
+    report = predict(vllm_config(tmp_path), measured(repeats=repeats))
     cell = next(r for r in report["rows"] if r["run"] == "sd_k1")["metrics"]["latency_ms.p50"]
     assert cell["repeats"] == [90.0, 110.0]
     assert cell["interval"] == error_interval([90.0, 110.0], cell["predicted"])
@@ -243,7 +215,7 @@ def test_measure_repeats_the_ar_timings_and_every_run_in_rounds(tmp_path: Path, 
 
     def run(cfg):
         calls.append((f"{cfg.method}{cfg.k if cfg.method == 'sd' else ''}", None))
-        return _fake_run(100.0 * (1 + sum(1 for c in calls if c[0] != "time")), 2.0)
+        return fake_run(100.0 * (1 + sum(1 for c in calls if c[0] != "time")), 2.0)
 
     monkeypatch.setattr(vllm_timing, "time_ar_steps", timed)
     monkeypatch.setattr(runner, "run", run)
