@@ -1,0 +1,352 @@
+"""Sub-batch conformance: MineDraft's patched vLLM 0.9.2 scheduler against psdsim's PSD sub-batching.
+
+MineDraft's plugin patches vLLM's V0 `Scheduler` (`SchedulerPatch` in
+minedraft/plugin/core/scheduler.py): each request admitted, swapped in or preempted gets or gives
+back a `batch_flag` (`_get_next_batch_flag`, `_recycle_batch_flag`, `_balance_counter`), and
+`_skip_batch_flag` flips after each decode step; its worker (`ParallelSpecDecodeWorker`) verifies
+the decoding requests whose flag equals its `_send_batch_flag` and drafts the others, flips the
+flag when it drafted some, and verifies everything, resetting the flag to True, when one
+sub-batch is empty. psdsim's side is its `vllm-v0` scheduler with the PSD method's hooks into
+`BatchManagerSubBatching` (sim/methods/sub_batching.py, sim/batches.py), the way
+`PipelinedSD` wires them.
+
+Both are fed the workloads of tests/test_vllm_v0_conformance.py with k = 3 lookahead slots and
+2m running seats (MineDraft's `set_max_num_seqs_for_psd(max_num_seqs * 2)`), and stepped one time
+unit a step: the verified requests keep 1 + ((request + time) mod (k + 1)) tokens (the same on both
+sides, so that requests end at different steps), the drafted ones none (the worker pads their rows
+with -1, which vLLM's `MultiStepOutputProcessor` drops). Every step is compared: what the
+conformance suite compares (requests run, prompt-only steps, preemptions, swaps, blocks in use,
+finishes, aborts) and each scheduled request's flag, the requests verified and those drafted, and
+the blocks each running request holds. MineDraft's skipped slot appends (`_has_deferred_skip`)
+are counted; psdsim's default `kv_patch = "has_deferred"` says they change no block, which the
+per-request blocks check.
+
+Opt-in twice over: it needs vLLM 0.9.2 (benchmarks/install_vllm_v0_host.sh) and a checkout of
+MineDraft named by PSDSIM_MINEDRAFT (its code is imported from there, never copied here); it skips
+with its reason otherwise (docs/engines.md, "MineDraft's patched scheduler"):
+
+    PSDSIM_MINEDRAFT=/path/to/MineDraft /work/venv-vllm092/bin/python -m pytest tests/test_vllm_v0_minedraft.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from psdsim.sim.methods.sub_batching import EMPTY, BatchManagerSubBatching
+from psdsim.sim.records import StepRecord
+from psdsim.sim.scenario import Scenario
+from psdsim.sim.scheduler import EngineHooks
+from tests.test_vllm_v0_conformance import (
+    ABORTS,
+    OFFLINE_LOOSE,
+    OFFLINE_TIGHT,
+    PARALLEL,
+    POISSON_LOOSE,
+    POISSON_TIGHT,
+    SWAP_TIGHT,
+    TOKEN,
+    VLLM_VERSION,
+    PsdsimSide,
+    StepView,
+    VllmSide,
+    _installed_vllm,
+    _sorted,
+    run_side,
+)
+
+K = 3            # draft tokens per step: the lookahead slots each decode holds
+SCHEDULER = "minedraft/plugin/core/scheduler.py"
+
+
+def _checkout() -> Path | None:
+    """MineDraft's checkout named by PSDSIM_MINEDRAFT, if it holds the patched scheduler."""
+    root = os.environ.get("PSDSIM_MINEDRAFT")
+    return Path(root) if root and (Path(root) / SCHEDULER).is_file() else None
+
+
+def _skip_reason() -> str:
+    if _installed_vllm() != VLLM_VERSION:
+        return (f"opt-in: needs vLLM {VLLM_VERSION} (found {_installed_vllm()}); install it with "
+                "benchmarks/install_vllm_v0_host.sh (docs/engines.md)")
+    return (f"opt-in: set PSDSIM_MINEDRAFT to a checkout of electron-shaders/MineDraft holding "
+            f"{SCHEDULER} (found {os.environ.get('PSDSIM_MINEDRAFT')!r})")
+
+
+pytestmark = pytest.mark.skipif(_installed_vllm() != VLLM_VERSION or _checkout() is None,
+                                reason=_skip_reason())
+
+
+def kept(request: int, time: float) -> int:
+    """Tokens a verified request keeps in the step starting at `time` (both sides)."""
+    return 1 + (request + int(time)) % (K + 1)
+
+
+@dataclass
+class SubBatchView(StepView):
+    """A PSD step: StepView's fields, the sub-batches, and (vLLM's side only) the skipped appends."""
+
+    flagged: tuple[int, ...] = ()    # scheduled requests whose batch_flag is True
+    verified: tuple[int, ...] = ()
+    drafted: tuple[int, ...] = ()
+    held: tuple[tuple[int, int], ...] = ()   # (request, GPU blocks) of each running request
+    skipped: int = 0                 # decodes whose slot append MineDraft skipped (not compared)
+
+
+COMPARED = tuple(f.name for f in fields(SubBatchView) if f.name != "skipped")
+
+
+# -- MineDraft's patches, applied for one test and taken back -----------------------------
+
+
+@contextlib.contextmanager
+def minedraft_patches(root: Path, workdir: Path):
+    """Apply MineDraft's scheduler patches to vLLM, then restore vLLM's own attributes, so that
+    the rest of the session (the conformance suite) sees the plain scheduler. The plugin's tracer
+    makes a `benchmarks/trace` folder in the working directory at import: `workdir` takes it."""
+    here = os.getcwd()
+    sys.path.insert(0, str(root))
+    os.chdir(workdir)
+    try:
+        from minedraft.plugin.core import scheduler as mine
+        from minedraft.plugin.sequence import SequenceGroupPatch
+    finally:
+        os.chdir(here)
+    patches = [SequenceGroupPatch, mine.SchedulerOutputsPatch, mine.SchedulerRunningOutputsPatch,
+               mine.SchedulerPatch]
+    saved = [(p._mine_patch_target, name, p._mine_patch_target.__dict__.get(name, _MISSING))
+             for p in patches for name in p.__dict__ if not name.startswith("__") or name == "__new__"]
+    builder = mine.scheduler.scheduler_running_outputs_builder
+    code = builder.__code__
+    try:
+        for p in [*patches, mine.SchedulerModulePatch]:
+            p.apply_patch()
+        yield mine
+    finally:
+        builder.__code__ = code
+        for target, name, value in saved:
+            if value is _MISSING:
+                if name in target.__dict__:
+                    delattr(target, name)
+            else:
+                setattr(target, name, value)
+        for p in patches:
+            p._mine_patch_target.__dict__.get("_mine_patches", {}).clear()
+        sys.path.remove(str(root))
+
+
+_MISSING = object()
+
+
+# -- MineDraft's side ----------------------------------------------------------------------
+
+
+class MineDraftSide(VllmSide):
+    """vLLM 0.9.2's scheduler under MineDraft's patch, with its worker's choice of the verified
+    sub-batch and the spec-decode output processor (`MultiStepOutputProcessor`)."""
+
+    def __init__(self, case, mine) -> None:
+        from vllm.engine.output_processor.multi_step import MultiStepOutputProcessor
+        from vllm.engine.output_processor.stop_checker import StopChecker
+        from vllm.utils import Counter
+
+        from tests.test_vllm_v0_conformance import MAX_MODEL_LEN
+        super().__init__(case)
+        self.mine = mine
+        self.scheduler.set_use_pearl(False)
+        self.scheduler.set_max_num_seqs_for_psd(case.max_seqs)   # the engine passes 2m
+        self.engine.draft_size = K + 1
+        self.output = MultiStepOutputProcessor(None, [self.scheduler], Counter(), lambda seq: None,
+                                               StopChecker(MAX_MODEL_LEN, lambda seq: None))
+        self.send = True            # the worker's _send_batch_flag
+        self.appended: set[str] = set()
+        self.skipped = 0
+        own = self.scheduler._append_slots
+
+        def append_slots(seq_group, blocks_to_copy, enable_chunking=False):
+            self.appended.add(seq_group.request_id)
+            return own(seq_group, blocks_to_copy, enable_chunking)
+        self.scheduler._append_slots = append_slots
+        self.now = 0.0
+
+    def step(self, now: float) -> SubBatchView | None:
+        self.mine.TRACER.add(self.mine.Step)   # the step trace preemptions are written to
+        self.appended.clear()
+        self.now = now
+        self._turn_pending = True
+        view = super().step(now)
+        if view is None:
+            return None
+        return SubBatchView(**vars(view), **self._extra)
+
+    def _process_outputs(self, metas, scheduled, end: float) -> list[str]:
+        """The worker's turn, then the engine's output processing of the tokens it returns."""
+        decodes = [(m, g) for m, g in zip(metas, scheduled, strict=True) if not m.is_prompt]
+        flags = [m.batch_flag for m in metas]
+        verified, drafted = [], []
+        if decodes and len(decodes) == len(metas):   # a decode step (no chunked prefill here)
+            sending = [m.batch_flag == self.send for m, _ in decodes]
+            if all(sending) or not any(sending):   # one sub-batch empty: verify all
+                verified, self.send = [g for _, g in decodes], True
+            else:
+                verified = [g for (_, g), s in zip(decodes, sending, strict=True) if s]
+                drafted = [g for (_, g), s in zip(decodes, sending, strict=True) if not s]
+                self.send = not self.send
+        from vllm.sequence import SequenceStatus
+        name = self._name
+        skipped = sum(g.request_id not in self.appended for _, g in decodes)
+        held = []
+        block_manager = self.scheduler.block_manager
+        for g in self.scheduler.running:
+            blocks = sum(len(block_manager.get_block_table(s)) for s in g.get_seqs(status=SequenceStatus.RUNNING))
+            held.append((name(g.request_id), blocks))
+        self._extra = dict(
+            flagged=_sorted(name(g.request_id) for g, f in zip(scheduled, flags, strict=True) if f),
+            verified=_sorted(name(g.request_id) for g in verified),
+            drafted=_sorted(name(g.request_id) for g in drafted),
+            held=tuple(sorted(held)), skipped=skipped)
+        # MineDraft's `LLMEngine._process_model_outputs` skips the drafted rows (token -1) whole:
+        # neither their computed tokens nor their outputs are updated
+        scored = [(m, g) for m, g in zip(metas, scheduled, strict=True) if g not in drafted]
+        return super()._process_outputs([m for m, _ in scored], [g for _, g in scored], end)
+
+    def _sample(self, meta, group) -> None:
+        """A prompt samples one token; a verified request keeps `kept` tokens, padded with -1 to
+        k + 1 rows (MineDraft's `_create_output_sampler_list`)."""
+        from vllm.sequence import VLLM_INVALID_TOKEN_ID, CompletionSequenceGroupOutput, Logprob, SequenceOutput
+        seq = group.first_seq
+        if meta.is_prompt:
+            tokens = 1
+        else:
+            tokens = kept(self._name(group.request_id), self.now)
+        rows = [TOKEN] * tokens + [VLLM_INVALID_TOKEN_ID] * (K + 1 - tokens)
+        outputs = [CompletionSequenceGroupOutput([SequenceOutput(seq.seq_id, t, {t: Logprob(0.0)})], None)
+                   for t in rows]
+        for i, out in enumerate(outputs):
+            out.step_index = i
+        self.output.process_outputs(group, outputs, False)
+
+
+# -- psdsim's side -------------------------------------------------------------------------
+
+
+class PsdHooks(EngineHooks):
+    """The PSD method's scheduler hooks into its sub-batching, as `PipelinedSD` forwards them."""
+
+    def __init__(self, sub_batching: BatchManagerSubBatching, side: PsdsimSide) -> None:
+        self.sub_batching, self.side, self.lookahead = sub_batching, side, K
+
+    def allocating(self, decode):
+        return self.sub_batching.allocating(decode)
+
+    def target_tokens(self, slots):
+        return self.sub_batching.target_tokens(slots)
+
+    def admitted(self, slots, mixed):
+        restart = len(self.side.scheduler.running) == len(slots)
+        self.sub_batching.admitted(slots, mixed, restart=restart)
+
+    def graduated(self, slots):
+        self.sub_batching.graduated(slots)
+
+    def resumed(self, slots):
+        self.sub_batching.resumed(slots)
+
+    def left(self, slots):
+        self.sub_batching.left(slots, self.side.table.state)
+
+
+class PsdSubBatchSide(PsdsimSide):
+    """psdsim's vllm-v0 scheduler under the PSD method's sub-batching, MineDraft's defaults."""
+
+    def __init__(self, case) -> None:
+        super().__init__(case)
+        self.sub_batching = BatchManagerSubBatching(self.table.capacity, Scenario(method="psd", k=K),
+                                                    K, self.scheduler)
+        self.hooks = PsdHooks(self.sub_batching, self)
+        self.now = 0.0
+
+    def step(self, now: float) -> SubBatchView | None:
+        self.now = now
+        self._extra: dict = {}
+        view = super().step(now)
+        if view is None:
+            return None
+        return SubBatchView(**vars(view), **self._extra)
+
+    def _decoded(self, plan) -> None:
+        """The worker's turn (`turn`), then the verified sub-batch keeps its tokens."""
+        sb, t = self.sub_batching, self.table
+        scheduled = np.concatenate([plan.prefill, plan.decode])
+        v, ahead = sb.turn(plan, StepRecord())
+        verified = sb.members[v] if v is not None else EMPTY
+        drafted = sb.members[ahead] if ahead is not None else EMPTY
+        requests = self._requests
+        held = [(int(t.request[r]), int(self.scheduler.kv.held[r])) for r in self.scheduler.running]
+        self._extra = dict(flagged=_sorted(requests(scheduled[sb.flag[scheduled]])),
+                           verified=_sorted(requests(verified)), drafted=_sorted(requests(drafted)),
+                           held=tuple(sorted(held)))
+        if v is not None:
+            t.emit(verified, np.array([kept(r, self.now) for r in requests(verified)], dtype=np.int64))
+            sb.verified(v, ahead)
+
+
+# -- the comparison --------------------------------------------------------------------------
+
+
+def mismatches(ours: list[SubBatchView], theirs: list[SubBatchView]) -> list[tuple[int, str, object, object]]:
+    """(step, field, MineDraft's, psdsim's) for each compared field that differs; steps beyond the
+    shorter run count one each."""
+    shorter = min(len(ours), len(theirs))
+    out = [(i, f, getattr(b, f), getattr(a, f)) for i, (a, b) in enumerate(zip(ours[:shorter], theirs[:shorter]))
+           for f in COMPARED if getattr(a, f) != getattr(b, f)]
+    return out + [(i, "steps", len(theirs), len(ours)) for i in range(shorter, max(len(ours), len(theirs)))]
+
+
+def psd_case(case, name_suffix: str = ""):
+    """A conformance workload as PSD runs it: 2m seats (m = the workload's), k lookahead slots."""
+    return replace(case, name=case.name + name_suffix, max_seqs=2 * case.max_seqs, lookahead=K)
+
+
+CASES = [psd_case(c) for c in (OFFLINE_LOOSE, POISSON_LOOSE, OFFLINE_TIGHT, POISSON_TIGHT, SWAP_TIGHT,
+                               PARALLEL, ABORTS)]
+
+
+@pytest.fixture
+def mine(tmp_path):
+    with minedraft_patches(_checkout(), tmp_path) as module:
+        yield module
+
+
+def _compare(case, mine):
+    theirs = run_side(MineDraftSide(case, mine))
+    ours = run_side(PsdSubBatchSide(case))
+    return ours, theirs
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_every_psd_step_matches_minedraft(case, mine):
+    ours, theirs = _compare(case, mine)
+    bad = mismatches(ours, theirs)
+    steps = sorted({m[0] for m in bad})
+    assert not bad, (f"{len(theirs)} steps compared, {len(steps)} differ; first: "
+                     f"step {bad[0][0]} {bad[0][1]}: MineDraft {bad[0][2]} psdsim {bad[0][3]}")
+    assert any(v.drafted for v in theirs), "no step drafted a sub-batch beside the pass"
+
+
+def test_the_patches_are_taken_back(tmp_path):
+    """Outside a MineDraft test vLLM's scheduler is its own again, so that the conformance suite
+    in the same session runs the plain scheduler."""
+    from vllm.core import scheduler
+    builder = scheduler.scheduler_running_outputs_builder.__code__
+    with minedraft_patches(_checkout(), tmp_path):
+        assert hasattr(scheduler.Scheduler, "set_max_num_seqs_for_psd")
+    assert not hasattr(scheduler.Scheduler, "set_max_num_seqs_for_psd")
+    assert scheduler.scheduler_running_outputs_builder.__code__ is builder
+    assert "__new__" not in scheduler.SchedulerOutputs.__dict__
