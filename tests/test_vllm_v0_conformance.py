@@ -315,6 +315,8 @@ def run_side(side, limit: int = 20_000) -> list[StepView]:
     while not side.done and len(views) < limit:
         view = side.step(now)
         if view is None:
+            if side.done:   # the side stopped itself (MineDraft's code raising)
+                break
             nxt = side.next_arrival()
             assert not math.isinf(nxt), f"{type(side).__name__} stalled at {now}"
             now = nxt

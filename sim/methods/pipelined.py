@@ -78,6 +78,7 @@ class PipelinedSD(EngineMethod):
         sim.table.track(self.sub_batching, "flag")
         if isinstance(self.sub_batching, BatchManagerSubBatching):
             sim.table.track(self.sub_batching, "drafted_for")
+            sim.table.track(self.sub_batching, "decoded")
         # Each sub-batch's context (KV tokens) as a running total, with the count of member changes
         # it was summed at (SubBatching.changes): a decoding request's context grows only when it is
         # verified (by the tokens its sub-batch kept, added once the pass is back), so the total
@@ -97,6 +98,10 @@ class PipelinedSD(EngineMethod):
         if self.tail is not None:   # the step being planned: its KV lookahead
             self.lookahead = self.tail.lookahead()
         return self.sub_batching.allocating(decode)
+
+    @property
+    def checks_skipped(self) -> bool:
+        return self.sub_batching.checks_skipped
 
     def target_tokens(self, slots: np.ndarray) -> np.ndarray:
         tokens = self.sub_batching.target_tokens(slots)
