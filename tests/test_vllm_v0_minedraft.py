@@ -111,8 +111,13 @@ COMPARED = tuple(f.name for f in fields(SubBatchView) if f.name != "skipped")
 @contextlib.contextmanager
 def minedraft_patches(root: Path, workdir: Path):
     """Apply MineDraft's scheduler patches to vLLM, then restore vLLM's own attributes, so that
-    the rest of the session (the conformance suite) sees the plain scheduler. The plugin's tracer
-    makes a `benchmarks/trace` folder in the working directory at import: `workdir` takes it."""
+    the rest of the session (the conformance suite) sees the plain scheduler. `SchedulerPatch`
+    and `SequenceGroupPatch` (`batch_flag`) are applied as the plugin applies them; the output
+    patches (`SchedulerOutputsPatch`, `SchedulerRunningOutputsPatch`, `SchedulerModulePatch`)
+    only add the preempted requests' ids the engine reads, and override `__new__`, which one
+    process cannot take back: `MineDraftSide` gives its scheduler their running-outputs builder
+    instead. The plugin's tracer makes a `benchmarks/trace` folder in the working directory at
+    import: `workdir` takes it."""
     here = os.getcwd()
     sys.path.insert(0, str(root))
     os.chdir(workdir)
@@ -121,30 +126,26 @@ def minedraft_patches(root: Path, workdir: Path):
         from minedraft.plugin.sequence import SequenceGroupPatch
     finally:
         os.chdir(here)
-    patches = [SequenceGroupPatch, mine.SchedulerOutputsPatch, mine.SchedulerRunningOutputsPatch,
-               mine.SchedulerPatch]
+    patches = [SequenceGroupPatch, mine.SchedulerPatch]
     saved = [(p._mine_patch_target, name, p._mine_patch_target.__dict__.get(name, _MISSING))
-             for p in patches for name in p.__dict__ if not name.startswith("__") or name == "__new__"]
-    builder = mine.scheduler.scheduler_running_outputs_builder
-    code = builder.__code__
+             for p in patches for name in p.__dict__ if name not in _NOT_PATCHED]
     try:
-        for p in [*patches, mine.SchedulerModulePatch]:
+        for p in patches:
             p.apply_patch()
         yield mine
     finally:
-        builder.__code__ = code
         for target, name, value in saved:
             if value is _MISSING:
-                if name in target.__dict__:
-                    delattr(target, name)
+                delattr(target, name)
             else:
                 setattr(target, name, value)
-        for p in [*patches, mine.SchedulerModulePatch]:
-            p._mine_patch_target.__dict__.get("_mine_patches", {}).clear()
+        for p in patches:
+            del p._mine_patch_target._mine_patches
         sys.path.remove(str(root))
 
 
 _MISSING = object()
+_NOT_PATCHED = ("_mine_patch_target", "__dict__", "__weakref__", "__module__", "__doc__", "__parameters__")
 
 
 # -- MineDraft's side ----------------------------------------------------------------------
@@ -157,12 +158,14 @@ class MineDraftSide(VllmSide):
     def __init__(self, case, mine) -> None:
         from vllm.engine.output_processor.multi_step import MultiStepOutputProcessor
         from vllm.engine.output_processor.stop_checker import StopChecker
-        from vllm.utils import Counter
+        from vllm.utils import Counter, PyObjectCache
 
         from tests.test_vllm_v0_conformance import MAX_MODEL_LEN
         super().__init__(case)
         self.mine = mine
         self.scheduler.set_use_pearl(False)
+        self.scheduler._scheduler_running_outputs_cache = [   # MineDraft's, with preempted ids
+            PyObjectCache(mine.SchedulerRunningOutputsPatch.create_empty)]
         self.scheduler.set_max_num_seqs_for_psd(case.max_seqs)   # the engine passes 2m
         self.engine.draft_size = K + 1
         self.output = MultiStepOutputProcessor(None, [self.scheduler], Counter(), lambda seq: None,
@@ -392,10 +395,10 @@ def test_with_swap_minedraft_stops_where_its_assertion_fails_and_psdsim_goes_on(
 def test_the_patches_are_taken_back(tmp_path):
     """Outside a MineDraft test vLLM's scheduler is its own again, so that the conformance suite
     in the same session runs the plain scheduler."""
+    from vllm import sequence
     from vllm.core import scheduler
-    builder = scheduler.scheduler_running_outputs_builder.__code__
+    classes = (scheduler.Scheduler, sequence.SequenceGroup)
+    before = [dict(vars(c)) for c in classes]
     with minedraft_patches(_checkout(), tmp_path):
         assert hasattr(scheduler.Scheduler, "set_max_num_seqs_for_psd")
-    assert not hasattr(scheduler.Scheduler, "set_max_num_seqs_for_psd")
-    assert scheduler.scheduler_running_outputs_builder.__code__ is builder
-    assert "__new__" not in scheduler.SchedulerOutputs.__dict__
+    assert [dict(vars(c)) for c in classes] == before

@@ -110,7 +110,8 @@ class BatchManagerSubBatching(SubBatching):
         self.drafted_for = np.zeros(requests, dtype=bool)  # ... the requests they were drafted for
         self.lost_since_drafted = 0   # ... and how many of those left unfinished since
         self.deferred = s.kv_patch == "intended"
-        self.checks_skipped = s.kv_patch == "has_deferred"   # MineDraft's skipped appends
+        # MineDraft's skipped appends: its patch of vLLM V0's scheduler (V1 runs no such patch)
+        self.checks_skipped = s.kv_patch == "has_deferred" and scheduler is not None and not scheduler.v1
         self.decoded = np.zeros(requests, dtype=bool)   # MineDraft's `_has_deferred_skip`
         self.one_empty = False        # ... `_is_one_batch_empty` of the step being planned
         self.after_one_empty = False  # ... `_after_first_one_batch_empty`
