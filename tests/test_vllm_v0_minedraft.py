@@ -18,8 +18,8 @@ with -1, which vLLM's `MultiStepOutputProcessor` drops). Every step is compared:
 conformance suite compares (requests run, prompt-only steps, preemptions, swaps, blocks in use,
 finishes, aborts) and each scheduled request's flag, the requests verified and those drafted, and
 the blocks each running request holds. MineDraft's skipped slot appends (`_has_deferred_skip`)
-are counted; psdsim's default `kv_patch = "has_deferred"` says they change no block, which the
-per-request blocks check.
+are counted; psdsim's default `kv_patch = "has_deferred"` makes the same skips
+(`BatchManagerSubBatching._appending`), which the per-request blocks check.
 
 Opt-in twice over: it needs vLLM 0.9.2 (benchmarks/install_vllm_v0_host.sh) and a checkout of
 MineDraft named by PSDSIM_MINEDRAFT (its code is imported from there, never copied here); it skips
@@ -173,7 +173,6 @@ class MineDraftSide(VllmSide):
         self.send = True            # the worker's _send_batch_flag
         self.stopped: traceback.FrameSummary | None = None   # where MineDraft's code raised
         self.appended: set[str] = set()
-        self.skipped = 0
         own = self.scheduler._append_slots
 
         def append_slots(seq_group, blocks_to_copy, enable_chunking=False):
@@ -199,32 +198,36 @@ class MineDraftSide(VllmSide):
     def done(self) -> bool:
         return self.stopped is not None or super().done
 
+    def _worker_turn(self, metas, scheduled) -> tuple[list, list]:
+        """(verified, drafted) groups as `ParallelSpecDecodeWorker` splits a decode step
+        (`_split_batched_requests`), its `_send_batch_flag` flipped or reset as it leaves it."""
+        decodes = [(m, g) for m, g in zip(metas, scheduled, strict=True) if not m.is_prompt]
+        if not decodes or len(decodes) < len(metas):   # a prompt step (no chunked prefill here)
+            return [], []
+        sending = [m.batch_flag == self.send for m, _ in decodes]
+        if all(sending) or not any(sending):   # one sub-batch empty: verify all
+            self.send = True
+            return [g for _, g in decodes], []
+        self.send = not self.send
+        return ([g for (_, g), s in zip(decodes, sending, strict=True) if s],
+                [g for (_, g), s in zip(decodes, sending, strict=True) if not s])
+
     def _process_outputs(self, metas, scheduled, end: float) -> list[str]:
         """The worker's turn, then the engine's output processing of the tokens it returns."""
-        decodes = [(m, g) for m, g in zip(metas, scheduled, strict=True) if not m.is_prompt]
-        flags = [m.batch_flag for m in metas]
-        verified, drafted = [], []
-        if decodes and len(decodes) == len(metas):   # a decode step (no chunked prefill here)
-            sending = [m.batch_flag == self.send for m, _ in decodes]
-            if all(sending) or not any(sending):   # one sub-batch empty: verify all
-                verified, self.send = [g for _, g in decodes], True
-            else:
-                verified = [g for (_, g), s in zip(decodes, sending, strict=True) if s]
-                drafted = [g for (_, g), s in zip(decodes, sending, strict=True) if not s]
-                self.send = not self.send
         from vllm.sequence import SequenceStatus
-        name = self._name
-        skipped = sum(g.request_id not in self.appended for _, g in decodes)
-        held = []
-        block_manager = self.scheduler.block_manager
-        for g in self.scheduler.running:
-            seqs = g.get_seqs(status=SequenceStatus.RUNNING)
-            held.append((name(g.request_id), sum(len(block_manager.get_block_table(s)) for s in seqs)))
+        verified, drafted = self._worker_turn(metas, scheduled)
+        name, block_manager = self._name, self.scheduler.block_manager
+        held = [(name(g.request_id), sum(len(block_manager.get_block_table(s))
+                                         for s in g.get_seqs(status=SequenceStatus.RUNNING)))
+                for g in self.scheduler.running]
         self._extra = dict(
-            flagged=_sorted(name(g.request_id) for g, f in zip(scheduled, flags, strict=True) if f),
+            flagged=_sorted(name(g.request_id)
+                            for g, m in zip(scheduled, metas, strict=True) if m.batch_flag),
             verified=_sorted(name(g.request_id) for g in verified),
             drafted=_sorted(name(g.request_id) for g in drafted),
-            held=tuple(sorted(held)), skipped=skipped)
+            held=tuple(sorted(held)),
+            skipped=sum(not m.is_prompt and g.request_id not in self.appended
+                        for m, g in zip(metas, scheduled, strict=True)))
         # MineDraft's `LLMEngine._process_model_outputs` skips the drafted rows (token -1) whole:
         # neither their computed tokens nor their outputs are updated
         scored = [(m, g) for m, g in zip(metas, scheduled, strict=True) if g not in drafted]
