@@ -9,13 +9,15 @@ installed; these tests pin the rule for CI, which has neither vLLM nor MineDraft
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from psdsim.sim.kv import KVPools
 from psdsim.sim.methods.sub_batching import BatchManagerSubBatching
 from psdsim.sim.requests import DECODING, SWAPPED, WAITING
 from psdsim.sim.scenario import Scenario
-from tests.test_vllm_v0_minedraft import MATCHING, K, PsdSubBatchSide, run_side
+from tests.test_vllm_v0_minedraft import MATCHING, SWAP, K, PsdSubBatchSide, run_side
 
 BLOCK = 16
 
@@ -88,3 +90,15 @@ def test_a_skipped_request_is_still_checked_against_the_free_blocks():
     kv2 = KVPools({"verifier": 4}, BLOCK, 2)
     assert not kv2.ensure(slots, np.array([10]), K, also=4)
     assert kv2.used == 0
+
+
+def test_where_minedraft_would_stop_on_a_swapped_request_is_noted_only_with_swap():
+    """The swap workload empties its running set with a request swapped out after it decoded,
+    where MineDraft's `_schedule` assertion stops its engine (the opt-in suite checks the step
+    against MineDraft's own run); preempting by recompute drops the mark, and nothing is noted."""
+    swapping = PsdSubBatchSide(SWAP)
+    run_side(swapping)
+    assert swapping.skip_set_stop is not None
+    recomputing = PsdSubBatchSide(replace(SWAP, swap_blocks=0))
+    run_side(recomputing)
+    assert recomputing.skip_set_stop is None

@@ -262,6 +262,10 @@ class PsdHooks(EngineHooks):
         self.sub_batching, self.side, self.lookahead = sub_batching, side, K
         self.checks_skipped = sub_batching.checks_skipped
 
+    def planning(self):   # as PipelinedSD.planning notes where MineDraft's assertion stops it
+        if self.side.skip_set_stop is None and self.sub_batching.skip_set_left_behind():
+            self.side.skip_set_stop = self.side.steps
+
     def allocating(self, decode):
         return self.sub_batching.allocating(decode)
 
@@ -293,6 +297,8 @@ class PsdSubBatchSide(PsdsimSide):
             self.table.track(self.sub_batching, name)
         self.hooks = PsdHooks(self.sub_batching, self)
         self.now = 0.0
+        self.steps = 0                      # steps run so far
+        self.skip_set_stop: int | None = None   # the step MineDraft's swap assertion would stop at
 
     def step(self, now: float) -> SubBatchView | None:
         self.now = now
@@ -300,6 +306,7 @@ class PsdSubBatchSide(PsdsimSide):
         view = super().step(now)
         if view is None:
             return None
+        self.steps += 1
         return SubBatchView(**vars(view), **self._extra)
 
     def _decoded(self, plan) -> None:
@@ -387,8 +394,10 @@ def test_with_swap_minedraft_stops_where_its_assertion_fails_and_psdsim_goes_on(
     end (docs/minedraft-fidelity.md)."""
     side = MineDraftSide(SWAP, mine)
     theirs = run_side(side)
-    ours = run_side(PsdSubBatchSide(SWAP))
+    psdsim = PsdSubBatchSide(SWAP)
+    ours = run_side(psdsim)
     assert side.stopped is not None and side.stopped.name == "_schedule", side.stopped
+    assert psdsim.skip_set_stop == len(theirs)   # psdsim's run warning names this step
     assert "_has_deferred_skip" in side.stopped.line
     assert "swap" in _exercised(theirs)
     assert mismatches(ours[:len(theirs)], theirs) == [], _summary(ours[:len(theirs)], theirs)

@@ -263,6 +263,15 @@ class BatchManagerSubBatching(SubBatching):
         self.lost_drafted = self.lost_since_drafted if self.have_previous and v == int(self.send) else 0
         return v, 1 - v if sizes[1 - v] and not self.draining else None
 
+    def skip_set_left_behind(self) -> bool:
+        """Whether MineDraft's engine would stop at the step being planned: once decoding has
+        begun, `Scheduler._schedule` asserts `_has_deferred_skip` empty whenever the running set
+        is, and a request swapped out after it decoded is still in it (docs/minedraft-fidelity.md
+        §12). psdsim swaps it back in and goes on."""
+        s = self.scheduler
+        return (self.checks_skipped and self.batches.decoding and s is not None and not len(s.running)
+                and bool(s.swapped) and bool(self.decoded[list(s.swapped)].any()))
+
     def _decode_scheduled(self, decode: np.ndarray) -> None:
         """What MineDraft's `_schedule_running` notes of a decode step: its decodes join
         `_has_deferred_skip` (not those `_schedule_swapped` brought back), and from the second
