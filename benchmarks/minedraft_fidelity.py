@@ -30,6 +30,7 @@ CASES: list[tuple[str, dict[str, Any], str, str, str]] = [
     ("1 KV, tight pool (k=8, block 4)", TIGHT, "kv_patch", "has_deferred", "intended"),
     ("1 KV, 700 blocks", PRESSED, "kv_patch", "has_deferred", "intended"),
     ("1 KV, setting2 (ample KV)", dict(requests=200), "kv_patch", "has_deferred", "intended"),
+    ("1 KV skip vs vLLM, 700 blocks", PRESSED, "kv_patch", "has_deferred", "default"),
     ("3 chunked prefill, rate 50", CHUNKED, "psd_prefill_chunks", "verified-only", "every-pass"),
     ("5 swap-in, 700 blocks", dict(PRESSED, preemption_mode="swap"), "swap_in_batch", "verified", "drafted"),
     ("6 PEARL stale drafts, setting2", dict(method="pearl", requests=200), "pearl_stale", "rejected",

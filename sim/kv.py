@@ -77,17 +77,21 @@ class KVPools:
         return self.total - blocks >= self.watermark
 
     def ensure(self, slots: np.ndarray, cached: np.ndarray, lookahead: int,
-               touched: bool = True) -> bool:
+               touched: bool = True, also: int = 0) -> bool:
         """Grow each request to hold its `cached` tokens + `lookahead` slots if the free blocks
         cover all the new ones with room, whatever the order, for the largest excess of a
         request's count over its new blocks: every block its append touches (`touched`, vLLM V0)
         or only its new blocks (vLLM V1). That is the common case, in a handful of numpy
-        operations; False changes nothing, and the caller checks request by request."""
+        operations; False changes nothing, and the caller checks request by request. `also`: the
+        most blocks a request checked but not grown touches (it must find them free after the
+        others' new blocks)."""
         held = self.held[slots]
         needed = (cached + self._round_up(lookahead)) // self._block
         grown = np.maximum(needed, held)
         total = isum(grown - held)   # the new blocks: an exact integer sum
         free = self.total - self.used
+        if total + also > free:
+            return False
         # a request's excess is below the blocks it holds, so below `used`: mostly no need to look
         if touched and total + self.used > free:
             excess = int((np.minimum(needed, held) - self.written[slots] // self._block).max(initial=0))

@@ -130,9 +130,10 @@ class Scenario:
                                                  optional=True)
     preemption_mode: str = _field("recompute", "engine", str, "recompute | swap (vllm-v0 only)")
     kv_patch: str = _field("has_deferred", "engine", str,
-                           "PSD KV: has_deferred (MineDraft's patch as V0 runs it: the drafted sub-"
-                           "batch appends; the blocks of default) | default (vLLM: all append) | "
-                           "intended (what-if: a request grows only when verified)")
+                           "PSD KV: has_deferred (MineDraft's patch as V0 runs it: the verified sub-"
+                           "batch skips its append, a block short after a step that verified it too) | "
+                           "default (vLLM: all append) | intended (what-if: a request grows only "
+                           "when verified)")
     swap_in_batch: str = _field("verified", "engine", str,
                                 "PSD: a swapped-in request joins the sub-batch verified in its step (the "
                                 "code) | drafted (what-if: the one drafted next)")

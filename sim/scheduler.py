@@ -259,13 +259,18 @@ class Scheduler:
         slots = method.allocating(decode)
         if slots is None:
             slots = decode
-        if kv.ensure(slots, t.kv_len[slots], method.lookahead, touched=not self.v1):
+        # MineDraft's skipped appends: vLLM V0 checks `can_append_slots` before the patch skips
+        checked = decode if method.checks_skipped and not self.v1 else slots
+        skipped = checked[~np.isin(checked, slots)] if len(checked) > len(slots) else EMPTY
+        also = int(kv.touched(skipped, t.kv_len[skipped] + method.lookahead).max(initial=0))
+        if kv.ensure(slots, t.kv_len[slots], method.lookahead, touched=not self.v1, also=also):
             return decode
         tokens = t.kv_len[slots] + method.lookahead
         need = np.zeros(t.capacity, dtype=np.int64)
         need[slots] = kv.extra_needed(slots, tokens)
-        touch = np.zeros(t.capacity, dtype=np.int64)   # 0: no check for requests not allocating
-        touch[slots] = need[slots] if self.v1 else kv.touched(slots, tokens)
+        touch = np.zeros(t.capacity, dtype=np.int64)   # 0: no check for requests not checked
+        touch[checked] = (need[checked] if self.v1
+                          else kv.touched(checked, t.kv_len[checked] + method.lookahead))
         queue = deque(decode.tolist())
         kept: list[int] = []
         while queue:
@@ -525,6 +530,7 @@ class EngineHooks:
     per-request state of their own (AR, SD). PSD overrides them (sim/methods/sub_batching.py)."""
 
     lookahead: int = 0  # KV slots beyond the context a decode needs (k when drafts are scored)
+    checks_skipped = False  # vllm-v0 checks the blocks of decodes `allocating` leaves out too
 
     def planning(self) -> None:
         """A step is about to be planned: a method that chooses how it runs each step (the

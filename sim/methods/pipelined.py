@@ -78,6 +78,7 @@ class PipelinedSD(EngineMethod):
         sim.table.track(self.sub_batching, "flag")
         if isinstance(self.sub_batching, BatchManagerSubBatching):
             sim.table.track(self.sub_batching, "drafted_for")
+            sim.table.track(self.sub_batching, "decoded")
         # Each sub-batch's context (KV tokens) as a running total, with the count of member changes
         # it was summed at (SubBatching.changes): a decoding request's context grows only when it is
         # verified (by the tokens its sub-batch kept, added once the pass is back), so the total
@@ -89,6 +90,7 @@ class PipelinedSD(EngineMethod):
         # steps verifying a sub-batch that lost requests since it was drafted, and the first one's
         # start: where MineDraft's worker raises (sub_batching.BatchManagerSubBatching)
         self.lost_drafted_steps, self.first_lost_s = 0, 0.0
+        self.skip_set_stop_s: float | None = None   # where MineDraft's swap assertion stops it
         self.tail = PreDraftTail(self, s.tail == "pre-draft") if s.tail != "sd" else None   # None: SD
 
     # -- scheduler hooks --------------------------------------------------------------------
@@ -97,6 +99,10 @@ class PipelinedSD(EngineMethod):
         if self.tail is not None:   # the step being planned: its KV lookahead
             self.lookahead = self.tail.lookahead()
         return self.sub_batching.allocating(decode)
+
+    @property
+    def checks_skipped(self) -> bool:
+        return self.sub_batching.checks_skipped
 
     def target_tokens(self, slots: np.ndarray) -> np.ndarray:
         tokens = self.sub_batching.target_tokens(slots)
@@ -120,14 +126,25 @@ class PipelinedSD(EngineMethod):
         self.sub_batching.left(slots, self.sim.table.state)
         self.proposals[slots] = 0
 
+    def planning(self) -> None:
+        if (self.skip_set_stop_s is None and isinstance(self.sub_batching, BatchManagerSubBatching)
+                and self.sub_batching.skip_set_left_behind()):
+            self.skip_set_stop_s = self.sim.env.now
+
     def run_warnings(self) -> list[str]:
-        if not self.lost_drafted_steps:
-            return []
-        at, steps = self.first_lost_s, self.lost_drafted_steps
-        return [f"MineDraft's code stops this run at t = {at:,.1f} s: {steps:,} "
+        out = []
+        if self.skip_set_stop_s is not None:
+            out.append(f"MineDraft's code stops this run at t = {self.skip_set_stop_s:,.1f} s: the running "
+                       "set emptied with a request swapped out after it decoded, and "
+                       "Scheduler._schedule asserts _has_deferred_skip empty; psdsim swaps it back in "
+                       "and goes on")
+        if self.lost_drafted_steps:
+            at, steps = self.first_lost_s, self.lost_drafted_steps
+            out.append(f"MineDraft's code stops this run at t = {at:,.1f} s: {steps:,} "
                 "decode step(s) verify a sub-batch that lost requests (preempted or aborted) after it was "
                 "drafted, and ParallelSpecDecodeWorker._prepare_previous_proposals raises on the shorter "
-                "batch; psdsim goes on as its _track_preempted_requests meant (the others keep their drafts)"]
+                "batch; psdsim goes on as its _track_preempted_requests meant (the others keep their drafts)")
+        return out
 
     # -- a step -----------------------------------------------------------------------------
 

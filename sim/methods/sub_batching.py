@@ -13,10 +13,15 @@ Wherever the balance rule applies, `balance_by = "kv"` balances the KV tokens th
 running requests hold (prompt + generated, prefilling ones included) instead of their count.
 Where MineDraft's code differs from what it meant, the default is the code and the intention a
 what-if (docs/minedraft-fidelity.md):
-- KV (`kv_patch`): `has_deferred` (MineDraft's patch) skips appending slots for the verified
-  sub-batch, whose append vLLM V0 would have made a no-op, so every decoding request holds
-  context + k slots at every step, as with `default` (vLLM); `intended` grows a request's KV only
-  when its sub-batch is verified, or at its first decode (the saving the patch meant).
+- KV (`kv_patch`): `has_deferred` (MineDraft's patch, `_schedule_running`'s `should_append_slot`)
+  skips appending slots for a request that has decoded before and whose flag is the one verified,
+  unless one sub-batch was empty in this step and the last one too. Mostly that append would
+  have been a no-op (the request was drafted, not verified, in the step before), but where the
+  step before verified it as well (one sub-batch empty, or the worker's flag reset) it holds fewer
+  blocks than context + k until its sub-batch is next drafted; vLLM's `can_append_slots` still
+  checks it (`checks_skipped`). `default` (vLLM) appends for every request; `intended` grows a
+  request's KV only when its sub-batch is verified, or at its first decode (the saving the patch
+  meant).
 - chunked prefill (`psd_prefill_chunks`): `verified-only` computes a prompt chunk only in its
   sub-batch's verify pass (the worker sends the other sub-batch's prompts to the proposer, which
   runs nothing for them); `every-pass` computes every planned chunk.
@@ -43,7 +48,7 @@ import numpy as np
 from psdsim.sim.batches import BatchManager
 from psdsim.sim.numbers import isum
 from psdsim.sim.records import StepRecord
-from psdsim.sim.requests import DECODING, FINISHED
+from psdsim.sim.requests import DECODING, FINISHED, SWAPPED
 from psdsim.sim.scenario import Scenario
 from psdsim.sim.scheduler import Scheduler, StepPlan
 
@@ -57,6 +62,7 @@ class SubBatching:
     (its context) can say which members it was known for."""
 
     lost_drafted = 0   # requests the sub-batch verified now lost since it was drafted (MineDraft's)
+    checks_skipped = False   # decodes left out of `allocating` are still checked for free blocks
 
     def __init__(self, requests: int, sub_batches: int, dtype: type) -> None:
         self.flag = np.zeros(requests, dtype=dtype)
@@ -104,6 +110,12 @@ class BatchManagerSubBatching(SubBatching):
         self.drafted_for = np.zeros(requests, dtype=bool)  # ... the requests they were drafted for
         self.lost_since_drafted = 0   # ... and how many of those left unfinished since
         self.deferred = s.kv_patch == "intended"
+        # MineDraft's skipped appends: its patch of vLLM V0's scheduler (V1 runs no such patch)
+        self.checks_skipped = s.kv_patch == "has_deferred" and scheduler is not None and not scheduler.v1
+        self.decoded = np.zeros(requests, dtype=bool)   # MineDraft's `_has_deferred_skip`
+        self.one_empty = False        # ... `_is_one_batch_empty` of the step being planned
+        self.after_one_empty = False  # ... `_after_first_one_batch_empty`
+        self.resumed_now: list[int] = []   # swapped in while the coming step was planned
         self.every_pass = s.psd_prefill_chunks == "every-pass"
         self.swap_in_verified = s.swap_in_batch == "verified"
         self.swapped_in = EMPTY     # requests swapped in while the coming step was planned
@@ -122,6 +134,8 @@ class BatchManagerSubBatching(SubBatching):
     # -- scheduler hooks --------------------------------------------------------------------
 
     def allocating(self, decode: np.ndarray) -> np.ndarray | None:
+        if self.checks_skipped:
+            return self._appending(decode)
         if not self.deferred:
             return None
         verified = self._verified_flag()
@@ -129,6 +143,19 @@ class BatchManagerSubBatching(SubBatching):
         if self.fresh:  # a request's first decode step always allocates
             slots = np.union1d(slots, np.array(self.fresh, dtype=np.int64))
         return slots
+
+    def _appending(self, decode: np.ndarray) -> np.ndarray | None:
+        """MineDraft's `should_append_slot`: a decode appends unless it has decoded before
+        (`_has_deferred_skip`) and its flag is the verified one (`_skip_batch_flag`); every one
+        appends when the running requests' flags are all one (`_is_one_batch_empty`, read before
+        any preemption) for the second step running. None: all of them."""
+        assert self.scheduler is not None, "MineDraft's skip reads the scheduler's running set"
+        running = self.flag[self.scheduler.running]
+        self.one_empty = bool(len(running)) and (bool(running.all()) or not running.any())
+        if self.one_empty and self.after_one_empty:
+            return None
+        appends = ~self.decoded[decode] | (self.flag[decode] != self.batches.verify_flag)
+        return None if appends.all() else decode[appends]
 
     def target_tokens(self, slots: np.ndarray) -> np.ndarray | None:
         verified = self.flag[slots] == self._verified_flag()
@@ -149,6 +176,7 @@ class BatchManagerSubBatching(SubBatching):
     def admitted(self, slots: np.ndarray, mixed: bool, restart: bool) -> None:
         if restart:  # nothing was running before
             self.batches.reset()
+            self.after_one_empty = False
         self.flag[slots] = self._assign(slots, mixed or self.rebalance)
 
     def graduated(self, slots: np.ndarray) -> None:
@@ -162,6 +190,7 @@ class BatchManagerSubBatching(SubBatching):
             self.swapped_in = np.concatenate([self.swapped_in, slots])
         else:
             self.flag[slots] = self._assign(slots, self.rebalance)
+        self.resumed_now.extend(slots.tolist())
         self.graduated(slots)
 
     def _assign(self, slots: np.ndarray, balanced: bool) -> list[bool]:
@@ -202,6 +231,7 @@ class BatchManagerSubBatching(SubBatching):
             self.drafted_for[slots] = False
         for flag in flags.tolist():
             self.batches.recycle(flag)
+        self.decoded[slots[state[slots] != SWAPPED]] = False   # a swap-out keeps its mark
         self._drop_left(flags, state)
         if self.fresh:
             gone = set(slots.tolist())
@@ -221,6 +251,8 @@ class BatchManagerSubBatching(SubBatching):
             v = 1 - v
             if not sizes[v]:
                 return None, None
+        if self.checks_skipped:
+            self._decode_scheduled(plan.decode)
         self.batches.decode_scheduled()
         self.fresh.clear()
         # MineDraft's worker cannot verify a sub-batch that lost requests since it was drafted:
@@ -230,6 +262,24 @@ class BatchManagerSubBatching(SubBatching):
         # `new_mask[non_spec_len:] = mask` raises (an aborted request is not even masked)
         self.lost_drafted = self.lost_since_drafted if self.have_previous and v == int(self.send) else 0
         return v, 1 - v if sizes[1 - v] and not self.draining else None
+
+    def skip_set_left_behind(self) -> bool:
+        """Whether MineDraft's engine would stop at the step being planned: once decoding has
+        begun, `Scheduler._schedule` asserts `_has_deferred_skip` empty whenever the running set
+        is, and a request swapped out after it decoded is still in it (docs/minedraft-fidelity.md
+        §12). psdsim swaps it back in and goes on."""
+        s = self.scheduler
+        return (self.checks_skipped and self.batches.decoding and s is not None and not len(s.running)
+                and bool(s.swapped) and bool(self.decoded[list(s.swapped)].any()))
+
+    def _decode_scheduled(self, decode: np.ndarray) -> None:
+        """What MineDraft's `_schedule_running` notes of a decode step: its decodes join
+        `_has_deferred_skip` (not those `_schedule_swapped` brought back), and from the second
+        decode step on whether one sub-batch was empty in it."""
+        if self.batches.decoding:
+            self.after_one_empty = self.one_empty
+        resumed, self.resumed_now = self.resumed_now, []
+        self.decoded[decode[~np.isin(decode, resumed)] if resumed else decode] = True
 
     def regroup(self, running: np.ndarray, state: np.ndarray) -> None:
         """Split the running requests into two sub-batches afresh by the balance rule, as before

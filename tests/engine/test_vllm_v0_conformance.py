@@ -74,6 +74,7 @@ class Case:
     swap_blocks: int = 0    # CPU blocks; > 0 selects preemption_mode="swap"
     cancel_after: tuple[float, ...] = ()
     chunked: bool = False   # enable_chunked_prefill (MineDraft runs without it)
+    lookahead: int = 0      # KV slots beyond the context each decode holds (k with drafts)
 
     @property
     def requests(self) -> int:
@@ -127,6 +128,10 @@ class PsdsimSide:
                                    max_running=case.max_seqs, token_budget=case.budget)
         self.hooks = EngineHooks()
 
+    def _decoded(self, plan) -> None:
+        """The step's decodes emit their tokens: one each (AR)."""
+        self.table.emit(plan.decode, np.ones(len(plan.decode), dtype=np.int64))
+
     def _requests(self, slots) -> list[int]:
         return [int(self.table.request[s]) for s in slots]
 
@@ -144,7 +149,7 @@ class PsdsimSide:
         view.recomputed = _sorted(self._requests(r for r in before if t.state[r] == WAITING))
         view.swapped_out = _sorted(self._requests(r for r in before if t.state[r] == SWAPPED))
         view.swapped_in = _sorted(self._requests(r for r in swapped_before if t.state[r] == DECODING))
-        t.emit(plan.decode, np.ones(len(plan.decode), dtype=np.int64))
+        self._decoded(plan)
         done = plan.prefill[plan.completes]
         t.emit(done, np.ones(len(done), dtype=np.int64))
         t.first_token(done, end)
@@ -168,15 +173,17 @@ class _Engine:
     """The part of LLMEngine that ParallelSampleSequenceGroup.add_request calls back into: it
     makes each fanned-out request's SequenceGroup and hands it to the scheduler."""
 
-    def __init__(self, scheduler) -> None:
+    def __init__(self, scheduler, draft_size: int = 1) -> None:
         self.scheduler = scheduler
+        self.draft_size = draft_size   # SequenceGroup's: the speculative tokens plus one
         self.seq_id_to_seq_group: dict = {}
         self.seq_counter = itertools.count()
 
     def _add_processed_request(self, request_id, processed_inputs, params, arrival_time, **_):
         from vllm.sequence import Sequence, SequenceGroup
         seq = Sequence(next(self.seq_counter), processed_inputs, block_size=BLOCK)
-        group = SequenceGroup(request_id, [seq], arrival_time=arrival_time, sampling_params=params)
+        group = SequenceGroup(request_id, [seq], arrival_time=arrival_time, sampling_params=params,
+                              draft_size=self.draft_size)
         self.scheduler.add_seq_group(group)
         return group
 
@@ -194,6 +201,7 @@ class VllmSide:
         config = SchedulerConfig(runner_type="generate", max_num_batched_tokens=case.budget,
                                  max_num_seqs=case.max_seqs, max_model_len=MAX_MODEL_LEN,
                                  enable_chunked_prefill=case.chunked,
+                                 num_lookahead_slots=case.lookahead,
                                  preemption_mode="swap" if case.swap_blocks else None)
         cache = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, swap_space=0,
                             cache_dtype="auto")
@@ -258,14 +266,11 @@ class VllmSide:
 
     def _process_outputs(self, metas, scheduled, end: float) -> list[str]:
         """What LLMEngine._process_model_outputs does with a synthetic token per sampled group."""
-        from vllm.sequence import CompletionSequenceGroupOutput, Logprob, SequenceOutput
         finished = []
         for meta, group in zip(metas, scheduled, strict=True):
             group.update_num_computed_tokens(meta.token_chunk_size or 0)
             if meta.do_sample:
-                seq = group.first_seq
-                sample = SequenceOutput(seq.seq_id, TOKEN, {TOKEN: Logprob(0.0)})
-                self.output.process_outputs(group, [CompletionSequenceGroupOutput([sample], None)], False)
+                self._sample(meta, group)
                 self.first_token.setdefault(group.request_id, end)
             if group.is_finished():
                 finished.append(group.request_id)
@@ -273,6 +278,12 @@ class VllmSide:
         if finished:
             self.scheduler.free_finished_seq_groups()
         return finished
+
+    def _sample(self, meta, group) -> None:
+        """The model's output for a sampled group: one synthetic token (AR)."""
+        from vllm.sequence import CompletionSequenceGroupOutput, Logprob, SequenceOutput
+        sample = SequenceOutput(group.first_seq.seq_id, TOKEN, {TOKEN: Logprob(0.0)})
+        self.output.process_outputs(group, [CompletionSequenceGroupOutput([sample], None)], False)
 
     def _cancel(self, end: float) -> list[str]:
         """Clients whose cancel time has come (psdsim's rule: `cancel_after` seconds after the
@@ -304,6 +315,8 @@ def run_side(side, limit: int = 20_000) -> list[StepView]:
     while not side.done and len(views) < limit:
         view = side.step(now)
         if view is None:
+            if side.done:   # the side stopped itself (MineDraft's code raising)
+                break
             nxt = side.next_arrival()
             assert not math.isinf(nxt), f"{type(side).__name__} stalled at {now}"
             now = nxt

@@ -21,7 +21,8 @@ def _manager(balance_by: str, kv: list[int]) -> BatchManagerSubBatching:
     """Slot 0 (a 5,000-token request) runs in the True sub-batch, slot 1 (100 tokens) in False;
     slots 2 and 3 are being admitted; `rebalance` keeps the balance rule after decoding starts."""
     running = np.arange(len(kv), dtype=np.int64)
-    scheduler = SimpleNamespace(running=running, table=SimpleNamespace(kv_len=np.array(kv, dtype=np.int64)))
+    scheduler = SimpleNamespace(running=running, v1=False,
+                                table=SimpleNamespace(kv_len=np.array(kv, dtype=np.int64)))
     s = Scenario(rebalance=True, balance_by=balance_by)
     sb = BatchManagerSubBatching(len(kv), s, lookahead=3, scheduler=scheduler)  # type: ignore[arg-type]
     sb.flag[:2] = [True, False]
