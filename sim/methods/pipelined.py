@@ -96,9 +96,14 @@ class PipelinedSD(EngineMethod):
     # -- scheduler hooks --------------------------------------------------------------------
 
     def allocating(self, decode: np.ndarray) -> np.ndarray | None:
+        appending = self.sub_batching.allocating(decode)
         if self.tail is not None:   # the step being planned: its KV lookahead
             self.lookahead = self.tail.lookahead()
-        return self.sub_batching.allocating(decode)
+            if self.lookahead > self.tail.width and self.sub_batching.checks_skipped:
+                # a tail step that pre-drafts needs its pre-drafts' slots: MineDraft's skipped
+                # appends (which its SD tail can afford) do not apply to psdsim's pre-drafting tail
+                return None
+        return appending
 
     @property
     def checks_skipped(self) -> bool:

@@ -10,7 +10,7 @@ sub-batch is empty. psdsim's side is its `vllm-v0` scheduler with the PSD method
 `BatchManagerSubBatching` (sim/methods/sub_batching.py, sim/batches.py), the way
 `PipelinedSD` wires them.
 
-Both are fed the workloads of tests/test_vllm_v0_conformance.py with k = 3 lookahead slots and
+Both are fed the workloads of tests/engine/test_vllm_v0_conformance.py with k = 3 lookahead slots and
 2m running seats (MineDraft's `set_max_num_seqs_for_psd(max_num_seqs * 2)`), and stepped one time
 unit a step: the verified requests keep 1 + ((request + time) mod (k + 1)) tokens (the same on both
 sides, so that requests end at different steps), the drafted ones none (the worker pads their rows
@@ -26,7 +26,7 @@ MineDraft named by PSDSIM_MINEDRAFT (its code is imported from there, never copi
 with its reason otherwise (docs/engines.md, "MineDraft's patched scheduler"):
 
     PSDSIM_MINEDRAFT=/path/to/MineDraft /work/venv-vllm092/bin/python -m pytest \
-        tests/test_vllm_v0_minedraft.py
+        tests/engine/test_vllm_v0_minedraft.py
 """
 
 from __future__ import annotations
@@ -35,36 +35,22 @@ import contextlib
 import os
 import sys
 import traceback
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from psdsim.sim.methods.sub_batching import EMPTY, BatchManagerSubBatching
-from psdsim.sim.records import StepRecord
-from psdsim.sim.scenario import Scenario
-from psdsim.sim.scheduler import EngineHooks
-from tests.test_vllm_v0_conformance import (
-    ABORTS,
-    OFFLINE_LOOSE,
-    OFFLINE_TIGHT,
-    PARALLEL,
-    POISSON_LOOSE,
-    POISSON_TIGHT,
-    SWAP_TIGHT,
+from tests.helpers.minedraft_conformance import MATCHING, SWAP, K, PsdSubBatchSide, SubBatchView, kept
+from tests.helpers.scheduler_conformance import (
     TOKEN,
     VLLM_VERSION,
-    PsdsimSide,
-    StepView,
     VllmSide,
-    _exercised,
-    _installed_vllm,
-    _sorted,
+    exercised,
+    installed_vllm,
     run_side,
+    sorted_ids,
 )
 
-K = 3            # draft tokens per step: the lookahead slots each decode holds
 SCHEDULER = "minedraft/plugin/core/scheduler.py"
 
 
@@ -75,31 +61,15 @@ def _checkout() -> Path | None:
 
 
 def _skip_reason() -> str:
-    if _installed_vllm() != VLLM_VERSION:
-        return (f"opt-in: needs vLLM {VLLM_VERSION} (found {_installed_vllm()}); install it with "
+    if installed_vllm() != VLLM_VERSION:
+        return (f"opt-in: needs vLLM {VLLM_VERSION} (found {installed_vllm()}); install it with "
                 "benchmarks/install_vllm_v0_host.sh (docs/engines.md)")
     return (f"opt-in: set PSDSIM_MINEDRAFT to a checkout of electron-shaders/MineDraft holding "
             f"{SCHEDULER} (found {os.environ.get('PSDSIM_MINEDRAFT')!r})")
 
 
-pytestmark = pytest.mark.skipif(_installed_vllm() != VLLM_VERSION or _checkout() is None,
+pytestmark = pytest.mark.skipif(installed_vllm() != VLLM_VERSION or _checkout() is None,
                                 reason=_skip_reason())
-
-
-def kept(request: int, time: float) -> int:
-    """Tokens a verified request keeps in the step starting at `time` (both sides)."""
-    return 1 + (request + int(time)) % (K + 1)
-
-
-@dataclass
-class SubBatchView(StepView):
-    """A PSD step: StepView's fields, the sub-batches, and (vLLM's side only) the skipped appends."""
-
-    flagged: tuple[int, ...] = ()    # scheduled requests whose batch_flag is True
-    verified: tuple[int, ...] = ()
-    drafted: tuple[int, ...] = ()
-    held: tuple[tuple[int, int], ...] = ()   # (request, GPU blocks) of each running request
-    skipped: int = 0                 # decodes whose slot append MineDraft skipped (not compared)
 
 
 COMPARED = tuple(f.name for f in fields(SubBatchView) if f.name != "skipped")
@@ -160,7 +130,7 @@ class MineDraftSide(VllmSide):
         from vllm.engine.output_processor.stop_checker import StopChecker
         from vllm.utils import Counter, PyObjectCache
 
-        from tests.test_vllm_v0_conformance import MAX_MODEL_LEN
+        from tests.helpers.scheduler_conformance import MAX_MODEL_LEN
         super().__init__(case)
         self.mine = mine
         self.scheduler.set_use_pearl(False)
@@ -221,10 +191,10 @@ class MineDraftSide(VllmSide):
                                          for s in g.get_seqs(status=SequenceStatus.RUNNING)))
                 for g in self.scheduler.running]
         self._extra = dict(
-            flagged=_sorted(name(g.request_id)
+            flagged=sorted_ids(name(g.request_id)
                             for g, m in zip(scheduled, metas, strict=True) if m.batch_flag),
-            verified=_sorted(name(g.request_id) for g in verified),
-            drafted=_sorted(name(g.request_id) for g in drafted),
+            verified=sorted_ids(name(g.request_id) for g in verified),
+            drafted=sorted_ids(name(g.request_id) for g in drafted),
             held=tuple(sorted(held)),
             skipped=sum(not m.is_prompt and g.request_id not in self.appended
                         for m, g in zip(metas, scheduled, strict=True)))
@@ -255,77 +225,6 @@ class MineDraftSide(VllmSide):
 # -- psdsim's side -------------------------------------------------------------------------
 
 
-class PsdHooks(EngineHooks):
-    """The PSD method's scheduler hooks into its sub-batching, as `PipelinedSD` forwards them."""
-
-    def __init__(self, sub_batching: BatchManagerSubBatching, side: PsdsimSide) -> None:
-        self.sub_batching, self.side, self.lookahead = sub_batching, side, K
-        self.checks_skipped = sub_batching.checks_skipped
-
-    def planning(self):   # as PipelinedSD.planning notes where MineDraft's assertion stops it
-        if self.side.skip_set_stop is None and self.sub_batching.skip_set_left_behind():
-            self.side.skip_set_stop = self.side.steps
-
-    def allocating(self, decode):
-        return self.sub_batching.allocating(decode)
-
-    def target_tokens(self, slots):
-        return self.sub_batching.target_tokens(slots)
-
-    def admitted(self, slots, mixed):
-        restart = len(self.side.scheduler.running) == len(slots)
-        self.sub_batching.admitted(slots, mixed, restart=restart)
-
-    def graduated(self, slots):
-        self.sub_batching.graduated(slots)
-
-    def resumed(self, slots):
-        self.sub_batching.resumed(slots)
-
-    def left(self, slots):
-        self.sub_batching.left(slots, self.side.table.state)
-
-
-class PsdSubBatchSide(PsdsimSide):
-    """psdsim's vllm-v0 scheduler under the PSD method's sub-batching, MineDraft's defaults."""
-
-    def __init__(self, case) -> None:
-        super().__init__(case)
-        self.sub_batching = BatchManagerSubBatching(self.table.capacity, Scenario(method="psd", k=K),
-                                                    K, self.scheduler)
-        for name in ("flag", "drafted_for", "decoded"):   # as PipelinedSD has the table reset them
-            self.table.track(self.sub_batching, name)
-        self.hooks = PsdHooks(self.sub_batching, self)
-        self.now = 0.0
-        self.steps = 0                      # steps run so far
-        self.skip_set_stop: int | None = None   # the step MineDraft's swap assertion would stop at
-
-    def step(self, now: float) -> SubBatchView | None:
-        self.now = now
-        self._extra: dict = {}
-        view = super().step(now)
-        if view is None:
-            return None
-        self.steps += 1
-        return SubBatchView(**vars(view), **self._extra)
-
-    def _decoded(self, plan) -> None:
-        """The worker's turn (`turn`), then the verified sub-batch keeps its tokens."""
-        sb, t = self.sub_batching, self.table
-        scheduled = np.concatenate([plan.prefill, plan.decode])
-        v, ahead = sb.turn(plan, StepRecord())
-        verified = sb.members[v] if v is not None else EMPTY
-        drafted = sb.members[ahead] if ahead is not None else EMPTY
-        requests = self._requests
-        held = [(int(t.request[r]), int(self.scheduler.kv.held[r])) for r in self.scheduler.running]
-        self._extra = dict(flagged=_sorted(requests(scheduled[sb.flag[scheduled]])),
-                           verified=_sorted(requests(verified)), drafted=_sorted(requests(drafted)),
-                           held=tuple(sorted(held)))
-        if v is not None:
-            t.emit(verified, np.array([kept(r, self.now) for r in requests(verified)], dtype=np.int64))
-            sb.verified(v, ahead)
-
-
 # -- the comparison --------------------------------------------------------------------------
 
 
@@ -337,16 +236,6 @@ def mismatches(ours: list[SubBatchView], theirs: list[SubBatchView]) -> list[tup
     out = [(i, f, getattr(b, f), getattr(a, f)) for i, (a, b) in pairs
            for f in COMPARED if getattr(a, f) != getattr(b, f)]
     return out + [(i, "steps", len(theirs), len(ours)) for i in range(shorter, max(len(ours), len(theirs)))]
-
-
-def psd_case(case):
-    """A conformance workload as PSD runs it: 2m seats (m = the workload's), k lookahead slots."""
-    return replace(case, max_seqs=2 * case.max_seqs, lookahead=K)
-
-
-MATCHING = [psd_case(c) for c in (OFFLINE_LOOSE, POISSON_LOOSE, OFFLINE_TIGHT, POISSON_TIGHT, PARALLEL,
-                                  ABORTS)]
-SWAP = psd_case(SWAP_TIGHT)
 
 
 @pytest.fixture
@@ -371,7 +260,7 @@ def test_every_psd_step_matches_minedraft(case, mine):
     assert sum(bool(v.drafted) for v in theirs) > len(theirs) // 2, "few steps drafted beside the pass"
     assert sum(v.skipped for v in theirs) > 0
     wanted = {"prefill", "recompute"} if case.gpu_blocks < 200 else {"prefill"}
-    assert wanted | ({"abort"} if case.cancel_after else set()) <= _exercised(theirs)
+    assert wanted | ({"abort"} if case.cancel_after else set()) <= exercised(theirs)
 
 
 def test_a_skipped_append_is_not_always_a_no_op(mine):
@@ -399,7 +288,7 @@ def test_with_swap_minedraft_stops_where_its_assertion_fails_and_psdsim_goes_on(
     assert side.stopped is not None and side.stopped.name == "_schedule", side.stopped
     assert psdsim.skip_set_stop == len(theirs)   # psdsim's run warning names this step
     assert "_has_deferred_skip" in side.stopped.line
-    assert "swap" in _exercised(theirs)
+    assert "swap" in exercised(theirs)
     assert mismatches(ours[:len(theirs)], theirs) == [], _summary(ours[:len(theirs)], theirs)
     assert len(ours) > len(theirs) and sum(len(v.finished) + len(v.aborted) for v in ours) == SWAP.requests
 

@@ -3,7 +3,7 @@
 `SchedulerPatch._schedule_running` (minedraft/plugin/core/scheduler.py) skips `_append_slots` for a
 decode already in `_has_deferred_skip` whose `batch_flag` is `_skip_batch_flag` (the verified
 sub-batch), unless the running flags were all one (`_is_one_batch_empty`) this step and the last.
-tests/test_vllm_v0_minedraft.py compares this with MineDraft's own scheduler where it is
+tests/engine/test_vllm_v0_minedraft.py compares this with MineDraft's own scheduler where it is
 installed; these tests pin the rule for CI, which has neither vLLM nor MineDraft.
 """
 
@@ -17,7 +17,8 @@ from psdsim.sim.kv import KVPools
 from psdsim.sim.methods.sub_batching import BatchManagerSubBatching
 from psdsim.sim.requests import DECODING, SWAPPED, WAITING
 from psdsim.sim.scenario import Scenario
-from tests.test_vllm_v0_minedraft import MATCHING, SWAP, K, PsdSubBatchSide, run_side
+from tests.helpers.minedraft_conformance import MATCHING, SWAP, K, PsdSubBatchSide
+from tests.helpers.scheduler_conformance import run_side
 
 BLOCK = 16
 
