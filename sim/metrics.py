@@ -195,13 +195,13 @@ def _generated_num(block: dict[str, np.ndarray]) -> np.ndarray:
     return block["accepted"] + block["verified"]   # the worker's generated_num
 
 
-def _imbalance(st: _StepReader, batch_managed: bool) -> dict[str, float | int | None]:
+def _imbalance(reader: _StepReader, batch_managed: bool) -> dict[str, float | int | None]:
     """|B1 - B0| over decode steps: mean, max, at the last one (None unless two sub-batches). The
     adaptive mode's step table says which steps ran PSD's two sub-batches (`mode`): only those."""
-    decode = st.decode
-    if "mode" in st.steps:
-        decode = decode & (st.steps["mode"] == "psd")
-    values = (st.gather(decode, "batch0", "batch1", value=lambda b: np.abs(b["batch1"] - b["batch0"]))
+    decode = reader.decode
+    if "mode" in reader.steps:
+        decode = decode & (reader.steps["mode"] == "psd")
+    values = (reader.gather(decode, "batch0", "batch1", value=lambda b: np.abs(b["batch1"] - b["batch0"]))
               if batch_managed else [])
     if not len(values):
         return dict.fromkeys(("imbalance_mean", "imbalance_max", "imbalance_final"))
@@ -308,15 +308,16 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
               kv: KVPools) -> dict[str, Any]:
     """The summary from the run's tables; the steps are read in blocks (_StepReader), so that a
     spilled step table adds ~10 bytes a step at most to the run's memory while it is summarised."""
-    st = _StepReader(steps)
-    decode, paper = st.decode, st.paper
-    gen = _trims(st.gather(paper, "accepted", "verified", value=_generated_num))
-    paper_s = _trims(st.gather(paper, "start_s", "end_s", value=_step_s))
+    reader = _StepReader(steps)
+    decode, paper = reader.decode, reader.paper
+    gen = _trims(reader.gather(paper, "accepted", "verified", value=_generated_num))
+    paper_s = _trims(reader.gather(paper, "start_s", "end_s", value=_step_s))
     vsr: list[float | None] = [None] * 3
     if speculates:
-        accepted, proposed = _trims(st.gather(paper, "accepted")), _trims(st.gather(paper, "proposed"))
+        accepted = _trims(reader.gather(paper, "accepted"))
+        proposed = _trims(reader.gather(paper, "proposed"))
         vsr = [ratio(a, p) for a, p in zip(accepted, proposed, strict=True)]
-    dur = st.gather(decode, "start_s", "end_s", value=_step_s).sum()
+    dur = reader.gather(decode, "start_s", "end_s", value=_step_s).sum()
     decode_steps, paper_steps = int(np.count_nonzero(decode)), int(np.count_nonzero(paper))
     rq = _RequestReader(requests)
     makespan = rq.makespan()
@@ -337,7 +338,7 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "throughput_tok_s_trim80": ratio(gen[1], paper_s[1]),
         "throughput_tok_s_trim70": ratio(gen[2], paper_s[2]),
         "throughput_tok_s_per_gpu": throughput / gpus if throughput is not None else None,
-        "throughput_tok_s_incl_mixed": ratio(st.gather(decode, "generated").sum(), dur),
+        "throughput_tok_s_incl_mixed": ratio(reader.gather(decode, "generated").sum(), dur),
         "output_tok_s": ratio(rq.total("generated"), makespan),
         "e2el_ms": makespan / prompts * 1e3,
         "latency_ms": ms_stats(latency_s),
@@ -347,12 +348,12 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "vsr": vsr[0],
         "vsr_trim80": vsr[1],
         "vsr_trim70": vsr[2],
-        "drafts_per_verification": (ratio(st.gather(decode, "proposed").sum(),
-                                          st.gather(decode, "verified").sum()) if speculates else None),
-        "parallelization_rate": (ratio(st.gather(paper, "parallelised").sum(), paper_steps)
+        "drafts_per_verification": (ratio(reader.gather(decode, "proposed").sum(),
+                                          reader.gather(decode, "verified").sum()) if speculates else None),
+        "parallelization_rate": (ratio(reader.gather(paper, "parallelised").sum(), paper_steps)
                                  if speculates else None),
-        "comm_share": ratio(st.gather(decode, "wait_s").sum(), dur) if linked else None,
-        "link_share": ratio(st.gather(decode, "link_critical_s").sum(), dur) if linked else None,
+        "comm_share": ratio(reader.gather(decode, "wait_s").sum(), dur) if linked else None,
+        "link_share": ratio(reader.gather(decode, "link_critical_s").sum(), dur) if linked else None,
         "drafter_busy": (ratio(drafter_busy_s, makespan * max(1, layout_for(s).drafter_gpus))
                          if speculates else None),
         "verifier_busy": ratio(verifier_busy_s, makespan),
@@ -361,19 +362,19 @@ def summarize(s: Scenario, steps: dict[str, np.ndarray], requests: dict[str, np.
         "prefill_steps": len(decode) - decode_steps,
         "preemptions": rq.total("preemptions"),
         "recomputed_tokens": rq.total("recomputed_tokens"),
-        "swap_s": float(st.gather(None, "swap_s").sum()),
+        "swap_s": float(reader.gather(None, "swap_s").sum()),
         "aborted": rq.count(ABORTED),
         "rejected": rq.count(REJECTED),
-        "wasted_verifications": int(st.gather(None, "unproposed").sum()) if speculates else None,
-        "pre_drafts_wasted": (int(st.gather(None, "pre_drafts_wasted").sum()) if s.tail != "sd"
+        "wasted_verifications": int(reader.gather(None, "unproposed").sum()) if speculates else None,
+        "pre_drafts_wasted": (int(reader.gather(None, "pre_drafts_wasted").sum()) if s.tail != "sd"
                               else None),
-        **_imbalance(st, s.batch_managed),
+        **_imbalance(reader, s.batch_managed),
         "kv_pool_blocks": dict(kv.capacities),
         "kv_peak_usage": {side: kv.peak / cap for side, cap in kv.capacities.items()},
         "kv_binding_pool": kv.binding,
-        "mean_draft_ms": _mean_ms(st.gather(decode, "draft_s")) if speculates else None,
-        "mean_verify_ms": _mean_ms(st.gather(decode, "verify_s")),
-        "mean_comm_ms": _mean_ms(st.gather(decode, "comm_s")),
+        "mean_draft_ms": _mean_ms(reader.gather(decode, "draft_s")) if speculates else None,
+        "mean_verify_ms": _mean_ms(reader.gather(decode, "verify_s")),
+        "mean_comm_ms": _mean_ms(reader.gather(decode, "comm_s")),
         **goodput(s, rq, makespan),
         "fits": True,
         "infeasible_reason": None,

@@ -171,8 +171,8 @@ class FittedCost(OptionalCosts):
                     continue
                 lo, hi = term.ranges[var]
                 if seen.lo[i] < lo or seen.hi[i] > hi:
-                    out.append(f"profile: {name} {var} {_num(seen.lo[i])}-{_num(seen.hi[i])} used, "
-                               f"fitted on {_num(lo)}-{_num(hi)}: extrapolated")
+                    out.append(f"profile: {name} {var} {_short(seen.lo[i])}-{_short(seen.hi[i])} used, "
+                               f"fitted on {_short(lo)}-{_short(hi)}: extrapolated")
         return out
 
 
@@ -191,5 +191,5 @@ def coefficient_notes(profile: Profile) -> list[str]:
     return out
 
 
-def _num(x: float) -> str:
+def _short(x: float) -> str:
     return f"{x:.0f}" if abs(x) >= 10 or x == int(x) else f"{x:.3g}"

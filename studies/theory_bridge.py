@@ -74,13 +74,13 @@ def _trimmed(result: Result) -> float:
 
 def measure_k(sd: Result, psd: Result, k: int) -> KMeasurement:
     """Per-step averages from an SD run and a PSD run at the same k."""
-    st = sd.steps
-    dec = st["kind"] == "decode"
-    dur = (st["end_s"] - st["start_s"])[dec]
-    draft, verify = st["draft_s"][dec], st["verify_s"][dec]
+    steps = sd.steps
+    dec = steps["kind"] == "decode"
+    dur = (steps["end_s"] - steps["start_s"])[dec]
+    draft, verify = steps["draft_s"][dec], steps["verify_s"][dec]
     # accepted + 1 per verified request: the drafting frontier itself, not cut short at the end
     # of a request's output (generated tokens are, on its last verification).
-    tokens = 1.0 + st["accepted"][dec].sum() / st["verified"][dec].sum()
+    tokens = 1.0 + steps["accepted"][dec].sum() / steps["verified"][dec].sum()
     pt = psd.steps
     par = (pt["kind"] == "decode") & pt["parallelised"]
     pdur = (pt["end_s"] - pt["start_s"])[par]

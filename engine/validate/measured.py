@@ -28,10 +28,10 @@ US = 1e-6
 
 def measured_summary(it: Iteration, s: Scenario) -> dict[str, Any]:
     """One iteration's metrics under the simulator's names (see the module docstring)."""
-    ran = [st for st in it.steps if st.get("batched_requests")]
-    decode = [st for st in ran if not st.get("is_prompt_run")]
-    dur = np.array([(st["end_us"] - st["start_us"]) * US for st in decode])
-    generated = np.array([_generated(st) for st in decode], dtype=float)
+    ran = [step for step in it.steps if step.get("batched_requests")]
+    decode = [step for step in ran if not step.get("is_prompt_run")]
+    dur = np.array([(step["end_us"] - step["start_us"]) * US for step in decode])
+    generated = np.array([_generated(step) for step in decode], dtype=float)
     reqs = it.requests
     start = np.array([r["start_us"] * US for r in reqs])
     end = np.array([r["end_us"] * US for r in reqs])
@@ -53,12 +53,12 @@ def measured_summary(it: Iteration, s: Scenario) -> dict[str, Any]:
         "output_tok_s": ratio(gen.sum(), makespan),
         "e2el_ms": makespan / prompts * 1e3,
         "latency_ms": ms_stats(latency), "ttft_ms": ms_stats(ttft), "tpot_ms": ms_stats(tpot),
-        "vsr": (ratio(sum(st.get("accepted_num") or 0 for st in decode),
-                      sum(st.get("verify_len") or 0 for st in decode)) if speculative else None),
-        "parallelization_rate": (ratio(sum(bool(st.get("is_parallelised")) for st in decode), len(decode))
+        "vsr": (ratio(sum(step.get("accepted_num") or 0 for step in decode),
+                      sum(step.get("verify_len") or 0 for step in decode)) if speculative else None),
+        "parallelization_rate": (ratio(sum(bool(step.get("is_parallelised")) for step in decode), len(decode))
                                  if speculative else None),
         "decode_steps": len(decode), "prefill_steps": len(ran) - len(decode),
-        "preemptions": sum(len(st.get("preempted_requests") or ()) for st in it.steps),
+        "preemptions": sum(len(step.get("preempted_requests") or ()) for step in it.steps),
     }
 
 
@@ -74,9 +74,9 @@ def _first_token(r: dict[str, Any], ran: Sequence[dict[str, Any]]) -> float:
     request (MineDraft's analyze_traces.py)."""
     if isinstance(r.get("psdsim_first_token_us"), int | float):
         return r["psdsim_first_token_us"] * US
-    for st in ran:
-        if st.get("is_prompt_run") and r.get("tid") in st["batched_requests"]:
-            return st["end_us"] * US
+    for step in ran:
+        if step.get("is_prompt_run") and r.get("tid") in step["batched_requests"]:
+            return step["end_us"] * US
     return float("nan")
 
 
@@ -84,7 +84,7 @@ def prediction_requests(it: Iteration, s: Scenario) -> str:
     """The iteration's requests as the simulator's request trace: one line per prompt (its first
     sample's prompt and arrival, its samples' longest output)."""
     reqs = it.requests
-    first_step = min((st["start_us"] for st in it.steps if st.get("batched_requests")), default=np.inf)
+    first_step = min((step["start_us"] for step in it.steps if step.get("batched_requests")), default=np.inf)
     groups = [reqs[i:i + s.n] for i in range(0, len(reqs), s.n)]
     return requests_jsonl([int(g[0]["prompt_len"]) for g in groups],
                           [max(int(r["gen_len"]) for r in g) for g in groups],

@@ -26,29 +26,29 @@ def check_records(path: Path, it: Iteration) -> None:
     """The record fields validation computes with and calibration/minedraft.py does not check (it
     reads steps only as timings): a bad value named at its line here, not a traceback, a NaN in
     the report or an error naming the simulator's temporary request file later."""
-    for st in it.steps:
+    for step in it.steps:
         for key in ("batched_requests", "preempted_requests"):
-            ids = st.get(key)
+            ids = step.get(key)
             if ids is not None and not (isinstance(ids, list) and all(isinstance(x, str | int) for x in ids)):
-                raise TraceError(_at(path, st), f"{key} is a {type(ids).__name__}, not a list of request ids",
-                                 RECORD_FIX)
-        flag = st.get("is_prompt_run")
+                raise TraceError(_at(path, step),
+                                 f"{key} is a {type(ids).__name__}, not a list of request ids", RECORD_FIX)
+        flag = step.get("is_prompt_run")
         if flag is not None and not isinstance(flag, bool) and finite(flag) is None:
-            raise TraceError(_at(path, st), f"is_prompt_run is {flag!r}, not a count of prefill groups "
+            raise TraceError(_at(path, step), f"is_prompt_run is {flag!r}, not a count of prefill groups "
                              "(0 for a decode step)", RECORD_FIX)
-        accepted, verified = finite(st.get("accepted_num")), finite(st.get("verify_len"))
+        accepted, verified = finite(step.get("accepted_num")), finite(step.get("verify_len"))
         if accepted is not None and verified is not None and accepted > verified:
-            raise TraceError(_at(path, st), f"accepted_num {accepted:g} exceeds verify_len {verified:g} "
+            raise TraceError(_at(path, step), f"accepted_num {accepted:g} exceeds verify_len {verified:g} "
                              "(more drafts accepted than verified)", CORRUPT)
     # Steps without batched_requests scheduled nothing (calibration/minedraft.py drops them):
     # without a decode step that ran a request, for some time, there is no throughput, VSR or
     # spread to measure (the report would hold NaN or nothing).
-    decode = [st for st in it.steps if st.get("batched_requests") and not st.get("is_prompt_run")]
+    decode = [step for step in it.steps if step.get("batched_requests") and not step.get("is_prompt_run")]
     bundle = f"{path} line {it.bundle}" if it.bundle else path
     if not decode:
         raise TraceError(bundle, "no decode step (is_prompt_run 0) ran a request (batched_requests)",
                          "give the trace of a run that decoded, with each step's batched_requests")
-    if not any(st["end_us"] > st["start_us"] for st in decode):
+    if not any(step["end_us"] > step["start_us"] for step in decode):
         raise TraceError(bundle, "every decode step took no time (end_us = start_us)", CORRUPT)
     decoding = _decode_time_us(decode)
     for r in it.requests:
@@ -78,9 +78,9 @@ def _decode_time_us(decode: Sequence[dict[str, Any]]) -> dict[Any, float]:
     the length of the union of those steps' spans, so that steps overlapping in time (PSD's two
     processes) count once."""
     spans: dict[Any, list[tuple[float, float]]] = {}
-    for st in decode:
-        for tid in st["batched_requests"]:
-            spans.setdefault(tid, []).append((st["start_us"], st["end_us"]))
+    for step in decode:
+        for tid in step["batched_requests"]:
+            spans.setdefault(tid, []).append((step["start_us"], step["end_us"]))
     return {tid: _covered(own) for tid, own in spans.items()}
 
 

@@ -237,7 +237,7 @@ def _check_k(folder: Path, s: Scenario, sourced: Sequence[tuple[Path, Iteration]
 def _check_iteration(folder: Path, s: Scenario, it: Iteration, where: str) -> None:
     """The manifest's m, requests, n, lengths and arrivals against one iteration's records."""
     cap = 2 * s.m if s.method in TWO_M else s.m
-    widest = max((len(st.get("batched_requests") or ()) for st in it.steps), default=0)
+    widest = max((len(step.get("batched_requests") or ()) for step in it.steps), default=0)
     if widest > cap:
         fix = ("set m to half the run's max_num_seqs (sd-2m runs 2m)" if s.method == "sd-2m"
                else "set m to the run's max_num_seqs (--max-num-seqs)")
@@ -254,7 +254,7 @@ def _check_iteration(folder: Path, s: Scenario, it: Iteration, where: str) -> No
         if r.get("end_us") is None or r.get("prompt_len") is None or r.get("gen_len") is None:
             raise ScenarioError("--traces", f"{folder}: {where}: request {r.get('tid')} never finished "
                                 "(no end_us, prompt_len, gen_len)", "give traces of runs that completed")
-    first_step = min((st["start_us"] for st in it.steps if st.get("batched_requests")), default=np.inf)
+    first_step = min((step["start_us"] for step in it.steps if step.get("batched_requests")), default=np.inf)
     for j, r in enumerate(reqs):
         tid, prompt, gen = r.get("tid"), int(r["prompt_len"]), int(r["gen_len"])
         arrival = arrival_s(r, reqs, first_step)

@@ -93,13 +93,13 @@ def request_times(outputs: Sequence[Any], start_wall: float, makespan_s: float
     generated = np.array([sum(len(c.token_ids) for c in o.outputs) for o in outputs], dtype=np.int64)
     measured = True
     for i, o in enumerate(outputs):
-        st = getattr(o, "metrics", None)
-        first = getattr(st, "first_token_latency", 0.0) or 0.0
-        t0, t1 = getattr(st, "first_token_ts", 0.0) or 0.0, getattr(st, "last_token_ts", 0.0) or 0.0
-        if st is None or first <= 0 or t0 <= 0 or t1 < t0:
+        metrics = getattr(o, "metrics", None)
+        first = getattr(metrics, "first_token_latency", 0.0) or 0.0
+        t0, t1 = getattr(metrics, "first_token_ts", 0.0) or 0.0, getattr(metrics, "last_token_ts", 0.0) or 0.0
+        if metrics is None or first <= 0 or t0 <= 0 or t1 < t0:
             measured = False
             continue
-        offset = max(0.0, float(getattr(st, "arrival_time", start_wall)) - start_wall)
+        offset = max(0.0, float(getattr(metrics, "arrival_time", start_wall)) - start_wall)
         ttft[i] = offset + first
         end[i] = ttft[i] + (t1 - t0)
     if not measured:

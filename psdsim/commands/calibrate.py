@@ -170,10 +170,10 @@ def _check_distinct(paths: Sequence[Path]) -> None:
     seen: dict[tuple[int, int], Path] = {}
     for path in paths:
         try:
-            st = path.stat()
+            info = path.stat()
         except OSError:
             continue   # read_acceptance says what is wrong with it
-        first = seen.setdefault((st.st_dev, st.st_ino), path)
+        first = seen.setdefault((info.st_dev, info.st_ino), path)
         if first is not path:
             raise user_error("traces", f"{first} and {path} are the same file, whose counts would be added "
                              "twice", "give each engine's metrics once")

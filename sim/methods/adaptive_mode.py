@@ -83,11 +83,11 @@ class ModeLength(AdaptiveLength):
 class ModeSD(StandardSD):
     """The SD and AR modes' step: SD's, on the adaptive deployment's GPUs."""
 
-    def _beside(self, st: StepRecord, slots: np.ndarray, k: int, context: int) -> Drafting | None:
+    def _beside(self, rec: StepRecord, slots: np.ndarray, k: int, context: int) -> Drafting | None:
         """With no drafts (AR), the draft model's one pass over the batch keeps its KV current."""
         if k or not len(slots):
             return None
-        return Drafting(drafting_s(self.sim, st, slots, 1, context), SYNC, len(slots), 1)
+        return Drafting(drafting_s(self.sim, rec, slots, 1, context), SYNC, len(slots), 1)
 
 
 class AdaptiveMode(EngineMethod):

@@ -29,15 +29,15 @@ from psdsim.sim.scheduler import StepPlan
 class AutoRegressive(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        sim, st = self.sim, StepRecord()
+        sim, rec = self.sim, StepRecord()
         slots, env, start = plan.decode, sim.env, sim.env.now
         batch = len(slots)
-        target, end = self._priced(plan, st, start, batch, sim.table.context(slots), chunk_work(sim, plan))
+        target, end = self._priced(plan, rec, start, batch, sim.table.context(slots), chunk_work(sim, plan))
         yield from wait_until(env, end)
-        verify_outcome(sim, st, slots, np.zeros(batch, dtype=np.int64), 0)
-        self._recorded(plan, st, start, batch, target)
+        verify_outcome(sim, rec, slots, np.zeros(batch, dtype=np.int64), 0)
+        self._recorded(plan, rec, start, batch, target)
 
-    def _priced(self, plan: StepPlan, st: StepRecord, start: float, batch: int, context: int,
+    def _priced(self, plan: StepPlan, rec: StepRecord, start: float, batch: int, context: int,
                 chunks: Chunks) -> tuple[TargetPass, float]:
         """The step's target pass booked from `start`, then the driver's work: (the pass, the
         step's end)."""
@@ -45,13 +45,14 @@ class AutoRegressive(EngineMethod):
         target = TargetPass(sim, batch, batch, context, chunks, over_link=False)
         target.label("decode" if batch else "prefill")
         back = target.book(start)
-        return target, book_after_pass(sim, plan, st, chunks, batch, False, back, back, reject_on=None,
+        return target, book_after_pass(sim, plan, rec, chunks, batch, False, back, back, reject_on=None,
                                        emitting=batch)
 
-    def _recorded(self, plan: StepPlan, st: StepRecord, start: float, batch: int, target: TargetPass) -> None:
-        target.measured(st)
-        st.verified = st.scored = batch
-        record(self.sim, plan, start, st)
+    def _recorded(self, plan: StepPlan, rec: StepRecord, start: float, batch: int,
+                  target: TargetPass) -> None:
+        target.measured(rec)
+        rec.verified = rec.scored = batch
+        record(self.sim, plan, start, rec)
 
     def quiet_steps(self, plan: StepPlan) -> int:
         """Run the quiet stretch that starts with `plan` (already planned; sim/quiet.py), each
@@ -72,10 +73,10 @@ class AutoRegressive(EngineMethod):
             if planned is None:
                 break
             plan = planned
-            st, start = StepRecord(), clock.now
-            target, clock.now = self._priced(plan, st, start, batch, context + done * batch, NO_CHUNKS)
-            st.generated = batch
-            self._recorded(plan, st, start, batch, target)
+            rec, start = StepRecord(), clock.now
+            target, clock.now = self._priced(plan, rec, start, batch, context + done * batch, NO_CHUNKS)
+            rec.generated = batch
+            self._recorded(plan, rec, start, batch, target)
             done += 1
             if stretch.cancel_due(clock.now):
                 break

@@ -99,15 +99,15 @@ class EngineMethod(EngineHooks):
         return []
 
 
-def draft_rows(sim: SimContext, slots: np.ndarray, st: StepRecord | None) -> int:
+def draft_rows(sim: SimContext, slots: np.ndarray, rec: StepRecord | None) -> int:
     """Rows a drafting of `slots` runs: one each, and one more for every request whose drafts were
     all accepted where the engine drafts that extra row (counted in the step's extra_rows; None:
     drafting outside any step)."""
     if sim.all_accepted is None or not len(slots):
         return len(slots)
     extra = int(np.count_nonzero(sim.all_accepted[slots]))
-    if st is not None:
-        st.extra_rows += extra
+    if rec is not None:
+        rec.extra_rows += extra
     return len(slots) + extra
 
 
@@ -120,7 +120,7 @@ def draft_counts(plan: StepPlan, slots: np.ndarray, wanted: np.ndarray) -> np.nd
     return np.minimum(wanted, np.array([cap[r] for r in slots.tolist()], dtype=np.int64))
 
 
-def verify_outcome(sim: SimContext, st: StepRecord, slots: np.ndarray, proposed: np.ndarray,
+def verify_outcome(sim: SimContext, rec: StepRecord, slots: np.ndarray, proposed: np.ndarray,
                    total_proposed: int) -> None:
     """Draw acceptance for verified requests, emit accepted + 1 tokens each, update stats.
     `total_proposed` is proposed.sum(), which every caller already knows."""
@@ -130,10 +130,10 @@ def verify_outcome(sim: SimContext, st: StepRecord, slots: np.ndarray, proposed:
         accepted = sim.acceptance.accepted(sim.table.log_acceptance[slots], proposed)
     else:
         accepted = proposed   # all zeros, never written: no second array needed
-    emit_outcome(sim, st, slots, proposed, total_proposed, accepted)
+    emit_outcome(sim, rec, slots, proposed, total_proposed, accepted)
 
 
-def emit_outcome(sim: SimContext, st: StepRecord, slots: np.ndarray, proposed: np.ndarray,
+def emit_outcome(sim: SimContext, rec: StepRecord, slots: np.ndarray, proposed: np.ndarray,
                  total_proposed: int, accepted: np.ndarray) -> None:
     """Emit accepted + 1 tokens for each verified request, log the verification, count it."""
     t, n = sim.table, len(slots)
@@ -147,8 +147,8 @@ def emit_outcome(sim: SimContext, st: StepRecord, slots: np.ndarray, proposed: n
         unproposed = n if sim.speculating and sim.scenario.method != "ar" else 0
     kept = t.emit(slots, accepted + ONE)
     t.log_verification(slots, proposed, accepted)
-    st.proposed, st.accepted, st.unproposed = total_proposed, total_accepted, unproposed
-    st.generated = total_accepted + n if kept is None else isum(kept)
+    rec.proposed, rec.accepted, rec.unproposed = total_proposed, total_accepted, unproposed
+    rec.generated = total_accepted + n if kept is None else isum(kept)
 
 
 def emit_first_tokens(sim: SimContext, plan: StepPlan) -> int:
@@ -164,23 +164,23 @@ def emit_first_tokens(sim: SimContext, plan: StepPlan) -> int:
     return len(done) if kept is None else isum(kept)
 
 
-def record(sim: SimContext, plan: StepPlan, start: float, st: StepRecord) -> None:
+def record(sim: SimContext, plan: StepPlan, start: float, rec: StepRecord) -> None:
     """Close the step: prompts that completed emit their first token, the drafter is charged
     the step's own work, and the record gets what the plan and the running set say."""
     prefill = len(plan.prefill)
     if prefill:
-        st.generated += emit_first_tokens(sim, plan)
-        st.prefill_tokens, st.prompts_done = isum(plan.chunk), isum(plan.completes)
+        rec.generated += emit_first_tokens(sim, plan)
+        rec.prefill_tokens, rec.prompts_done = isum(plan.chunk), isum(plan.completes)
     if sim.drafter is not None:
-        sim.drafter.busy_s += st.drafter_s
+        sim.drafter.busy_s += rec.drafter_s
     running = sim.scheduler.running
-    if st.verified:
-        st.kind = DECODE
-    st.start_s, st.end_s, st.running = start, sim.env.now, len(running)
+    if rec.verified:
+        rec.kind = DECODE
+    rec.start_s, rec.end_s, rec.running = start, sim.env.now, len(running)
     if prefill or sim.scheduler.chunked:
-        st.prefilling = int(np.count_nonzero(sim.table.state[running] == PREFILLING))
-    if st.batch0 is None:
-        st.batch0 = len(running) - st.prefilling
-    st.preempted, st.kv_blocks, st.waiting = plan.preempted, plan.kv_blocks, plan.waiting
-    st.prefill_groups = plan.prefill_groups
-    sim.steps.append(row(st))
+        rec.prefilling = int(np.count_nonzero(sim.table.state[running] == PREFILLING))
+    if rec.batch0 is None:
+        rec.batch0 = len(running) - rec.prefilling
+    rec.preempted, rec.kv_blocks, rec.waiting = plan.preempted, plan.kv_blocks, plan.waiting
+    rec.prefill_groups = plan.prefill_groups
+    sim.steps.append(row(rec))

@@ -78,7 +78,7 @@ class DecoupledReplica(EngineMethod):
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         """One step of this replica, steps 1-5 of the module's docstring in order."""
-        sim, st = self.sim, StepRecord()
+        sim, rec = self.sim, StepRecord()
         s, cost, table, env = sim.scenario, sim.cost, sim.table, sim.env
         start = env.now
         slots = plan.decode
@@ -88,7 +88,7 @@ class DecoupledReplica(EngineMethod):
         prepared = missed = 0
         prefilled = start
         if chunks.tokens:
-            prefilled = self._book(st, cost.draft_chunks(chunks), DRAFT_PREFILL, len(plan.prefill), 0,
+            prefilled = self._book(rec, cost.draft_chunks(chunks), DRAFT_PREFILL, len(plan.prefill), 0,
                                    critical=False)
         proposed = np.zeros(batch, dtype=np.int64)
         ahead_end = start
@@ -96,48 +96,49 @@ class DecoupledReplica(EngineMethod):
             proposed = draft_counts(plan, slots, np.full(batch, s.k, dtype=np.int64))
             cold = slots[~self.prepared[slots]]
             if len(cold):
-                end = self._book(st, cost.draft(len(cold), s.k, table.context(cold)), "draft", len(cold), s.k)
+                drafting = cost.draft(len(cold), s.k, table.context(cold))
+                end = self._book(rec, drafting, "draft", len(cold), s.k)
                 yield from wait_until(env, end)
             b = s.service_branches
             prepared = batch * b
-            ahead_end = self._book(st, cost.draft(prepared, s.k, b * context), "draft ahead", prepared, s.k,
+            ahead_end = self._book(rec, cost.draft(prepared, s.k, b * context), "draft ahead", prepared, s.k,
                                    critical=False)
-            st.drafted, st.parallelised = batch, not len(cold)
+            rec.drafted, rec.parallelised = batch, not len(cold)
         total = isum(proposed)
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks, over_link=True)
         target.label("verify" if batch else "prefill", k=s.k if batch else None)
         output, target.job.output = target.job.output, ()
-        computed = target.book(target.prepared(st, env.now))
+        computed = target.book(target.prepared(rec, env.now))
         yield from wait_until(env, computed)   # the output is sent when the pass has ended
         delay, target.job.output_s = sim.link.reserve(TO_DRAFTER, output, env.now)
         back = env.now + delay
-        end = book_after_pass(sim, plan, st, chunks, tokens, bool(batch), back, back, reject_on=None,
+        end = book_after_pass(sim, plan, rec, chunks, tokens, bool(batch), back, back, reject_on=None,
                               emitting=batch)
         yield from wait_until(env, max(end, ahead_end, prefilled))
         if batch:
             accepted = sim.acceptance.accepted(table.log_acceptance[slots], proposed) if total else proposed
-            emit_outcome(sim, st, slots, proposed, total, accepted)
+            emit_outcome(sim, rec, slots, proposed, total, accepted)
             going = table.kv_len[slots] < table.final_len[slots]   # decodes again
             hit = np.isin(accepted, self.likely)
             redo = slots[going & ~hit]
             missed = len(redo)
             if missed:
                 seconds = cost.draft(missed, s.k, table.context(redo))
-                end = self._book(st, seconds, "draft (missed)", missed, s.k)
+                end = self._book(rec, seconds, "draft (missed)", missed, s.k)
                 yield from wait_until(env, end)
             self.prepared[slots[going]] = True
             prepared_used = int(np.count_nonzero(going & hit))
         else:
             prepared_used = 0
-        target.measured(st)
-        st.verified, st.scored = batch, tokens if batch else 0
-        record(sim, plan, start, st)
+        target.measured(rec)
+        rec.verified, rec.scored = batch, tokens if batch else 0
+        record(sim, plan, start, rec)
         for name, value in zip(SERVICE_COLUMNS, (self.replica, prepared, missed, prepared - prepared_used,
                                                  self._queue_s), strict=True):
             self._columns[name].append(value)
 
-    def _book(self, st: StepRecord, seconds: float, name: str, batch: int, k: int,
+    def _book(self, rec: StepRecord, seconds: float, name: str, batch: int, k: int,
               critical: bool = True) -> float:
         """Submit `seconds` of drafting to the service now; returns its end. `critical`: the
         step waits for it (its seconds count in the step's draft_s)."""
@@ -145,7 +146,7 @@ class DecoupledReplica(EngineMethod):
         booking = self.service.book(now, seconds)
         self._queue_s += booking.wait_s
         if critical:
-            st.draft_s += seconds
+            rec.draft_s += seconds
         tl = self.sim.timeline
         if tl is not None:
             tl.drafting(drafter_track(booking.server), name, booking.start_s, booking.end_s, batch=batch, k=k,

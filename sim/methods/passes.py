@@ -101,7 +101,7 @@ class TargetPass:
             drafting, job.compute_s = overlapped(drafting, job.compute_s, inputs_s, *overlap)
         return drafting
 
-    def prepared(self, st: StepRecord, at: float) -> float:
+    def prepared(self, rec: StepRecord, at: float) -> float:
         """The driver's input preparation from `at` before it hands the pass over and drafts
         (MineDraft: the target inputs and the metadata broadcast; 0 on other engines), a part of
         draft_s. Returns when it ends."""
@@ -110,8 +110,8 @@ class TargetPass:
         if not seconds:
             return at
         end = at + seconds
-        st.prep_s += seconds
-        st.draft_s += seconds
+        rec.prep_s += seconds
+        rec.draft_s += seconds
         if sim.timeline is not None:
             sim.timeline.add(DRIVER, DRIVER_PREP, ON_DRIVER, at, end)
         return end
@@ -141,56 +141,56 @@ class TargetPass:
             args["drafts_used"] = drafts_used
         self.job.name, self.job.args = name, args
 
-    def measured(self, st: StepRecord, beside: float | None = None, rendezvous: bool = False) -> None:
+    def measured(self, rec: StepRecord, beside: float | None = None, rendezvous: bool = False) -> None:
         """The pass's figures, once it is back. `beside`: the drafting the driver did while the
         pass ran (None: none); a free link shortens the step by the transfers only where they
         outlast that drafting, or, with `rendezvous` (the output moves once the driver has
         drafted), by the inputs' part of that and the whole output."""
         job = self.job
-        compute = st.verify_s = job.compute_s
-        transfer = st.comm_s = job.inputs_s + job.output_s
-        st.return_s = job.output_s
+        compute = rec.verify_s = job.compute_s
+        transfer = rec.comm_s = job.inputs_s + job.output_s
+        rec.return_s = job.output_s
         if self.parts is not NO_PARTS:
-            st.verify_prep_s, st.timer_s, st.sample_s = self.parts
+            rec.verify_prep_s, rec.timer_s, rec.sample_s = self.parts
         if beside is None:
-            st.link_critical_s = transfer
+            rec.link_critical_s = transfer
         elif rendezvous:
-            st.link_critical_s = max(job.inputs_s + compute, beside) + job.output_s - max(compute, beside)
+            rec.link_critical_s = max(job.inputs_s + compute, beside) + job.output_s - max(compute, beside)
         else:
-            st.link_critical_s = max(transfer + compute, beside) - max(compute, beside)
+            rec.link_critical_s = max(transfer + compute, beside) - max(compute, beside)
 
 
-def queue_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
+def queue_after_pass(sim: SimContext, plan: StepPlan, rec: StepRecord, chunks: Chunks, tokens: int,
                      scored: bool, waited_from: float, emitting: int) -> Generator[Any, Any, None]:
     """The driver's work once the target pass is back (see `book_after_pass`), in a PSD ring,
     whose drafters draft in the background: the drafter's part (the draft model's prompt pass,
     rejection sampling) waits for a free drafter worker, and the driver's part follows it."""
     env, drafter, tl = sim.env, sim.drafter, sim.timeline
     assert drafter is not None
-    sync_s, reject_s, swap_s, overhead = _after_pass_work(sim, plan, st, chunks, tokens, scored, DRAFTER,
+    sync_s, reject_s, swap_s, overhead = _after_pass_work(sim, plan, rec, chunks, tokens, scored, DRAFTER,
                                                           emitting)
     if sync_s + reject_s:
         yield drafter.queue(AfterPassJob(((DRAFT_PREFILL, sync_s), (REJECT, reject_s)), waited_from),
                              urgent=True)
-    st.draft_s += sync_s
+    rec.draft_s += sync_s
     on_cpu = env.now
     yield env.timeout(overhead + swap_s)
     if tl is not None:
         tl.after(on_cpu, env.now, driver_parts(overhead, swap_s))
 
 
-def _after_pass_work(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
+def _after_pass_work(sim: SimContext, plan: StepPlan, rec: StepRecord, chunks: Chunks, tokens: int,
                      scored: bool, reject_on: str | None, emitting: int) -> tuple[float, float, float, float]:
     """(draft prompt pass, rejection sampling, swaps, framework) seconds alone, after a pass."""
     cost = sim.cost
     sync_s = cost.draft_chunks(chunks) if reject_on is not None else 0.0
     reject_s = cost.reject(tokens) if scored else 0.0
-    swap_s = st.swap_s = cost.swap(plan.swap_blocks)
-    overhead = st.framework_s = cost.framework(len(sim.scheduler.running), emitting)
+    swap_s = rec.swap_s = cost.swap(plan.swap_blocks)
+    overhead = rec.framework_s = cost.framework(len(sim.scheduler.running), emitting)
     return sync_s, reject_s, swap_s, overhead
 
 
-def book_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chunks, tokens: int,
+def book_after_pass(sim: SimContext, plan: StepPlan, rec: StepRecord, chunks: Chunks, tokens: int,
                     scored: bool, waited_from: float, now: float, reject_on: str | None = DRAFTER,
                     emitting: int = 0) -> float:
     """The driver's work once the target pass is back at `now` (it waited from `waited_from`),
@@ -202,7 +202,7 @@ def book_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chu
     framework work is the engine's for the running set and the `emitting` requests whose outputs
     it processes (sim/execution.framework)."""
     drafter, tl = sim.drafter, sim.timeline
-    sync_s, reject_s, swap_s, overhead = _after_pass_work(sim, plan, st, chunks, tokens, scored, reject_on,
+    sync_s, reject_s, swap_s, overhead = _after_pass_work(sim, plan, rec, chunks, tokens, scored, reject_on,
                                                           emitting)
     idle = sim.slow.driver_idle
     after_wait = idle(now - waited_from) if idle is not None else 1.0
@@ -213,10 +213,10 @@ def book_after_pass(sim: SimContext, plan: StepPlan, st: StepRecord, chunks: Chu
     left_s = left * after_wait   # what is left runs after the wait, slowed by it
     reject_s *= after_wait
     end = now + (left_s + reject_s + overhead + swap_s)
-    st.draft_s += sync_s
-    st.drafter_s += sync_s
+    rec.draft_s += sync_s
+    rec.drafter_s += sync_s
     if reject_on == DRAFTER:
-        st.drafter_s += reject_s
+        rec.drafter_s += reject_s
     if tl is not None:
         if left < sync_s:  # the overlapped part ran beside the target pass
             tl.add(DRAFTER, DRAFT_PREFILL, ON_DRAFTER, waited_from, waited_from + sync_s - left)
@@ -238,31 +238,31 @@ class Drafting:
     sub_batch: int | None = None
 
 
-def drafting_s(sim: SimContext, st: StepRecord, slots: np.ndarray, k: int, context: int) -> float:
+def drafting_s(sim: SimContext, rec: StepRecord, slots: np.ndarray, k: int, context: int) -> float:
     """Seconds alone of the driver drafting `slots`, k tokens each over `context` cached tokens,
     on drafter 0: slowed after its idling, with the engine's extra rows (counted in the step)."""
     assert sim.drafter is not None
-    return sim.cost.draft(draft_rows(sim, slots, st), k, context) * sim.drafter.slowdown[0]
+    return sim.cost.draft(draft_rows(sim, slots, rec), k, context) * sim.drafter.slowdown[0]
 
 
-def drafting_of(sim: SimContext, st: StepRecord, slots: np.ndarray, k: int, context: int, name: str,
+def drafting_of(sim: SimContext, rec: StepRecord, slots: np.ndarray, k: int, context: int, name: str,
                 sub_batch: int | None = None) -> Drafting:
     """The driver's drafting of `slots`, k tokens each over `context` cached tokens, priced
     (`drafting_s`; nothing to draft at k = 0) and named for the timeline."""
-    return Drafting(drafting_s(sim, st, slots, k, context) if k else 0.0, name, len(slots), k, sub_batch)
+    return Drafting(drafting_s(sim, rec, slots, k, context) if k else 0.0, name, len(slots), k, sub_batch)
 
 
-def book_drafting(sim: SimContext, st: StepRecord, at: float, drafting: Drafting) -> float:
+def book_drafting(sim: SimContext, rec: StepRecord, at: float, drafting: Drafting) -> float:
     """Book `drafting` on drafter 0 from `at`, charged to the step's drafting; returns its end."""
     assert sim.drafter is not None
     seconds = drafting.seconds
     end = sim.drafter.book(at, seconds, drafting.name, drafting.batch, drafting.k, drafting.sub_batch)
-    st.draft_s += seconds
-    st.drafter_s += seconds
+    rec.draft_s += seconds
+    rec.drafter_s += seconds
     return end
 
 
-def booked_step(sim: SimContext, plan: StepPlan, st: StepRecord, target: TargetPass, at: float, scored: bool,
+def booked_step(sim: SimContext, plan: StepPlan, rec: StepRecord, target: TargetPass, at: float, scored: bool,
                 beside: Drafting | None = None, drafter_waits: bool = False,
                 reject_on: str | None = DRAFTER) -> Generator[Any, Any, None]:
     """The rest of a step from `at`, when nothing else runs beside it: the driver prepares the
@@ -279,14 +279,14 @@ def booked_step(sim: SimContext, plan: StepPlan, st: StepRecord, target: TargetP
     drafting_s = 0.0
     if beside is not None:
         drafting_s = beside.seconds = target.contend(beside.seconds)
-    t = target.prepared(st, at)
-    drafted_at = book_drafting(sim, st, t, beside) if beside is not None else t
+    t = target.prepared(rec, at)
+    drafted_at = book_drafting(sim, rec, t, beside) if beside is not None else t
     rendezvous = sim.scenario.output_after_drafting
     back = target.book(t, drafted_at if rendezvous else None)
     now = back if back > drafted_at else drafted_at
     if drafter_waits:
-        st.wait_s = now - drafted_at
-    end = book_after_pass(sim, plan, st, target.chunks, target.tokens, scored, drafted_at, now,
+        rec.wait_s = now - drafted_at
+    end = book_after_pass(sim, plan, rec, target.chunks, target.tokens, scored, drafted_at, now,
                           reject_on=reject_on, emitting=target.requests)
     yield from wait_until(sim.env, end)
-    target.measured(st, drafting_s if drafter_waits else None, rendezvous)
+    target.measured(rec, drafting_s if drafter_waits else None, rendezvous)

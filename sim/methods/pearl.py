@@ -73,7 +73,7 @@ class PEARL(EngineMethod):
         self.valid[slots] = False
 
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
-        sim, st = self.sim, StepRecord()
+        sim, rec = self.sim, StepRecord()
         k, start = sim.scenario.k, sim.env.now
         slots = plan.decode
         batch = len(slots)
@@ -87,14 +87,15 @@ class PEARL(EngineMethod):
         # its drafts (the set the code passes when drafting ahead), where the engine does
         beside = None
         if batch:
-            beside = drafting_of(sim, st, slots, k, context + batch * k, "draft ahead")
+            beside = drafting_of(sim, rec, slots, k, context + batch * k, "draft ahead")
             target.label("verify", k=k, drafts_used=use_drafts)
         else:
             target.label("prefill")
-        yield from booked_step(sim, plan, st, target, start, bool(batch), beside, drafter_waits=bool(batch))
-        self._verify(slots, proposed, total, st)
-        st.parallelised, st.verified, st.drafted, st.scored = batch > 0, batch, batch, tokens if batch else 0
-        record(sim, plan, start, st)
+        yield from booked_step(sim, plan, rec, target, start, bool(batch), beside, drafter_waits=bool(batch))
+        self._verify(slots, proposed, total, rec)
+        rec.parallelised, rec.verified, rec.drafted = batch > 0, batch, batch
+        rec.scored = tokens if batch else 0
+        record(sim, plan, start, rec)
 
     def _proposals(self, plan: StepPlan, slots: np.ndarray) -> tuple[np.ndarray, bool]:
         """Drafts each request has scored, and whether the pre-drafted tokens are used at all."""
@@ -105,7 +106,7 @@ class PEARL(EngineMethod):
         proposed = self.drafted[slots] * k if use_drafts else np.zeros(len(slots), dtype=np.int64)
         return draft_counts(plan, slots, proposed), use_drafts
 
-    def _verify(self, slots: np.ndarray, proposed: np.ndarray, total: int, st: StepRecord) -> None:
+    def _verify(self, slots: np.ndarray, proposed: np.ndarray, total: int, rec: StepRecord) -> None:
         """Score the drafts (stale ones as `pearl_stale` says) and note whose pre-drafted tokens
         continue the real sequence: the code's `has_accepted_all`, all drafts accepted (or, with
         none, the first drafted token matching the target's)."""
@@ -117,9 +118,9 @@ class PEARL(EngineMethod):
             # with the stale acceptance (ln 0 = -inf: none)
             valid = self.valid[slots]
             log_acceptance = np.where(valid, table.log_acceptance[slots], self.stale_log_acceptance)
-            emit_outcome(sim, st, slots, proposed, total, sim.acceptance.accepted(log_acceptance, proposed))
+            emit_outcome(sim, rec, slots, proposed, total, sim.acceptance.accepted(log_acceptance, proposed))
         else:
-            verify_outcome(sim, st, slots, proposed, total)
+            verify_outcome(sim, rec, slots, proposed, total)
         first_match = first_token_matches(sim, slots)
         if self.per_request:  # every proposal passed, then the first token drafted ahead
             self.valid[slots] = (table.last_accepted == proposed) & first_match

@@ -157,8 +157,8 @@ class PipelinedSD(EngineMethod):
         """One step, in the order of its critical path; the pipeline decides who drafts and
         how time passes (sim/methods/pipelines.py)."""
         sim, sub_batching, pipeline = self.sim, self.sub_batching, self.pipeline
-        st, start = StepRecord(), sim.env.now
-        v, ahead = sub_batching.turn(plan, st)   # the sub-batch verified, the one drafted beside the pass
+        rec, start = StepRecord(), sim.env.now
+        v, ahead = sub_batching.turn(plan, rec)   # the sub-batch verified, the one drafted beside the pass
         if sub_batching.lost_drafted:
             self.lost_drafted_steps += 1
             if self.lost_drafted_steps == 1:
@@ -167,33 +167,33 @@ class PipelinedSD(EngineMethod):
         batch = len(slots)
         context = self._context(v) if v is not None else 0
         chunks = chunk_work(sim, plan)
-        pipeline.started(v, st)            # the ring: the other sub-batches queued for drafting
+        pipeline.started(v, rec)            # the ring: the other sub-batches queued for drafting
         t = start
         if v is not None:   # drafted earlier (parallelised), being drafted, or drafted first now
-            t, drafting = pipeline.drafts_of(v, slots, context, chunks, st, t)
+            t, drafting = pipeline.drafts_of(v, slots, context, chunks, rec, t)
             if drafting is not None:   # the ring: a drafter is still at it
                 yield drafting
                 t = sim.env.now
-        proposed, selection, shift = self._scored(plan, v, slots, st.parallelised)
+        proposed, selection, shift = self._scored(plan, v, slots, rec.parallelised)
         total = isum(proposed)
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks)
-        beside = self._ahead(ahead, st)    # MineDraft: the other sub-batch, drafted during the pass
+        beside = self._ahead(ahead, rec)    # MineDraft: the other sub-batch, drafted during the pass
         tail = self.tail
         if v is None:
             target.label("prefill")
         else:
             target.label("verify", v, int(proposed.max()) if sim.timeline else 0)
             if ahead is None and tail is not None:   # the tail: its own next drafts, PEARL style
-                beside, ahead = tail.pre_draft(v, slots, context, total, st), v
-        yield from pipeline.verify(plan, st, target, t, v, beside)
-        self._verified(v, ahead, slots, proposed, total, selection, shift, st)
-        if v is not None:   # st.generated is the verified requests' kept tokens until record()
-            self._grew(v, st.generated)
+                beside, ahead = tail.pre_draft(v, slots, context, total, rec), v
+        yield from pipeline.verify(plan, rec, target, t, v, beside)
+        self._verified(v, ahead, slots, proposed, total, selection, shift, rec)
+        if v is not None:   # rec.generated is the verified requests' kept tokens until record()
+            self._grew(v, rec.generated)
             if tail is not None:
-                tail.verified(st)
-        st.verified, st.scored = batch, tokens if v is not None else 0
-        record(sim, plan, start, st)
+                tail.verified(rec)
+        rec.verified, rec.scored = batch, tokens if v is not None else 0
+        record(sim, plan, start, rec)
 
     def _scored(self, plan: StepPlan, v: int | None, slots: np.ndarray,
                 parallelised: bool) -> tuple[np.ndarray, Selection | None, int]:
@@ -212,16 +212,16 @@ class PipelinedSD(EngineMethod):
         return proposed, selection, 0
 
     def _verified(self, v: int | None, ahead: int | None, slots: np.ndarray, proposed: np.ndarray, total: int,
-                  selection: Selection | None, shift: int, st: StepRecord) -> None:
+                  selection: Selection | None, shift: int, rec: StepRecord) -> None:
         """The pass is back: the verified requests' drafts are used up, their tokens emitted."""
         self.proposals[slots] = 0
         if shift:  # drafts scored against another request's sequence: rejected
-            emit_outcome(self.sim, st, slots, proposed, total, np.zeros(len(slots), dtype=np.int64))
+            emit_outcome(self.sim, rec, slots, proposed, total, np.zeros(len(slots), dtype=np.int64))
         elif selection is None:
-            verify_outcome(self.sim, st, slots, proposed, total)
+            verify_outcome(self.sim, rec, slots, proposed, total)
             self.draft_length.seen(proposed, total)
         else:
-            emit_outcome(self.sim, st, slots, proposed, total, selection.leading())
+            emit_outcome(self.sim, rec, slots, proposed, total, selection.leading())
         if v is not None:
             self.sub_batching.verified(v, ahead)
 
@@ -243,7 +243,7 @@ class PipelinedSD(EngineMethod):
         changes, context = self.contexts[b]
         self.contexts[b] = (changes, context + kept)
 
-    def _ahead(self, ahead: int | None, st: StepRecord) -> Drafting | None:
+    def _ahead(self, ahead: int | None, rec: StepRecord) -> Drafting | None:
         """The drafting of sub-batch `ahead` beside the pass (its seconds alone; None: none);
         its requests hold its k drafts once it is done."""
         if ahead is None:
@@ -252,5 +252,5 @@ class PipelinedSD(EngineMethod):
         context = self._context(ahead)
         k = self.draft_length.k(slots, context, NO_CHUNKS, parallel=True)
         self.proposals[slots] = k   # held from when the drafting beside the pass ends
-        st.drafted = len(slots)
-        return drafting_of(self.sim, st, slots, k, context, "draft", ahead)
+        rec.drafted = len(slots)
+        return drafting_of(self.sim, rec, slots, k, context, "draft", ahead)

@@ -57,10 +57,10 @@ class DriverDrafting:
     def __init__(self, psd: PipelinedSD, s: Scenario) -> None:
         self.psd = psd
 
-    def started(self, v: int | None, st: StepRecord) -> None:
+    def started(self, v: int | None, rec: StepRecord) -> None:
         """Nothing is drafted outside the steps."""
 
-    def drafts_of(self, v: int, slots: np.ndarray, context: int, chunks: Chunks, st: StepRecord,
+    def drafts_of(self, v: int, slots: np.ndarray, context: int, chunks: Chunks, rec: StepRecord,
                   at: float) -> Ready:
         """Drafted beside the last pass (parallelised), else drafted first now, from `at`: all of
         them, or, after a pass that pre-drafted the tail, those whose pre-drafts were thrown away
@@ -69,19 +69,19 @@ class DriverDrafting:
         if psd.sub_batching.drafted(v):
             slots = psd.tail.undrafted(slots) if psd.tail is not None else EMPTY
             if not len(slots):
-                st.parallelised = True
+                rec.parallelised = True
                 return at, None
             name, context = "re-draft", psd.sim.table.context(slots)
         sim = psd.sim
         k = psd.draft_length.k(slots, context, chunks, parallel=False)
         psd.proposals[slots] = k   # held once the drafting is done
-        return book_drafting(sim, st, at, drafting_of(sim, st, slots, k, context, name, v)), None
+        return book_drafting(sim, rec, at, drafting_of(sim, rec, slots, k, context, name, v)), None
 
-    def verify(self, plan: StepPlan, st: StepRecord, target: TargetPass, at: float, v: int | None,
+    def verify(self, plan: StepPlan, rec: StepRecord, target: TargetPass, at: float, v: int | None,
                beside: Drafting | None) -> Generator[Any, Any, None]:
         """The pass from `at`, the other sub-batch drafted `beside` it, booked in turn."""
         verifies = v is not None
-        yield from booked_step(self.psd.sim, plan, st, target, at, verifies, beside, drafter_waits=verifies)
+        yield from booked_step(self.psd.sim, plan, rec, target, at, verifies, beside, drafter_waits=verifies)
 
 
 class RingDrafting:
@@ -95,14 +95,14 @@ class RingDrafting:
         self.drafting: dict[int, simpy.Event] = {}      # ... and the end of those being drafted
         self.open: StepRecord | None = None             # the record of the step under way
 
-    def started(self, v: int | None, st: StepRecord) -> None:
+    def started(self, v: int | None, rec: StepRecord) -> None:
         """Queue every other non-empty sub-batch without drafts for the drafter workers; also
         the record's split: `batch0` is the verified sub-batch and `batch1` the others."""
-        self.open = st
+        self.open = rec
         members = self.psd.sub_batching.members
         decoding = sum(len(m) for m in members)
-        st.batch0 = len(members[v]) if v is not None else 0
-        st.batch1 = decoding - st.batch0
+        rec.batch0 = len(members[v]) if v is not None else 0
+        rec.batch1 = decoding - rec.batch0
         if v is None:
             return
         n = len(members)
@@ -110,39 +110,39 @@ class RingDrafting:
             b = (v + i) % n
             if len(members[b]) and not self.ready[b] and b not in self.drafting:
                 self.drafting[b] = self.psd.drafter.queue(self._draft_job(b), urgent=False)
-                st.drafted += len(members[b])
+                rec.drafted += len(members[b])
 
-    def drafts_of(self, v: int, slots: np.ndarray, context: int, chunks: Chunks, st: StepRecord,
+    def drafts_of(self, v: int, slots: np.ndarray, context: int, chunks: Chunks, rec: StepRecord,
                   at: float) -> Ready:
         """Ready (parallelised), being drafted (parallelised: wait for them), or drafted first
         now by the first free drafter."""
         if v in self.drafting:
-            st.parallelised = True
+            rec.parallelised = True
             return at, self.drafting[v]
         if self.ready[v]:
-            st.parallelised = True
+            rec.parallelised = True
             return at, None
-        return at, self.psd.drafter.queue(self._draft_job(v, st), urgent=True)
+        return at, self.psd.drafter.queue(self._draft_job(v, rec), urgent=True)
 
-    def verify(self, plan: StepPlan, st: StepRecord, target: TargetPass, at: float, v: int | None,
+    def verify(self, plan: StepPlan, rec: StepRecord, target: TargetPass, at: float, v: int | None,
                beside: Drafting | None) -> Generator[Any, Any, None]:
         """The pass handed to the verifier in SimPy once the driver's input prep is done, then
         the driver's work after it, its drafter part queued for a free drafter worker."""
         env = self.psd.sim.env
-        t = target.prepared(st, at)
+        t = target.prepared(rec, at)
         if target.prep_s:
             yield from wait_until(env, t)
         yield target.queue()
-        yield from queue_after_pass(self.psd.sim, plan, st, target.chunks, target.tokens, v is not None, t,
+        yield from queue_after_pass(self.psd.sim, plan, rec, target.chunks, target.tokens, v is not None, t,
                                     emitting=target.requests)
-        target.measured(st)
+        target.measured(rec)
         if v is not None:
             self.ready[v] = False   # its drafts are used up
         self.open = None
 
-    def _draft_job(self, b: int, st: StepRecord | None = None) -> DraftJob:
+    def _draft_job(self, b: int, rec: StepRecord | None = None) -> DraftJob:
         """Drafting sub-batch `b` on a drafter worker, sized with its members when it starts;
-        `st`: the step that waits for it, whose drafting time it is. Its rows include the engine's
+        `rec`: the step that waits for it, whose drafting time it is. Its rows include the engine's
         extra row per request whose drafts were all accepted, counted in the extra_rows of the
         step that waits for it, else of the step under way when a drafter takes it up (none
         when that happens while the engine waits for arrivals)."""
@@ -152,7 +152,7 @@ class RingDrafting:
         def size() -> tuple[float, dict[str, Any]]:
             drafted[0] = slots = psd.sub_batching.members[b]
             whose[0] = sim.table.request[slots]
-            rows = draft_rows(sim, slots, st if st is not None else self.open)
+            rows = draft_rows(sim, slots, rec if rec is not None else self.open)
             seconds = sim.cost.draft(rows, k, sim.table.context(slots))
             return seconds, {"sub_batch": b, "batch": len(slots), "k": k}
 
@@ -162,8 +162,8 @@ class RingDrafting:
             psd.proposals[slots[sim.table.request[slots] == whose[0]]] = k
             self.ready[b] = True
             self.drafting.pop(b, None)
-            if st is not None:
-                st.draft_s += seconds
+            if rec is not None:
+                rec.draft_s += seconds
 
         return DraftJob(f"draft B{b}", size, finish)
 

@@ -44,7 +44,7 @@ class StandardSD(EngineMethod):
     def step(self, plan: StepPlan) -> Generator[Any, Any, None]:
         """Draft, then the target pass scores the drafts, then the driver's work: priced in turn
         from the step's start, waited for once (nothing else runs beside an SD step)."""
-        sim, st = self.sim, StepRecord()
+        sim, rec = self.sim, StepRecord()
         start = sim.env.now
         slots = plan.decode
         batch = len(slots)
@@ -59,8 +59,8 @@ class StandardSD(EngineMethod):
         t = start
         if batch and k:   # draft, then the target pass scores the drafts
             drafted = int(proposed.max()) if capped else k
-            seconds = drafting_s(sim, st, slots, drafted, context)
-            t = book_drafting(sim, st, t, Drafting(seconds, "draft", batch, drafted))
+            seconds = drafting_s(sim, rec, slots, drafted, context)
+            t = book_drafting(sim, rec, t, Drafting(seconds, "draft", batch, drafted))
         total = isum(proposed) if capped else batch * k
         tokens = total + batch
         target = TargetPass(sim, batch, tokens, context, chunks, over_link=self.over_link)
@@ -69,14 +69,14 @@ class StandardSD(EngineMethod):
         else:
             target.label("prefill")
         # rejection sampling runs on the driver, not the drafter (drafter_busy)
-        yield from booked_step(sim, plan, st, target, t, bool(batch) and k > 0,
-                               beside=self._beside(st, slots, k, context), reject_on=DRIVER)
-        verify_outcome(sim, st, slots, proposed, total)
+        yield from booked_step(sim, plan, rec, target, t, bool(batch) and k > 0,
+                               beside=self._beside(rec, slots, k, context), reject_on=DRIVER)
+        verify_outcome(sim, rec, slots, proposed, total)
         self.draft_length.seen(proposed, total)
-        st.verified, st.scored = batch, tokens if batch else 0
-        record(sim, plan, start, st)
+        rec.verified, rec.scored = batch, tokens if batch else 0
+        record(sim, plan, start, rec)
 
-    def _beside(self, st: StepRecord, slots: np.ndarray, k: int, context: int) -> Drafting | None:
+    def _beside(self, rec: StepRecord, slots: np.ndarray, k: int, context: int) -> Drafting | None:
         """Drafter work beside the target pass: none, SD drafts before it (the adaptive mode's
         AR steps run the draft model's pass there)."""
         return None

@@ -239,11 +239,11 @@ class BatchManagerSubBatching(SubBatching):
 
     # -- the worker -------------------------------------------------------------------------
 
-    def turn(self, plan: StepPlan, st: StepRecord) -> tuple[int | None, int | None]:
+    def turn(self, plan: StepPlan, rec: StepRecord) -> tuple[int | None, int | None]:
         """(the sub-batch this step verifies, the one it drafts ahead); None: none. While
         `draining`, nothing is drafted ahead: the step verifies the drafts in flight, as the step
         after one sub-batch empties does."""
-        sizes = st.batch0, st.batch1 = len(self.members[0]), len(self.members[1])
+        sizes = rec.batch0, rec.batch1 = len(self.members[0]), len(self.members[1])
         if not len(plan.decode):  # a prefill-only step: the decoding requests wait
             return None, None
         v = int(self.send)
@@ -342,7 +342,7 @@ class RoundRobinSubBatching(SubBatching):
             self.flagged[b] -= int(np.count_nonzero(flags == b))
         self._drop_left(flags, state)
 
-    def turn(self, plan: StepPlan, st: StepRecord) -> tuple[int | None, int | None]:
+    def turn(self, plan: StepPlan, rec: StepRecord) -> tuple[int | None, int | None]:
         if not len(plan.decode):
             return None, None
         n = len(self.members)

@@ -82,16 +82,16 @@ class PreDraftTail:
             return EMPTY
         return slots[self.psd.proposals[slots] == 0]
 
-    def pre_draft(self, v: int, slots: np.ndarray, context: int, scored: int, st: StepRecord) -> Drafting:
+    def pre_draft(self, v: int, slots: np.ndarray, context: int, scored: int, rec: StepRecord) -> Drafting:
         """The drafting beside the pass that verifies sub-batch `v` alone: its next k tokens on
         mock sequences holding the `scored` drafts being verified too (their KV included)."""
         psd = self.psd
         self.slots, self.held = slots, psd.proposals[slots]
         k = self.k = psd.draft_length.k(slots, context, NO_CHUNKS, parallel=True)
-        st.drafted = len(slots)
-        return drafting_of(psd.sim, st, slots, k, context + scored, "pre-draft", v)
+        rec.drafted = len(slots)
+        return drafting_of(psd.sim, rec, slots, k, context + scored, "pre-draft", v)
 
-    def verified(self, st: StepRecord) -> None:
+    def verified(self, rec: StepRecord) -> None:
         """A decode step's pass is back (its requests' drafts used up): the requests that
         accepted all they held keep their pre-drafts, unless they finished; the rest are
         counted as waste."""
@@ -106,4 +106,4 @@ class PreDraftTail:
             first_match[none] = first_token_matches(psd.sim, slots[none])
         keep = has_accepted_all(psd.sim, held, first_match) & (table.kv_len[slots] < table.final_len[slots])
         psd.proposals[slots] = np.where(keep, k, 0)
-        st.pre_drafts_wasted = k * (len(slots) - int(np.count_nonzero(keep)))
+        rec.pre_drafts_wasted = k * (len(slots) - int(np.count_nonzero(keep)))

@@ -65,93 +65,93 @@ def occupancy_figure(result: Any) -> Any:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    st, s = result.steps, result.scenario
+    steps, s = result.steps, result.scenario
     title = f"{s.name}: {s.method}, k={s.k}, m={s.m}, {s.scheduler}"
-    if "replica" in st:   # a decoupled service: one replica's engine (the others run alike beside it)
-        first = st["replica"] == 0
-        st = {name: values[first] for name, values in st.items()}
+    if "replica" in steps:   # a decoupled service: one replica's engine (the others run alike beside it)
+        first = steps["replica"] == 0
+        steps = {name: values[first] for name, values in steps.items()}
         title += f", replica 0 of {s.service_verifiers}"
-    t = st["start_s"]
+    t = steps["start_s"]
     ratios = [2.2, 1, 1, 1.6] if s.batch_managed else [2.2, 1, 1.6]
     fig, axes = plt.subplots(len(ratios), 1, figsize=(9, 1.4 * sum(ratios) + 0.6), sharex=True,
                              height_ratios=ratios, layout="constrained")
     running, *middle, kv = axes
-    _running_set(running, st, s)
+    _running_set(running, steps, s)
     running.set_title(title)
     if s.batch_managed:
         imbalance, queue = middle
-        decode = st["kind"] == DECODE
-        if "mode" in st:   # the adaptive mode: the steps that ran two sub-batches
-            decode &= st["mode"] == "psd"
-        gap = np.abs(st["batch1"] - st["batch0"])
+        decode = steps["kind"] == DECODE
+        if "mode" in steps:   # the adaptive mode: the steps that ran two sub-batches
+            decode &= steps["mode"] == "psd"
+        gap = np.abs(steps["batch1"] - steps["batch0"])
         imbalance.plot(t[decode], gap[decode], ".", ms=1.5, color="k")
         imbalance.set_ylabel("|sub-batch 1 − 0|\n(requests)")
     else:
         (queue,) = middle
-    queue.step(t, st["waiting"], where="post", color="gray", lw=0.8)
+    queue.step(t, steps["waiting"], where="post", color="gray", lw=0.8)
     queue.set_ylabel("waiting\n(requests)")
-    _kv_use(kv, t, st, result.kv.pools)
+    _kv_use(kv, t, steps, result.kv.pools)
     for ax in axes[:-1]:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     kv.set_xlabel("simulated time (s)")
     return fig
 
 
-def _running_set(ax: Any, st: Any, s: Any) -> None:
+def _running_set(ax: Any, steps: Any, s: Any) -> None:
     """The running requests stacked by what they are doing, so that each sub-batch is a band of
     its own colour rather than a line drawn over the other. Under MineDraft's Batch Manager the
     step table's `batch0`/`batch1` are sub-batch 0 and 1 (flag False and True); in the ring they
     are the sub-batch verified in the step and the rest; SD and AR have one decoding batch, as
     have the adaptive mode's SD and AR steps."""
-    b0, b1 = st["batch0"], st["batch1"]
+    b0, b1 = steps["batch0"], steps["batch1"]
     if s.batch_managed:
         layers = [("sub-batch 0", b0), ("sub-batch 1", b1)]
-        if "mode" in st:
-            one = st["mode"] != "psd"
+        if "mode" in steps:
+            one = steps["mode"] != "psd"
             layers = [("sub-batch 0", np.where(one, 0, b0)), ("sub-batch 1", np.where(one, 0, b1)),
                       ("one batch (SD, AR steps)", np.where(one, b0 + b1, 0))]
     elif s.method in ("psd", "psd+tetris"):
         layers = [("sub-batch verified", b0), ("other sub-batches", b1)]
     else:
         layers = [("decoding", b0 + b1)]
-    low = np.zeros(len(st["start_s"]))
-    for n, (name, count) in enumerate([*layers, ("prefilling", st["prefilling"])]):
+    low = np.zeros(len(steps["start_s"]))
+    for n, (name, count) in enumerate([*layers, ("prefilling", steps["prefilling"])]):
         if not count.any():
             continue
         high = low + count
         colour = "C2" if name == "prefilling" else f"C{n + (n >= 2)}"   # prefilling is green in every run
-        ax.fill_between(st["start_s"], low, high, step="post", lw=0, color=colour, label=name)
+        ax.fill_between(steps["start_s"], low, high, step="post", lw=0, color=colour, label=name)
         low = high
-    _extra_work(ax, st, low.max(initial=0))
+    _extra_work(ax, steps, low.max(initial=0))
     ax.set_ylabel("running requests")
     ax.set_ylim(bottom=0)
     legend_outside(ax)
 
 
-def _extra_work(ax: Any, st: Any, top: float) -> None:
+def _extra_work(ax: Any, steps: Any, top: float) -> None:
     """Marks above the bands at the steps that did work the bands do not show: the adaptive
     mode's switches (the drain, or the init step of a new split, follows) and the steps where
     pre-drafted tail tokens were thrown away, so a reader sees where a design paid its cost."""
-    t = st["start_s"]
+    t = steps["start_s"]
     marks = []
-    if "switch" in st:
-        marks.append(("mode switch (adaptive)", st["switch"].astype(bool), "v", "C3"))
-    wasted = st["pre_drafts_wasted"] > 0
+    if "switch" in steps:
+        marks.append(("mode switch (adaptive)", steps["switch"].astype(bool), "v", "C3"))
+    wasted = steps["pre_drafts_wasted"] > 0
     if wasted.any():
         marks.append(("pre-drafts thrown away (tail)", wasted, "x", "C5"))
-    if "drafts_missed" in st:
-        marks.append(("drafts missed, re-drafted (decoupled)", st["drafts_missed"] > 0, "x", "C6"))
+    if "drafts_missed" in steps:
+        marks.append(("drafts missed, re-drafted (decoupled)", steps["drafts_missed"] > 0, "x", "C6"))
     for n, (name, at, marker, colour) in enumerate(marks):
         if at.any():
             ax.plot(t[at], np.full(int(at.sum()), top * (1.04 + 0.05 * n)), marker, ms=4,
                     color=colour, label=name)
 
 
-def _kv_use(ax: Any, t: Any, st: Any, pools: dict[str, int]) -> None:
+def _kv_use(ax: Any, t: Any, steps: Any, pools: dict[str, int]) -> None:
     """Each KV pool's blocks in use as a fraction of the pool, preemptions marked at the top."""
     for pool, blocks in pools.items():
-        ax.step(t, st["kv_blocks"] / blocks, where="post", lw=0.8, label=f"{pool} pool")
-    pre = st["preempted"] > 0
+        ax.step(t, steps["kv_blocks"] / blocks, where="post", lw=0.8, label=f"{pool} pool")
+    pre = steps["preempted"] > 0
     if pre.any():
         ax.plot(t[pre], np.ones(pre.sum()), "v", color="C3", ms=4, label="preemption")
     ax.set_ylim(0, 1.08)

@@ -28,7 +28,7 @@ def cost_model_line(s: Scenario) -> str:
             f"terms it lacks are priced by engine {s.engine_key}")
 
 
-def _num(value: Any, digits: int = 1) -> str:
+def _cell(value: Any, digits: int = 1) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -109,33 +109,33 @@ def format_run(summary: dict[str, Any], s: Scenario, where: str | None = None,
     lines += [
         "  " + cost_model_line(s),
         "",
-        f"  throughput (decode steps)  {_num(sm['throughput_tok_s'])} tok/s   trim80 "
-        f"{_num(sm['throughput_tok_s_trim80'])}   trim70 {_num(sm['throughput_tok_s_trim70'])}"
-        f"   per GPU {_num(sm['throughput_tok_s_per_gpu'])} ({sm['gpus']} GPUs)",
-        f"  output over makespan       {_num(sm['output_tok_s'])} tok/s   makespan "
-        f"{_num(sm['makespan_s'])} s   E2EL {_num(sm['e2el_ms'])} ms/request",
+        f"  throughput (decode steps)  {_cell(sm['throughput_tok_s'])} tok/s   trim80 "
+        f"{_cell(sm['throughput_tok_s_trim80'])}   trim70 {_cell(sm['throughput_tok_s_trim70'])}"
+        f"   per GPU {_cell(sm['throughput_tok_s_per_gpu'])} ({sm['gpus']} GPUs)",
+        f"  output over makespan       {_cell(sm['output_tok_s'])} tok/s   makespan "
+        f"{_cell(sm['makespan_s'])} s   E2EL {_cell(sm['e2el_ms'])} ms/request",
     ]
-    for label, st in (("latency ms", lat), ("TTFT ms", ttft), ("TPOT ms", tpot),
+    for label, stats in (("latency ms", lat), ("TTFT ms", ttft), ("TPOT ms", tpot),
                       ("queueing ms", sm["queue_ms"])):
-        lines.append(f"  {label:<27}mean {_num(st['mean'])}   p50 {_num(st['p50'])}   "
-                     f"p90 {_num(st['p90'])}   p99 {_num(st['p99'])}")
+        lines.append(f"  {label:<27}mean {_cell(stats['mean'])}   p50 {_cell(stats['p50'])}   "
+                     f"p90 {_cell(stats['p90'])}   p99 {_cell(stats['p99'])}")
     lines += [
-        f"  VSR {_num(sm['vsr'], 3)}   parallelised {_num(sm['parallelization_rate'], 3)}   "
-        f"comm share {_num(sm['comm_share'], 3)}   link share {_num(sm['link_share'], 3)}",
-        f"  drafter busy {_num(sm['drafter_busy'], 2)}   verifier busy {_num(sm['verifier_busy'], 2)}"
-        f"   decode steps {_num(sm['decode_steps'])}   prefill steps {_num(sm['prefill_steps'])}",
-        f"  per decode step: draft {_num(sm['mean_draft_ms'])} ms   verify "
-        f"{_num(sm['mean_verify_ms'])} ms   link {_num(sm['mean_comm_ms'])} ms",
+        f"  VSR {_cell(sm['vsr'], 3)}   parallelised {_cell(sm['parallelization_rate'], 3)}   "
+        f"comm share {_cell(sm['comm_share'], 3)}   link share {_cell(sm['link_share'], 3)}",
+        f"  drafter busy {_cell(sm['drafter_busy'], 2)}   verifier busy {_cell(sm['verifier_busy'], 2)}"
+        f"   decode steps {_cell(sm['decode_steps'])}   prefill steps {_cell(sm['prefill_steps'])}",
+        f"  per decode step: draft {_cell(sm['mean_draft_ms'])} ms   verify "
+        f"{_cell(sm['mean_verify_ms'])} ms   link {_cell(sm['mean_comm_ms'])} ms",
         f"  KV peak {_pools(sm['kv_peak_usage'])} (binding: {sm['kv_binding_pool']})   preemptions "
-        f"{_num(sm['preemptions'])} ({_num(sm['recomputed_tokens'])} tokens recomputed, swap "
-        f"{_num(sm['swap_s'], 2)} s)",
+        f"{_cell(sm['preemptions'])} ({_cell(sm['recomputed_tokens'])} tokens recomputed, swap "
+        f"{_cell(sm['swap_s'], 2)} s)",
         f"  aborted {sm['aborted']}   rejected {sm['rejected']}   wasted verifications "
-        f"{_num(sm['wasted_verifications'])}   imbalance |B1-B0| mean {_num(sm['imbalance_mean'], 2)}"
-        f" max {_num(sm['imbalance_max'])}",
+        f"{_cell(sm['wasted_verifications'])}   imbalance |B1-B0| mean {_cell(sm['imbalance_mean'], 2)}"
+        f" max {_cell(sm['imbalance_max'])}",
     ]
     if sm["slo_attainment"] is not None:
         lines.append(f"  SLOs met by {percent(sm['slo_attainment'], 1)} of requests: goodput "
-                     f"{_num(sm['goodput_req_s'], 3)} req/s, {_num(sm['goodput_tok_s'])} tok/s")
+                     f"{_cell(sm['goodput_req_s'], 3)} req/s, {_cell(sm['goodput_tok_s'])} tok/s")
     lines += ["", *(f"  {line}" for line in RUN_LEGEND)]
     tail = []
     if where:
@@ -156,10 +156,10 @@ _ENGINE_SHOWN = frozenset((
     "prefill_steps", "mean_draft_ms", "mean_verify_ms", "mean_comm_ms"))
 
 
-def _stats_line(label: str, st: dict[str, Any] | None) -> str:
-    st = st or {}
-    return (f"  {label:<27}mean {_num(st.get('mean'))}   p50 {_num(st.get('p50'))}   "
-            f"p90 {_num(st.get('p90'))}   p99 {_num(st.get('p99'))}")
+def _stats_line(label: str, stats: dict[str, Any] | None) -> str:
+    stats = stats or {}
+    return (f"  {label:<27}mean {_cell(stats.get('mean'))}   p50 {_cell(stats.get('p50'))}   "
+            f"p90 {_cell(stats.get('p90'))}   p99 {_cell(stats.get('p99'))}")
 
 
 def format_engine_run(sm: dict[str, Any]) -> str:
@@ -171,19 +171,20 @@ def format_engine_run(sm: dict[str, Any]) -> str:
     lines = [f"psdsim engine run · {engine}{version} · {sm.get('method')} ({k}m={sm.get('m')}) · "
              f"{sm.get('requests')} requests", "",
              f"  {'throughput (makespan)' if engine == 'vllm' else 'throughput (decode steps)':<27}"
-             f"{_num(sm.get('throughput_tok_s'))} tok/s   trim80 "
-             f"{_num(sm.get('throughput_tok_s_trim80'))}   trim70 {_num(sm.get('throughput_tok_s_trim70'))}",
-             f"  output over makespan       {_num(sm.get('output_tok_s'))} tok/s   makespan "
-             f"{_num(sm.get('makespan_s'), 2)} s   E2EL {_num(sm.get('e2el_ms'))} ms/request",
+             f"{_cell(sm.get('throughput_tok_s'))} tok/s   trim80 "
+             f"{_cell(sm.get('throughput_tok_s_trim80'))}   trim70 "
+             f"{_cell(sm.get('throughput_tok_s_trim70'))}",
+             f"  output over makespan       {_cell(sm.get('output_tok_s'))} tok/s   makespan "
+             f"{_cell(sm.get('makespan_s'), 2)} s   E2EL {_cell(sm.get('e2el_ms'))} ms/request",
              _stats_line("latency ms", sm.get("latency_ms")), _stats_line("TTFT ms", sm.get("ttft_ms")),
              _stats_line("TPOT ms", sm.get("tpot_ms")),
-             f"  VSR {_num(sm.get('vsr'), 3)}   parallelised {_num(sm.get('parallelization_rate'), 3)}   "
-             f"comm share {_num(sm.get('comm_share'), 3)}",
-             f"  drafter busy {_num(sm.get('drafter_busy'), 2)}   verifier busy "
-             f"{_num(sm.get('verifier_busy'), 2)}   decode steps {_num(sm.get('decode_steps'))}   "
-             f"prefill steps {_num(sm.get('prefill_steps'))}",
-             f"  per decode step: draft {_num(sm.get('mean_draft_ms'))} ms   verify "
-             f"{_num(sm.get('mean_verify_ms'))} ms   link {_num(sm.get('mean_comm_ms'))} ms"]
+             f"  VSR {_cell(sm.get('vsr'), 3)}   parallelised {_cell(sm.get('parallelization_rate'), 3)}   "
+             f"comm share {_cell(sm.get('comm_share'), 3)}",
+             f"  drafter busy {_cell(sm.get('drafter_busy'), 2)}   verifier busy "
+             f"{_cell(sm.get('verifier_busy'), 2)}   decode steps {_cell(sm.get('decode_steps'))}   "
+             f"prefill steps {_cell(sm.get('prefill_steps'))}",
+             f"  per decode step: draft {_cell(sm.get('mean_draft_ms'))} ms   verify "
+             f"{_cell(sm.get('mean_verify_ms'))} ms   link {_cell(sm.get('mean_comm_ms'))} ms"]
     rest = {key: value for key, value in sm.items() if key not in _ENGINE_SHOWN}
     for key, value in rest.items():
         if isinstance(value, (list, dict)):
@@ -285,7 +286,7 @@ def _table(header: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]]) -> 
 def _compare_cells(summaries: dict[str, dict[str, Any]], pairs: Sequence[tuple[str, str]],
                    path: tuple[str, ...], digits: int, ratio: bool) -> tuple[list[str], list[str]]:
     """One row's cells: each method's value ("no fit" where it does not fit), then each pair's a/b."""
-    values = [_num(lookup(sm, path), digits) if sm["fits"] else "no fit" for sm in summaries.values()]
+    values = [_cell(lookup(sm, path), digits) if sm["fits"] else "no fit" for sm in summaries.values()]
     ratios_ = []
     for a, b in pairs:
         x, y = lookup(summaries[a], path), lookup(summaries[b], path)
