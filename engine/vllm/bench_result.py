@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from psdsim.engine.vllm.summary import request_times
+from psdsim.sim.output.atomic_writes import write_file
 
 LABEL = "psdsim engine run --engine vllm (offline LLM.generate, every request sent at the start)"
 
@@ -55,5 +56,7 @@ def bench_result(outputs: Sequence[Any], *, model_id: str, start_wall: float, ma
 
 
 def write_bench_result(path: Path, result: dict[str, Any]) -> None:
-    """One JSON document, as `vllm bench serve --save-result` writes it."""
-    path.write_text(json.dumps(result) + "\n", encoding="utf-8")
+    """One JSON document, as `vllm bench serve --save-result` writes it: atomically, and never over a
+    file psdsim did not write (sim/output/atomic_writes.py), since a run that dies mid-write must
+    not leave half a result where `psdsim validate --bench` reads one."""
+    write_file(path, json.dumps(result) + "\n", "--bench-result")

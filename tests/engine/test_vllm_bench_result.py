@@ -18,6 +18,7 @@ from psdsim.engine.vllm import VllmConfig
 from psdsim.engine.vllm.bench_result import bench_result, write_bench_result
 from psdsim.engine.vllm.config import EngineConfigError
 from psdsim.engine.vllm.summary import summarize
+from psdsim.sim.errors import ScenarioError
 from psdsim.sim.trace_replay import read_trace
 from tests.helpers.engines import request_output  # a RequestOutput with its RequestStateStats
 
@@ -128,3 +129,16 @@ def test_without_request_metrics_no_result_is_made():
 def test_a_result_that_cannot_be_written_is_refused_before_the_run(changes, says):
     with pytest.raises(EngineConfigError, match=says):
         VllmConfig(**{"bench_result": Path("r.json"), **changes}).check()
+
+
+def test_a_bench_result_is_written_whole_and_never_over_a_users_file(tmp_path):
+    """The runner's result goes in place by a rename (no half-written file where validate
+    --bench reads one), and a file there that psdsim did not write is refused and kept."""
+    path = _written(tmp_path)
+    assert json.loads(path.read_text(encoding="utf-8"))["completed"] == len(OUTPUTS)
+    mine = tmp_path / "mine.json"
+    mine.write_text("my notes\n")
+    result = json.loads(path.read_text(encoding="utf-8"))
+    with pytest.raises(ScenarioError, match="--bench-result"):
+        write_bench_result(mine, result)
+    assert mine.read_text() == "my notes\n"
