@@ -41,8 +41,8 @@ def test_nothing_but_zero_prints_as_zero(value, digits):
 
 
 def test_run_and_compare_tables_use_it():
-    assert report._num(0.004) == "< 0.05" and report._num(0.004, 3) == "0.004"
-    assert report._num(3) == "3" and report._num(None) == "–"
+    assert report._cell(0.004) == "< 0.05" and report._cell(0.004, 3) == "0.004"
+    assert report._cell(3) == "3" and report._cell(None) == "–"
     assert report._pools({"gpu": 0.001, "cpu": 0.0}) == "gpu < 0.5%, cpu 0%"
     assert report._pct({"gain": 1e-5}, "gain") == "< +0.05%"
 
