@@ -261,8 +261,12 @@ class Scheduler:
             slots = decode
         # MineDraft's skipped appends: vLLM V0 checks `can_append_slots` before the patch skips
         checked = decode if method.checks_skipped and not self.v1 else slots
-        skipped = checked[~np.isin(checked, slots)] if len(checked) > len(slots) else EMPTY
-        also = int(kv.touched(skipped, t.kv_len[skipped] + method.lookahead).max(initial=0))
+        also = 0   # the most blocks a skipped decode's append would touch
+        if len(checked) > len(slots):
+            appending = np.zeros(t.capacity, dtype=bool)   # a mask, not np.isin: steps are small
+            appending[slots] = True
+            skipped = checked[~appending[checked]]
+            also = int(kv.touched(skipped, t.kv_len[skipped] + method.lookahead).max(initial=0))
         if kv.ensure(slots, t.kv_len[slots], method.lookahead, touched=not self.v1, also=also):
             return decode
         tokens = t.kv_len[slots] + method.lookahead

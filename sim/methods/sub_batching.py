@@ -150,8 +150,9 @@ class BatchManagerSubBatching(SubBatching):
         appends when the running requests' flags are all one (`_is_one_batch_empty`, read before
         any preemption) for the second step running. None: all of them."""
         assert self.scheduler is not None, "MineDraft's skip reads the scheduler's running set"
-        running = self.flag[self.scheduler.running]
-        self.one_empty = bool(len(running)) and (bool(running.all()) or not running.any())
+        running = self.scheduler.running
+        ones = int(np.count_nonzero(self.flag[running]))
+        self.one_empty = len(running) > 0 and ones in (0, len(running))
         if self.one_empty and self.after_one_empty:
             return None
         appends = ~self.decoded[decode] | (self.flag[decode] != self.batches.verify_flag)
