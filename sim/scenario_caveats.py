@@ -35,7 +35,7 @@ def warnings(s: Scenario) -> list[str]:
         out.append(f"beyond the paper: a decoupled drafter service (V = {s.service_verifiers} verifier "
                    f"replicas, D = {s.service_drafters} drafter GPUs, b = {s.service_branches} branches); "
                    "its hit rate is an upper bound (the bonus token taken as guessed)")
-    service = [name for name in SERVICE_FIELDS if getattr(s, name) != FIELDS[name].default]
+    service = _set(s, SERVICE_FIELDS)
     if service and s.method != "decoupled":
         verb = "applies" if len(service) == 1 else "apply"
         out.append(f"ignored: {' and '.join(service)} {verb} to method decoupled only")
@@ -43,13 +43,13 @@ def warnings(s: Scenario) -> list[str]:
         out.append("hypothetical: compact sampler output (MineDraft sends full-vocabulary rows)")
     if s.scheduler == "vllm-v1" and s.method in ("psd", "psd+tetris", "pearl", "adaptive"):
         out.append(f"hypothetical: {s.method} on vllm-v1 (MineDraft runs on vLLM 0.9.2, V0)")
-    changed = [name for name in ROOFLINE_ONLY if getattr(s, name) != FIELDS[name].default]
+    changed = _set(s, ROOFLINE_ONLY)
     if changed and s.engine_key != "roofline" and not s.profile:
         verb = "prices" if len(changed) == 1 else "price"
         out.append(f"ignored: {' and '.join(changed)} {verb} the roofline engine only; the {s.engine_key} "
                    "engine profile prices launches and framework work itself (set engine = \"roofline\" to "
                    "use them)")
-    unread = [name for name in ADAPTIVE_ONLY if getattr(s, name) != FIELDS[name].default]
+    unread = _set(s, ADAPTIVE_ONLY)
     if unread and s.method != "adaptive":
         out.append(f"ignored: {' and '.join(unread)} {'is' if len(unread) == 1 else 'are'} read by method "
                    f"adaptive only; {s.method} runs without {'it' if len(unread) == 1 else 'them'}")
@@ -90,3 +90,6 @@ def _code_warnings(s: Scenario) -> list[str]:
     return out
 
 
+def _set(s: Scenario, names: tuple[str, ...]) -> list[str]:
+    """The fields of `names` that `s` sets away from their defaults."""
+    return [name for name in names if getattr(s, name) != FIELDS[name].default]

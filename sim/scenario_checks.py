@@ -230,8 +230,8 @@ def _check_adaptive_m(s: Scenario) -> None:
     _need(not s.adaptive_m or s.method == "adaptive", "adaptive_m",
           f"changing m is built for the adaptive method, not {s.method}",
           "set method=adaptive, or remove adaptive_m")
-    for name, default in (("adaptive_m_min", 1), ("adaptive_m_max", 0)):
-        _need(s.adaptive_m or getattr(s, name) == default, name,
+    for name in ("adaptive_m_min", "adaptive_m_max"):
+        _need(s.adaptive_m or getattr(s, name) == _default(s, name), name,
               "applies only with adaptive_m = true", f"set adaptive_m=true, or remove {name}")
     _in_range(s, "adaptive_m_min", 1, s.m)
     if s.adaptive_m_max:

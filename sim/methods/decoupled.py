@@ -57,7 +57,8 @@ class DecoupledReplica(EngineMethod):
         s = sim.scenario
         self.service, self.replica = service, replica
         mean = sim.table.acceptance_mean
-        self.likely = np.array(likely_lengths(mean if mean is not None else 0.0, s.k, s.service_branches))
+        self.likely = np.zeros(s.k + 1, dtype=bool)   # by accepted length: were its drafts prepared?
+        self.likely[list(likely_lengths(mean if mean is not None else 0.0, s.k, s.service_branches))] = True
         self.prepared = np.zeros(sim.table.capacity, dtype=bool)   # per slot: next drafts ready
         sim.table.track(self, "prepared")
         self._columns = {name: array("d" if name == "drafter_queue_s" else "q") for name in SERVICE_COLUMNS}
@@ -120,7 +121,7 @@ class DecoupledReplica(EngineMethod):
             accepted = sim.acceptance.accepted(table.log_acceptance[slots], proposed) if total else proposed
             emit_outcome(sim, rec, slots, proposed, total, accepted)
             going = table.kv_len[slots] < table.final_len[slots]   # decodes again
-            hit = np.isin(accepted, self.likely)
+            hit = self.likely[accepted]
             redo = slots[going & ~hit]
             missed = len(redo)
             if missed:
